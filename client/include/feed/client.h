@@ -1,0 +1,164 @@
+/*
+ * libfeedclient — feeds a GPU training job from feedd servers.
+ *
+ * The loader plans each epoch itself (permutation from the seed, split by
+ * rank/world, cut into batches), asks servers for batches by explicit sample
+ * indices, keeps a bounded window of outstanding batches per server, re-issues
+ * a failed server's batches to the others (every sample exactly once), and
+ * hands batches out in plan order (or as they arrive with ordered = false).
+ * On a GPU the pixels land in pinned host slots, are copied on the loader's
+ * own CUDA stream and normalised there; feed_batch.ready_event tells the
+ * training stream when a batch is ready, so the loader never blocks it.
+ *
+ * Threads: feed_loader_next() and feed_loader_release() are called from one
+ * thread (the training loop). feed_loader_stats() may be called from any
+ * thread. The loader runs its own receiver threads.
+ * Memory: the loader owns every feed_batch and everything it points to; a
+ * batch stays valid until it is released. Pass NULL pointers nowhere except
+ * where said.
+ * fork(): a loader must not be used in a forked child; open a new one there.
+ * The library never exits, never prints, never installs signal handlers; it
+ * logs through cfg.log_fn.
+ *
+ * Every function returns 0 or a negative FEED_E code (feed/errors.h).
+ */
+#ifndef FEED_CLIENT_H
+#define FEED_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "feed/errors.h"
+#include "feed/transform.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FEED_DEVICE_HOST (-1)
+
+typedef enum feed_dtype {
+    FEED_DTYPE_UINT8 = 0, /* raw pixels, no normalisation, layout still applied */
+    FEED_DTYPE_FP16 = 1,
+    FEED_DTYPE_BF16 = 2,
+    FEED_DTYPE_FP32 = 3,
+} feed_dtype;
+
+typedef enum feed_layout {
+    FEED_LAYOUT_NCHW = 0,
+    FEED_LAYOUT_NHWC = 1,
+} feed_layout;
+
+typedef enum feed_bad_sample_policy {
+    /* A failed sample is replaced by a good sample of the same batch (pixels
+     * and label), counted in stats and in feed_batch.substituted. */
+    FEED_BAD_SAMPLE_SUBSTITUTE = 0,
+    /* feed_loader_next() returns FEED_EBADSAMPLE; the batch is still handed
+     * out so the caller can read feed_batch.status. */
+    FEED_BAD_SAMPLE_FAIL = 1,
+} feed_bad_sample_policy;
+
+typedef void (*feed_client_log_fn)(void *user, int level, const char *message);
+
+typedef struct feed_loader_config {
+    /* Servers: "host:port", "ipv4:127.0.0.1:5000", or "dns:///name:port"; a
+     * DNS name is re-resolved every resolve_interval_ms and every address it
+     * yields is used as a server. At most 256 targets/addresses. */
+    const char *const *targets;
+    size_t num_targets;
+    const char *dataset;
+    feed_transform transform;
+    uint32_t batch_size;
+    uint64_t seed;
+    uint32_t epoch;
+    uint64_t start_batch; /* resume: first batch of the epoch to deliver */
+    uint32_t rank, world; /* data-parallel split, like DistributedSampler */
+    bool drop_last;       /* drop the last short batch of this rank */
+    bool ordered;         /* deliver in plan order (default true) */
+    uint32_t window_per_server; /* outstanding batches per server (default 4, max 64) */
+    uint32_t prefetch;          /* delivery slots ready ahead of next() (default 4, max 64) */
+    feed_dtype dtype;
+    feed_layout layout;
+    float mean[3], std[3]; /* out = (pixel / 255 - mean) / std for float dtypes */
+    int device;            /* CUDA device index or FEED_DEVICE_HOST */
+    feed_bad_sample_policy bad_sample_policy;
+    uint32_t batch_deadline_ms;      /* outstanding longer → server counted stalled (default 10000) */
+    uint32_t unavailable_timeout_ms; /* no server for this long → next() fails (default 30000) */
+    uint32_t resolve_interval_ms;    /* DNS re-resolution period (default 5000) */
+    feed_client_log_fn log_fn;       /* NULL: no logging */
+    void *log_user;
+} feed_loader_config;
+
+typedef struct feed_batch {
+    void *data;             /* device pointer (GPU) or host pointer, n*c*h*w elements */
+    size_t bytes;           /* size of data */
+    const int64_t *labels_device; /* n labels on the device; NULL on the host path */
+    const int64_t *labels;        /* n labels in host memory */
+    const uint64_t *indices;      /* n sample indices */
+    const uint8_t *status;        /* n feed_sample_status values as the server sent them */
+    uint32_t n, c, h, w;
+    feed_dtype dtype;
+    feed_layout layout;
+    uint32_t epoch;
+    uint64_t batch_number;  /* position in this rank's plan for the epoch */
+    uint32_t substituted;   /* samples replaced under FEED_BAD_SAMPLE_SUBSTITUTE */
+    uint64_t wait_ns;       /* how long feed_loader_next() blocked for this batch */
+    void *ready_event;      /* cudaEvent_t recorded when data is ready; NULL on the host path */
+} feed_batch;
+
+typedef struct feed_loader_stats {
+    uint64_t batches;         /* handed out by next() */
+    uint64_t samples;
+    uint64_t bytes_received;  /* pixel bytes off the wire */
+    uint64_t wait_ns_total;   /* summed over next() calls */
+    uint64_t wait_ns_max;
+    uint64_t failovers;       /* servers declared failed or stalled */
+    uint64_t reissued;        /* batches re-issued to another server */
+    uint64_t retries;         /* reconnection attempts */
+    uint64_t crc_errors;      /* batches whose CRC32C did not match (re-issued) */
+    uint64_t sample_errors[FEED_SAMPLE_STATUS_COUNT]; /* by status; [0] unused */
+    uint32_t servers_known;
+    uint32_t servers_up;
+} feed_loader_stats;
+
+typedef struct feed_server_stats {
+    char target[128];
+    bool up;
+    uint64_t batches;  /* completed by this server */
+    uint32_t outstanding;
+} feed_server_stats;
+
+/* Fills cfg with defaults: train transform 224, batch 256, ordered, window 4,
+ * prefetch 4, fp32 NCHW with ImageNet mean/std, device 0, substitute. */
+void feed_loader_config_default(feed_loader_config *cfg);
+
+/* Validates cfg, connects (Describe) and starts the epoch. FEED_EINVAL for a
+ * bad config, FEED_ENOTFOUND for an unknown dataset, FEED_EUNAVAILABLE if no
+ * server answers within unavailable_timeout_ms, FEED_ECUDA, FEED_ENOMEM. */
+int feed_loader_open(const feed_loader_config *cfg, feed_loader **out);
+/* Stops receivers, frees everything. Accepts NULL. Outstanding batches become invalid. */
+void feed_loader_close(feed_loader *l);
+
+/* Next batch of the epoch. FEED_EEOF after the last one (call set_epoch to go
+ * on), FEED_EUNAVAILABLE when no server answered for unavailable_timeout_ms,
+ * FEED_EBADSAMPLE under the fail policy, FEED_ESTATE if prefetch batches are
+ * held unreleased. */
+int feed_loader_next(feed_loader *l, feed_batch **out);
+/* The caller is done with b once `stream` (a cudaStream_t, or NULL: now) has
+ * passed this point. */
+int feed_loader_release(feed_loader *l, feed_batch *b, void *stream);
+/* Start another epoch (or resume one) at start_batch. Drops batches not yet handed out. */
+int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch);
+/* Batches this rank gets per epoch, and samples in the dataset. */
+uint64_t feed_loader_batches_per_epoch(const feed_loader *l);
+uint64_t feed_loader_dataset_size(const feed_loader *l);
+
+int feed_loader_stats(feed_loader *l, feed_loader_stats *out);
+/* Per-server stats; i < stats.servers_known. */
+int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

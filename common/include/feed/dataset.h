@@ -1,0 +1,60 @@
+/*
+ * Datasets as the server sees them: a count of samples, a label per sample,
+ * class names, and the JPEG bytes of sample i.
+ *
+ * Two formats, chosen by what `path` is:
+ *  - a directory: an ImageFolder tree root/<class>/<file>.{jpg,jpeg,JPEG};
+ *    classes sorted by name (byte order) give labels 0..C-1, samples sorted by
+ *    (class, file name);
+ *  - a file: a pack written by feed-pack (see common/src/pack.c for the
+ *    layout), memory-mapped; every offset and length is checked against the
+ *    file size at open, so a truncated or corrupt pack is refused.
+ *
+ * A feed_dataset is immutable after open: any number of threads may call the
+ * accessors at once. feed_dataset_read() uses only the caller's scratch.
+ */
+#ifndef FEED_DATASET_H
+#define FEED_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "feed/buf.h"
+
+typedef struct feed_dataset feed_dataset;
+
+typedef struct feed_dataset_limits {
+    uint64_t max_samples;     /* refuse larger datasets (default 100,000,000) */
+    uint64_t max_sample_bytes; /* larger files are reported as too large (default 64 MiB) */
+} feed_dataset_limits;
+
+void feed_dataset_limits_default(feed_dataset_limits *lim);
+
+/*
+ * Open `path`. On failure returns a negative FEED_E code and writes a message
+ * naming the path and the problem into err.
+ */
+int feed_dataset_open(const char *path, const feed_dataset_limits *lim, feed_dataset **out,
+                      char *err, size_t err_cap);
+void feed_dataset_close(feed_dataset *ds); /* accepts NULL */
+
+uint64_t feed_dataset_count(const feed_dataset *ds);
+uint32_t feed_dataset_num_classes(const feed_dataset *ds);
+const char *feed_dataset_class_name(const feed_dataset *ds, uint32_t label);
+/* "imagefolder" or "pack". */
+const char *feed_dataset_format(const feed_dataset *ds);
+/* Label of sample i (i < count). */
+uint32_t feed_dataset_label(const feed_dataset *ds, uint64_t i);
+/* Source path of sample i (ImageFolder) or NULL (pack). */
+const char *feed_dataset_sample_path(const feed_dataset *ds, uint64_t i);
+
+/*
+ * The JPEG bytes of sample i. For a pack, *data points into the mapping and
+ * scratch is untouched; for a tree the file is read into scratch (bounded by
+ * both scratch->limit and max_sample_bytes). Returns 0, FEED_EIO, FEED_ETOOBIG
+ * or FEED_EINVAL (i out of range).
+ */
+int feed_dataset_read(const feed_dataset *ds, uint64_t i, feed_buf *scratch, const uint8_t **data,
+                      size_t *len);
+
+#endif

@@ -1,0 +1,36 @@
+/*
+ * Levelled logging. Programs (feedd, the tools) log to stderr; a library user
+ * (libfeedclient) installs a callback instead, and the library never prints.
+ * The sink and level are process-wide and set before threads start.
+ */
+#ifndef FEED_LOG_H
+#define FEED_LOG_H
+
+typedef enum feed_log_level {
+    FEED_LOG_ERROR = 0,
+    FEED_LOG_WARN = 1,
+    FEED_LOG_INFO = 2,
+    FEED_LOG_DEBUG = 3,
+} feed_log_level;
+
+typedef void (*feed_log_fn)(void *user, int level, const char *message);
+
+/* fn == NULL restores the default sink (stderr with a timestamp). */
+void feed_log_set_sink(feed_log_fn fn, void *user);
+void feed_log_set_level(feed_log_level level);
+feed_log_level feed_log_get_level(void);
+/* Parses "error", "warn", "info", "debug"; returns -1 if unknown. */
+int feed_log_parse_level(const char *name);
+
+void feed_log(feed_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define FEED_LOGE(...) feed_log(FEED_LOG_ERROR, __VA_ARGS__)
+#define FEED_LOGW(...) feed_log(FEED_LOG_WARN, __VA_ARGS__)
+#define FEED_LOGI(...) feed_log(FEED_LOG_INFO, __VA_ARGS__)
+#define FEED_LOGD(...)                                                                             \
+    do {                                                                                           \
+        if (feed_log_get_level() >= FEED_LOG_DEBUG)                                                \
+            feed_log(FEED_LOG_DEBUG, __VA_ARGS__);                                                 \
+    } while (0)
+
+#endif
