@@ -1,0 +1,149 @@
+/* Unit tests for the common basics: error text, CRC32C, bounded buffers, RNG. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "feed/buf.h"
+#include "feed/crc32c.h"
+#include "feed/errors.h"
+#include "feed/rng.h"
+
+static void test_strerror(void **state)
+{
+    (void)state;
+    assert_string_equal(feed_strerror(FEED_EINVAL), "invalid argument");
+    assert_string_equal(feed_err_name(FEED_ETIMEDOUT), "FEED_ETIMEDOUT");
+    assert_string_equal(feed_strerror(-999), "unknown error");
+    assert_string_equal(feed_sample_status_name(FEED_SAMPLE_TRUNCATED), "truncated");
+}
+
+static void test_crc32c_known_answers(void **state)
+{
+    (void)state;
+    assert_int_equal(feed_crc32c(0, "123456789", 9), 0xE3069283u);
+    assert_int_equal(feed_crc32c(0, "", 0), 0);
+    uint8_t zeros[32] = {0};
+    assert_int_equal(feed_crc32c(0, zeros, sizeof zeros), 0x8A9136AAu); /* RFC 3720 B.4 */
+    /* Chunked equals whole. */
+    uint8_t buf[1000];
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = (uint8_t)(i * 7 + 3);
+    uint32_t whole = feed_crc32c(0, buf, sizeof buf);
+    uint32_t part = feed_crc32c(0, buf, 333);
+    part = feed_crc32c(part, buf + 333, sizeof buf - 333);
+    assert_int_equal(whole, part);
+}
+
+static void test_buf_limit(void **state)
+{
+    (void)state;
+    feed_buf b;
+    feed_buf_init(&b, 10000);
+    uint8_t chunk[4000] = {1};
+    assert_int_equal(feed_buf_append(&b, chunk, sizeof chunk), 0);
+    assert_int_equal(feed_buf_append(&b, chunk, sizeof chunk), 0);
+    assert_int_equal(feed_buf_append(&b, chunk, sizeof chunk), FEED_ETOOBIG);
+    assert_int_equal(b.len, 8000);
+    assert_true(b.cap <= 10000);
+    assert_int_equal(feed_buf_reserve(&b, 10001), FEED_ETOOBIG);
+    feed_buf_free(&b);
+}
+
+static void test_philox_known_answer(void **state)
+{
+    (void)state;
+    /* Random123 kat_vectors: philox4x32 10 rounds. */
+    const uint32_t ctr0[4] = {0, 0, 0, 0}, key0[2] = {0, 0};
+    const uint32_t want0[4] = {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8};
+    const uint32_t ctr1[4] = {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff};
+    const uint32_t key1[2] = {0xffffffff, 0xffffffff};
+    const uint32_t want1[4] = {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd};
+    const uint32_t ctr2[4] = {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344};
+    const uint32_t key2[2] = {0xa4093822, 0x299f31d0};
+    const uint32_t want2[4] = {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1};
+    uint32_t out[4];
+    feed_philox4x32_10(ctr0, key0, out);
+    assert_memory_equal(out, want0, sizeof out);
+    feed_philox4x32_10(ctr1, key1, out);
+    assert_memory_equal(out, want1, sizeof out);
+    feed_philox4x32_10(ctr2, key2, out);
+    assert_memory_equal(out, want2, sizeof out);
+}
+
+static void test_rng_deterministic(void **state)
+{
+    (void)state;
+    feed_rng a, b;
+    feed_rng_init(&a, 42, 3, 12345);
+    feed_rng_init(&b, 42, 3, 12345);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(feed_rng_u32(&a), feed_rng_u32(&b));
+}
+
+/* Neighbouring keys (index, epoch, seed off by one) give unrelated streams:
+ * the first words agree in about half their bits, and uniforms are uncorrelated. */
+static void test_rng_neighbour_independence(void **state)
+{
+    (void)state;
+    const int n = 20000;
+    double sxy[3] = {0}, sx = 0, sxx = 0, sy[3] = {0}, syy[3] = {0};
+    uint64_t agree_bits = 0;
+    for (int i = 0; i < n; i++) {
+        feed_rng base, nb[3];
+        feed_rng_init(&base, 7, 1, (uint64_t)i);
+        feed_rng_init(&nb[0], 7, 1, (uint64_t)i + 1);
+        feed_rng_init(&nb[1], 7, 2, (uint64_t)i);
+        feed_rng_init(&nb[2], 8, 1, (uint64_t)i);
+        double x = feed_rng_uniform(&base);
+        sx += x;
+        sxx += x * x;
+        for (int k = 0; k < 3; k++) {
+            double y = feed_rng_uniform(&nb[k]);
+            sy[k] += y;
+            syy[k] += y * y;
+            sxy[k] += x * y;
+        }
+        feed_rng_init(&base, 7, 1, (uint64_t)i);
+        feed_rng_init(&nb[0], 7, 1, (uint64_t)i + 1);
+        agree_bits += (uint64_t)__builtin_popcount(~(feed_rng_u32(&base) ^ feed_rng_u32(&nb[0])));
+    }
+    for (int k = 0; k < 3; k++) {
+        double cov = sxy[k] / n - (sx / n) * (sy[k] / n);
+        double vx = sxx / n - (sx / n) * (sx / n);
+        double vy = syy[k] / n - (sy[k] / n) * (sy[k] / n);
+        double corr = cov / (vx > 0 && vy > 0 ? __builtin_sqrt(vx * vy) : 1);
+        assert_true(corr > -0.03 && corr < 0.03);
+    }
+    double frac = (double)agree_bits / (32.0 * n);
+    assert_true(frac > 0.49 && frac < 0.51);
+}
+
+static void test_rng_below_uniform(void **state)
+{
+    (void)state;
+    feed_rng r;
+    feed_rng_init(&r, 1, 0, FEED_RNG_PERMUTATION_STREAM);
+    int counts[6] = {0};
+    for (int i = 0; i < 60000; i++)
+        counts[feed_rng_below(&r, 6)]++;
+    for (int k = 0; k < 6; k++)
+        assert_true(counts[k] > 9500 && counts[k] < 10500);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_strerror),
+        cmocka_unit_test(test_crc32c_known_answers),
+        cmocka_unit_test(test_buf_limit),
+        cmocka_unit_test(test_philox_known_answer),
+        cmocka_unit_test(test_rng_deterministic),
+        cmocka_unit_test(test_rng_neighbour_independence),
+        cmocka_unit_test(test_rng_below_uniform),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
