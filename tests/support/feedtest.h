@@ -1,0 +1,71 @@
+/*
+ * Test support shared by every engineer's tests: real feedd processes on
+ * 127.0.0.1 port 0, small ImageFolder datasets of real JPEGs, temp dirs, and
+ * a minimal HTTP GET for the metrics endpoint. Functions return 0 or a
+ * negative FEED_E code; nothing here calls exit() or cmocka. Not thread-safe
+ * unless said otherwise (tests call it from their main thread).
+ */
+#ifndef FEED_TESTS_SUPPORT_FEEDTEST_H
+#define FEED_TESTS_SUPPORT_FEEDTEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct feed_test_server {
+    pid_t pid;
+    int port;            /* gRPC port feedd bound */
+    int metrics_port;    /* Prometheus endpoint, always enabled by the helper */
+    char target[64];     /* "127.0.0.1:PORT" */
+    char workdir[256];   /* holds the port files; removed by stop/kill */
+    int exit_status;     /* after stop: exit code, or 128+signal */
+} feed_test_server;
+
+/*
+ * Spawn ${FEED_BUILD_DIR}/server/feedd --listen 127.0.0.1:0 --port-file F
+ * --metrics-listen 127.0.0.1:0 --metrics-port-file G [extra_args...]
+ * (extra_args NULL-terminated, may be NULL) and wait up to 60 s for both
+ * port files. FEED_EIO if feedd exits first or never writes them.
+ */
+int feed_test_server_start(const char *const *extra_args, feed_test_server *out);
+/* SIGTERM, wait up to timeout_ms, then SIGKILL. Sets exit_status. 0 if it exited by itself. */
+int feed_test_server_stop_timeout(feed_test_server *s, int timeout_ms);
+/* feed_test_server_stop_timeout(s, 30000). */
+int feed_test_server_stop(feed_test_server *s);
+/* SIGKILL and reap. */
+void feed_test_server_kill(feed_test_server *s);
+/* Send a signal without waiting (for drain tests); 0 or FEED_EIO. */
+int feed_test_server_signal(feed_test_server *s, int sig);
+/* Wait up to timeout_ms for the process to exit; sets exit_status. FEED_ETIMEDOUT if it did not. */
+int feed_test_server_wait(feed_test_server *s, int timeout_ms);
+
+/* mkdtemp under $TMPDIR (or /tmp) with the given prefix; out gets the path. */
+int feed_test_tmpdir(const char *prefix, char *out, size_t cap);
+/* rm -rf path (only paths under the temp dir are accepted). */
+int feed_test_rmtree(const char *path);
+int feed_test_write_file(const char *path, const void *data, size_t len);
+
+/*
+ * Make an ImageFolder at dir (created if missing): classes dirs "class_000"..,
+ * per_class JPEGs each, sizes between 48 and 320 pixels a side, content a
+ * function of seed. Uses ${FEED_BUILD_DIR}/server/tools/feed-gen-dataset when
+ * it exists (then seed is ignored), else encodes with libjpeg here.
+ */
+int feed_test_make_imagefolder(const char *dir, unsigned classes, unsigned per_class,
+                               unsigned seed);
+/* Encode one w x h RGB JPEG of a seed-dependent pattern at quality q into path. */
+int feed_test_write_jpeg(const char *path, unsigned w, unsigned h, unsigned seed, int quality);
+
+/*
+ * GET http://127.0.0.1:port/path; body (NUL-terminated, malloc'd) in *body.
+ * *status gets the HTTP status code. Bounded: 16 MiB, 10 s.
+ */
+int feed_test_http_get(int port, const char *path, int *status, char **body);
+/*
+ * Value of the first Prometheus sample whose line starts with `series`
+ * (e.g. "feedd_batches_total" or "feedd_decode_errors_total{kind=\"corrupt\"}").
+ * FEED_ENOTFOUND if absent.
+ */
+int feed_test_metric(const char *text, const char *series, double *value);
+
+#endif
