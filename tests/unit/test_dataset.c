@@ -1,0 +1,413 @@
+/*
+ * Unit tests for the ImageFolder side of feed/dataset.h: ordering and labels,
+ * what is ignored, symlinks, caps, read errors and limits, concurrent reads,
+ * and (when FEED_SAMPLE_DIR is present) the real ImageNet sample. Each test
+ * builds its own tree in a fresh temp dir and removes it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "feed/buf.h"
+#include "feed/dataset.h"
+#include "feed/errors.h"
+
+static char g_root[512];
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int setup_tmp(void **state)
+{
+    (void)state;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_root, sizeof(g_root), "%s/feed-test-dataset-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    return mkdtemp(g_root) ? 0 : -1;
+}
+
+static int teardown_tmp(void **state)
+{
+    (void)state;
+    return nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void mkdir_in(const char *rel)
+{
+    char p[1024];
+    snprintf(p, sizeof(p), "%s/%s", g_root, rel);
+    assert_int_equal(mkdir(p, 0755), 0);
+}
+
+/* Writes `content` (its strlen) to root/rel. */
+static void write_in(const char *rel, const char *content)
+{
+    char p[1024];
+    snprintf(p, sizeof(p), "%s/%s", g_root, rel);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(content, 1, strlen(content), f), strlen(content));
+    assert_int_equal(fclose(f), 0);
+}
+
+static void symlink_in(const char *target, const char *rel)
+{
+    char p[1024];
+    snprintf(p, sizeof(p), "%s/%s", g_root, rel);
+    assert_int_equal(symlink(target, p), 0);
+}
+
+static feed_dataset *open_ok(const feed_dataset_limits *lim)
+{
+    feed_dataset *ds = NULL;
+    char err[512];
+    int rc = feed_dataset_open(g_root, lim, &ds, err, sizeof(err));
+    if (rc)
+        fail_msg("open %s: %s (%s)", g_root, err, feed_err_name(rc));
+    return ds;
+}
+
+/* The tree of the ordering test; content of each image is its own relative path. */
+static void make_mixed_tree(void)
+{
+    mkdir_in("zeta");
+    write_in("zeta/b.jpg", "zeta/b.jpg");
+    write_in("zeta/a.JPEG", "zeta/a.JPEG");
+    write_in("zeta/c.jpeg", "zeta/c.jpeg");
+    write_in("zeta/d.JPG", "zeta/d.JPG");
+    write_in("zeta/.hidden.jpg", "hidden");
+    write_in("zeta/notes.txt", "not an image");
+    write_in("zeta/jpg", "no extension");
+    mkdir_in("zeta/sub.jpg");
+    write_in("zeta/sub.jpg/x.jpg", "nested, ignored");
+    symlink_in("nowhere.jpg", "zeta/dangling.jpg");
+    mkdir_in("alpha");
+    write_in("alpha/2.jpg", "alpha/2.jpg");
+    write_in("alpha/10.jpg", "alpha/10.jpg");
+    write_in("alpha/1.jpg", "alpha/1.jpg");
+    mkdir_in("Beta");
+    write_in("Beta/x.jpg", "Beta/x.jpg");
+    mkdir_in(".git");
+    write_in(".git/y.jpg", "hidden class");
+    mkdir_in("empty");
+    write_in("README.jpg", "top-level file, not a class");
+    symlink_in("alpha", "link_alpha");
+}
+
+static void test_order_and_labels(void **state)
+{
+    (void)state;
+    make_mixed_tree();
+    feed_dataset *ds = open_ok(NULL);
+    assert_string_equal(feed_dataset_format(ds), "imagefolder");
+
+    static const char *const classes[] = {"Beta", "alpha", "empty", "link_alpha", "zeta"};
+    assert_int_equal(feed_dataset_num_classes(ds), 5);
+    for (uint32_t c = 0; c < 5; c++)
+        assert_string_equal(feed_dataset_class_name(ds, c), classes[c]);
+    assert_null(feed_dataset_class_name(ds, 5));
+
+    static const struct {
+        const char *rel;
+        const char *content;
+        uint32_t label;
+    } want[] = {
+        {"Beta/x.jpg", "Beta/x.jpg", 0},        {"alpha/1.jpg", "alpha/1.jpg", 1},
+        {"alpha/10.jpg", "alpha/10.jpg", 1},    {"alpha/2.jpg", "alpha/2.jpg", 1},
+        {"link_alpha/1.jpg", "alpha/1.jpg", 3}, {"link_alpha/10.jpg", "alpha/10.jpg", 3},
+        {"link_alpha/2.jpg", "alpha/2.jpg", 3}, {"zeta/a.JPEG", "zeta/a.JPEG", 4},
+        {"zeta/b.jpg", "zeta/b.jpg", 4},        {"zeta/c.jpeg", "zeta/c.jpeg", 4},
+        {"zeta/d.JPG", "zeta/d.JPG", 4},
+    };
+    size_t n = sizeof(want) / sizeof(want[0]);
+    assert_int_equal(feed_dataset_count(ds), n);
+    feed_buf scratch;
+    feed_buf_init(&scratch, 1 << 20);
+    for (size_t i = 0; i < n; i++) {
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/%s", g_root, want[i].rel);
+        assert_string_equal(feed_dataset_sample_path(ds, i), path);
+        assert_int_equal(feed_dataset_label(ds, i), want[i].label);
+        const uint8_t *data;
+        size_t len;
+        assert_int_equal(feed_dataset_read(ds, i, &scratch, &data, &len), 0);
+        assert_int_equal(len, strlen(want[i].content));
+        assert_memory_equal(data, want[i].content, len);
+    }
+    assert_null(feed_dataset_sample_path(ds, n));
+    feed_buf_free(&scratch);
+    feed_dataset_close(ds);
+}
+
+static void test_trailing_slash_and_root_forms(void **state)
+{
+    (void)state;
+    mkdir_in("a");
+    write_in("a/1.jpg", "x");
+    char path[600];
+    snprintf(path, sizeof(path), "%s///", g_root);
+    feed_dataset *ds = NULL;
+    char err[256];
+    assert_int_equal(feed_dataset_open(path, NULL, &ds, err, sizeof(err)), 0);
+    char want[600];
+    snprintf(want, sizeof(want), "%s/a/1.jpg", g_root);
+    assert_string_equal(feed_dataset_sample_path(ds, 0), want);
+    feed_dataset_close(ds);
+}
+
+static void test_not_found_and_empty(void **state)
+{
+    (void)state;
+    feed_dataset *ds = (feed_dataset *)&ds;
+    char err[512];
+    char path[600];
+    snprintf(path, sizeof(path), "%s/missing", g_root);
+    assert_int_equal(feed_dataset_open(path, NULL, &ds, err, sizeof(err)), FEED_ENOTFOUND);
+    assert_null(ds);
+    assert_non_null(strstr(err, "missing"));
+
+    /* No class directories at all. */
+    write_in("loose.jpg", "x");
+    assert_int_equal(feed_dataset_open(g_root, NULL, &ds, err, sizeof(err)), FEED_ENOTFOUND);
+    assert_non_null(strstr(err, "no class directories"));
+
+    /* Classes, but no images in any. */
+    mkdir_in("a");
+    write_in("a/readme.txt", "x");
+    assert_int_equal(feed_dataset_open(g_root, NULL, &ds, err, sizeof(err)), FEED_ENOTFOUND);
+    assert_non_null(strstr(err, "no .jpg/.jpeg files"));
+
+    assert_int_equal(feed_dataset_open("", NULL, &ds, err, sizeof(err)), FEED_EINVAL);
+    feed_dataset_close(NULL);
+}
+
+static void test_max_samples_cap(void **state)
+{
+    (void)state;
+    mkdir_in("a");
+    mkdir_in("b");
+    write_in("a/1.jpg", "1");
+    write_in("a/2.jpg", "2");
+    write_in("b/1.jpg", "3");
+    write_in("b/2.jpg", "4");
+    feed_dataset_limits lim;
+    feed_dataset_limits_default(&lim);
+    assert_int_equal(lim.max_samples, 100000000u);
+    assert_int_equal(lim.max_sample_bytes, 64u << 20);
+
+    lim.max_samples = 4;
+    feed_dataset *ds = open_ok(&lim);
+    assert_int_equal(feed_dataset_count(ds), 4);
+    feed_dataset_close(ds);
+
+    lim.max_samples = 3;
+    char err[512];
+    assert_int_equal(feed_dataset_open(g_root, &lim, &ds, err, sizeof(err)), FEED_ETOOBIG);
+    assert_null(ds);
+    assert_non_null(strstr(err, "max_samples"));
+}
+
+/* A sample path longer than FEED_DATASET_MAX_PATH (4095) is refused, not truncated. */
+static void test_path_length_cap(void **state)
+{
+    (void)state;
+    char name[201];
+    memset(name, 'd', 200);
+    name[200] = '\0';
+    /* Descend with *at() calls: the full path is too long for plain open(). */
+    int dfd = open(g_root, O_RDONLY | O_DIRECTORY);
+    assert_true(dfd >= 0);
+    size_t depth = 0;
+    size_t root_len = strlen(g_root);
+    /* Deep enough that root/.../cls/<254-byte name> passes 4095 bytes. */
+    while (root_len + depth * 201 <= 3836) {
+        assert_int_equal(mkdirat(dfd, name, 0755), 0);
+        int next = openat(dfd, name, O_RDONLY | O_DIRECTORY);
+        assert_true(next >= 0);
+        close(dfd);
+        dfd = next;
+        depth++;
+    }
+    assert_int_equal(mkdirat(dfd, "cls", 0755), 0);
+    int cfd = openat(dfd, "cls", O_RDONLY | O_DIRECTORY);
+    assert_true(cfd >= 0);
+    char file[256];
+    memset(file, 'f', 250);
+    memcpy(file + 250, ".jpg", 5);
+    int f = openat(cfd, file, O_WRONLY | O_CREAT, 0644);
+    assert_true(f >= 0);
+    close(f);
+    close(dfd);
+
+    char deep[4096];
+    size_t pos = (size_t)snprintf(deep, sizeof(deep), "%s", g_root);
+    for (size_t i = 0; i < depth; i++)
+        pos += (size_t)snprintf(deep + pos, sizeof(deep) - pos, "/%s", name);
+    feed_dataset *ds = NULL;
+    char err[8192];
+    assert_int_equal(feed_dataset_open(deep, NULL, &ds, err, sizeof(err)), FEED_ETOOBIG);
+    assert_non_null(strstr(err, "path longer than 4095"));
+    assert_null(ds);
+    /* The teardown's nftw cannot name a path this long: remove the file here. */
+    assert_int_equal(unlinkat(cfd, file, 0), 0);
+    close(cfd);
+}
+
+static void test_read_limits_and_errors(void **state)
+{
+    (void)state;
+    mkdir_in("a");
+    write_in("a/0.jpg", "");
+    write_in("a/1.jpg", "0123456789");
+    write_in("a/2.jpg", "0123456789A");
+    feed_dataset_limits lim;
+    feed_dataset_limits_default(&lim);
+    lim.max_sample_bytes = 10;
+    feed_dataset *ds = open_ok(&lim);
+    feed_buf scratch;
+    feed_buf_init(&scratch, 1 << 20);
+    const uint8_t *data = (const uint8_t *)"x";
+    size_t len = 99;
+
+    assert_int_equal(feed_dataset_read(ds, 0, &scratch, &data, &len), 0);
+    assert_int_equal(len, 0);
+    assert_non_null(data);
+    assert_int_equal(feed_dataset_read(ds, 1, &scratch, &data, &len), 0);
+    assert_int_equal(len, 10);
+    assert_int_equal(feed_dataset_read(ds, 2, &scratch, &data, &len), FEED_ETOOBIG);
+    assert_null(data);
+    assert_int_equal(len, 0);
+    assert_int_equal(feed_dataset_read(ds, 3, &scratch, &data, &len), FEED_EINVAL);
+    assert_int_equal(feed_dataset_read(ds, UINT64_MAX, &scratch, &data, &len), FEED_EINVAL);
+    feed_buf_free(&scratch);
+
+    /* The scratch buffer's own limit binds too. */
+    feed_buf small;
+    feed_buf_init(&small, 5);
+    assert_int_equal(feed_dataset_read(ds, 1, &small, &data, &len), FEED_ETOOBIG);
+    feed_buf_free(&small);
+
+    /* A file that went away after open is an I/O error, not a crash. */
+    char p[1024];
+    snprintf(p, sizeof(p), "%s/a/1.jpg", g_root);
+    assert_int_equal(unlink(p), 0);
+    feed_buf_init(&scratch, 1 << 20);
+    assert_int_equal(feed_dataset_read(ds, 1, &scratch, &data, &len), FEED_EIO);
+    /* ... and so is one replaced by a directory. */
+    assert_int_equal(mkdir(p, 0755), 0);
+    assert_int_equal(feed_dataset_read(ds, 1, &scratch, &data, &len), FEED_EIO);
+    feed_buf_free(&scratch);
+    feed_dataset_close(ds);
+}
+
+typedef struct reader_arg {
+    const feed_dataset *ds;
+    int failures;
+} reader_arg;
+
+static void *reader_main(void *p)
+{
+    reader_arg *a = p;
+    feed_buf scratch;
+    feed_buf_init(&scratch, 1 << 16);
+    for (int round = 0; round < 20; round++) {
+        for (uint64_t i = 0; i < feed_dataset_count(a->ds); i++) {
+            const uint8_t *data;
+            size_t len;
+            char want[32];
+            snprintf(want, sizeof(want), "sample-%llu", (unsigned long long)i);
+            if (feed_dataset_read(a->ds, i, &scratch, &data, &len) != 0 ||
+                len != strlen(want) || memcmp(data, want, len) != 0)
+                a->failures++;
+        }
+    }
+    feed_buf_free(&scratch);
+    return NULL;
+}
+
+static void test_concurrent_reads(void **state)
+{
+    (void)state;
+    mkdir_in("c");
+    for (int i = 0; i < 50; i++) {
+        char rel[64], content[32];
+        snprintf(rel, sizeof(rel), "c/%03d.jpg", i);
+        snprintf(content, sizeof(content), "sample-%d", i);
+        write_in(rel, content);
+    }
+    feed_dataset *ds = open_ok(NULL);
+    pthread_t t[4];
+    reader_arg args[4];
+    for (int i = 0; i < 4; i++) {
+        args[i].ds = ds;
+        args[i].failures = 0;
+        assert_int_equal(pthread_create(&t[i], NULL, reader_main, &args[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(args[i].failures, 0);
+    }
+    feed_dataset_close(ds);
+}
+
+static void test_imagenet_sample(void **state)
+{
+    (void)state;
+    const char *dir = getenv("FEED_SAMPLE_DIR");
+    struct stat st;
+    if (!dir || stat(dir, &st) != 0) {
+        print_message("FEED_SAMPLE_DIR (%s) absent: skipping the ImageNet sample test\n",
+                      dir ? dir : "unset");
+        skip();
+    }
+    feed_dataset *ds = NULL;
+    char err[512];
+    assert_int_equal(feed_dataset_open(dir, NULL, &ds, err, sizeof(err)), 0);
+    /* One image per class; classes.tsv at the top level is not a class. */
+    assert_int_equal(feed_dataset_count(ds), 1000);
+    assert_int_equal(feed_dataset_num_classes(ds), 1000);
+    assert_string_equal(feed_dataset_class_name(ds, 0), "n01440764");
+    feed_buf scratch;
+    feed_buf_init(&scratch, 64u << 20);
+    for (uint64_t i = 0; i < feed_dataset_count(ds); i++) {
+        assert_int_equal(feed_dataset_label(ds, i), i);
+        const uint8_t *data;
+        size_t len;
+        assert_int_equal(feed_dataset_read(ds, i, &scratch, &data, &len), 0);
+        assert_true(len > 2);
+    }
+    feed_buf_free(&scratch);
+    feed_dataset_close(ds);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_order_and_labels, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_trailing_slash_and_root_forms, setup_tmp,
+                                        teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_not_found_and_empty, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_max_samples_cap, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_path_length_cap, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_read_limits_and_errors, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_concurrent_reads, setup_tmp, teardown_tmp),
+        cmocka_unit_test(test_imagenet_sample),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
