@@ -1,0 +1,717 @@
+/*
+ * The preprocessing engine (see engine.h): JPEG bytes → one uint8 HWC RGB
+ * sample in the caller's buffer. A feed_engine belongs to one worker thread at
+ * a time; it keeps one libjpeg decompressor and grow-only scratch, so a warm
+ * engine allocates nothing of its own per image.
+ *
+ * Fast path, in order:
+ *   1. cheap checks on the bytes (empty, size limit, SOI);
+ *   2. jpeg_read_header; declared size checked against the limits, and a
+ *      multi-scan (progressive) image's coefficient buffer estimated and
+ *      capped — all before libjpeg allocates anything sized by the image;
+ *   3. the plan (crop box, flip) from the header's size;
+ *   4. the smallest DCT scale 1/8, 1/4, 1/2 or 1 at which the scaled crop
+ *      still covers the output in both dimensions;
+ *   5. jpeg_crop_scanline to the crop's columns (libjpeg widens the window
+ *      left to an iMCU boundary; the extra columns are skipped in our rows),
+ *      jpeg_skip_scanlines to the crop's first row, jpeg_read_scanlines for
+ *      the crop's rows only, then jpeg_abort_decompress: rows below the crop
+ *      are never decoded;
+ *   6. each decoded RGBX row goes through the horizontal pass (flip folded
+ *      in) into a small ring of RGB rows; each output row is made by the
+ *      vertical pass as soon as its rows are in the ring, straight into the
+ *      caller's buffer.
+ *
+ * libjpeg warnings, decided on purpose (emit_message below):
+ *   - JWRN_JPEG_EOF (data ended early)                → TRUNCATED, stop now;
+ *   - JWRN_HUFF_BAD_CODE, JWRN_ARITH_BAD_CODE, JWRN_HIT_MARKER,
+ *     JWRN_MUST_RESYNC, JWRN_NOT_SEQUENTIAL (the entropy-coded data is
+ *     damaged, so the pixels after it would be garbage) → CORRUPT, stop now;
+ *   - everything else is ignored: JWRN_EXTRANEOUS_DATA (junk between the end
+ *     of a scan and the next marker; the scan itself decoded fully, and many
+ *     real files carry it), JWRN_BOGUS_PROGRESSION (odd but decodable
+ *     progressive scripts), unknown JFIF/Adobe versions, bad ICC markers.
+ * Because rows below the crop are not decoded, a single-scan image whose data
+ * ends without an EOI marker after the part we read is reported TRUNCATED too
+ * (a scan of the unread bytes for FF D9), so truncation does not depend on
+ * where the random crop fell. Corruption in unread rows is not detected.
+ */
+#include "engine.h"
+
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* jpeglib.h first: jerror.h depends on its configuration. */
+#include <jpeglib.h>
+#include <jerror.h>
+
+#include "feed/timeutil.h"
+#include "resize.h"
+
+/* Rows decoded per batch before they go through the horizontal pass. */
+#define BATCH_ROWS 16
+/* More scans than this in one file is hostile (real progressive files have ~10). */
+#define MAX_SCANS 256
+/* A multi-scan image's coefficient buffer may take this many bytes per
+ * allowed pixel (max_pixels): 128 MiB at the defaults, which holds a 4:2:0
+ * progressive image of 44 Mpx or a 4:4:4 one of 22 Mpx. */
+#define COEF_BYTES_PER_MAX_PIXEL 2u
+/* libjpeg's own buffers besides the coefficients. */
+#define JPEG_MEM_SLACK (32u << 20)
+
+typedef struct engine_err {
+    struct jpeg_error_mgr pub;
+    jmp_buf jump;
+} engine_err;
+
+struct feed_engine {
+    feed_engine_limits lim;
+    struct jpeg_decompress_struct dec;
+    engine_err err;
+    struct jpeg_progress_mgr progress;
+    feed_sample_status status; /* of the run in progress; set before a longjmp */
+    char msg[256];
+
+    /* Scratch, grow-only. rows: BATCH_ROWS decoded rows (RGBX or CMYK). */
+    uint8_t *rows;
+    size_t rows_cap;
+    JSAMPROW rowptr[BATCH_ROWS];
+    uint8_t *ring; /* horizontally resized RGB rows waiting for the vertical pass */
+    size_t ring_cap;
+    const uint8_t **vrows;
+    size_t vrows_cap;
+    feed_resize_axis hx, vy;
+    uint8_t *ref_full; /* the reference path's whole image; freed at the end of the run */
+};
+
+/* ---- errors ---------------------------------------------------------------------------- */
+
+static feed_engine *engine_of(j_common_ptr c)
+{
+    return (feed_engine *)c->client_data;
+}
+
+static void set_msg(feed_engine *e, feed_sample_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_msg(feed_engine *e, feed_sample_status st, const char *fmt, ...)
+{
+    int n = snprintf(e->msg, sizeof e->msg, "%s: ", feed_sample_status_name(st));
+    if (n < 0 || (size_t)n >= sizeof e->msg)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg + n, sizeof e->msg - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+static feed_sample_status classify_error(int code)
+{
+    switch (code) {
+    case JERR_NO_SOI:
+        return FEED_SAMPLE_NOT_JPEG;
+    case JERR_INPUT_EMPTY:
+        return FEED_SAMPLE_EMPTY;
+    case JERR_INPUT_EOF:
+        return FEED_SAMPLE_TRUNCATED;
+    case JERR_OUT_OF_MEMORY:
+    case JERR_NO_BACKING_STORE:
+    case JERR_IMAGE_TOO_BIG:
+    case JERR_WIDTH_OVERFLOW:
+        return FEED_SAMPLE_TOO_LARGE;
+    case JERR_BAD_PRECISION:
+    case JERR_SOF_UNSUPPORTED:
+    case JERR_CONVERSION_NOTIMPL:
+    case JERR_NOT_COMPILED:
+    case JERR_ARITH_NOTIMPL:
+    case JERR_NOTIMPL:
+        return FEED_SAMPLE_UNSUPPORTED;
+    default:
+        return FEED_SAMPLE_CORRUPT;
+    }
+}
+
+static feed_sample_status classify_warning(int code)
+{
+    switch (code) {
+    case JWRN_JPEG_EOF:
+        return FEED_SAMPLE_TRUNCATED;
+    case JWRN_HUFF_BAD_CODE:
+#if defined(C_ARITH_CODING_SUPPORTED) || defined(D_ARITH_CODING_SUPPORTED)
+    case JWRN_ARITH_BAD_CODE:
+#endif
+    case JWRN_HIT_MARKER:
+    case JWRN_MUST_RESYNC:
+    case JWRN_NOT_SEQUENTIAL:
+        return FEED_SAMPLE_CORRUPT;
+    default:
+        return FEED_SAMPLE_OK;
+    }
+}
+
+static void __attribute__((noreturn)) bail(j_common_ptr c, feed_sample_status st)
+{
+    feed_engine *e = engine_of(c);
+    char text[JMSG_LENGTH_MAX];
+    (*c->err->format_message)(c, text);
+    e->status = st;
+    set_msg(e, st, "%s", text);
+    longjmp(e->err.jump, 1);
+}
+
+static void on_error_exit(j_common_ptr c)
+{
+    bail(c, classify_error(c->err->msg_code));
+}
+
+static void on_emit_message(j_common_ptr c, int level)
+{
+    if (level >= 0)
+        return; /* trace messages */
+    c->err->num_warnings++;
+    feed_sample_status st = classify_warning(c->err->msg_code);
+    if (st != FEED_SAMPLE_OK)
+        bail(c, st);
+}
+
+static void on_output_message(j_common_ptr c)
+{
+    (void)c; /* never print */
+}
+
+static void on_progress(j_common_ptr c)
+{
+    j_decompress_ptr d = (j_decompress_ptr)c;
+    if (d->input_scan_number > MAX_SCANS) {
+        feed_engine *e = engine_of(c);
+        e->status = FEED_SAMPLE_TOO_LARGE;
+        set_msg(e, e->status, "more than %d scans", MAX_SCANS);
+        longjmp(e->err.jump, 1);
+    }
+}
+
+/* ---- lifetime -------------------------------------------------------------------------- */
+
+void feed_engine_limits_default(feed_engine_limits *lim)
+{
+    lim->max_pixels = 64ull << 20;
+    lim->max_side = 16384;
+    lim->max_jpeg_bytes = 64ull << 20;
+}
+
+int feed_engine_new(const feed_engine_limits *lim, feed_engine **out)
+{
+    *out = NULL;
+    feed_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return FEED_ENOMEM;
+    if (lim) {
+        if (lim->max_pixels == 0 || lim->max_side == 0 || lim->max_jpeg_bytes == 0) {
+            free(e);
+            return FEED_EINVAL;
+        }
+        e->lim = *lim;
+    } else {
+        feed_engine_limits_default(&e->lim);
+    }
+    feed_resize_axis_init(&e->hx);
+    feed_resize_axis_init(&e->vy);
+    e->dec.err = jpeg_std_error(&e->err.pub);
+    e->err.pub.error_exit = on_error_exit;
+    e->err.pub.emit_message = on_emit_message;
+    e->err.pub.output_message = on_output_message;
+    e->dec.client_data = e;
+    if (setjmp(e->err.jump)) {
+        /* jpeg_create_decompress fails only when out of memory. */
+        jpeg_destroy_decompress(&e->dec);
+        free(e);
+        return FEED_ENOMEM;
+    }
+    jpeg_create_decompress(&e->dec);
+    e->dec.client_data = e; /* create clears everything but err and client_data; be sure */
+    e->progress.progress_monitor = on_progress;
+    e->dec.progress = &e->progress;
+    *out = e;
+    return 0;
+}
+
+void feed_engine_free(feed_engine *e)
+{
+    if (!e)
+        return;
+    jpeg_destroy_decompress(&e->dec);
+    free(e->rows);
+    free(e->ring);
+    free(e->vrows);
+    free(e->ref_full);
+    feed_resize_axis_free(&e->hx);
+    feed_resize_axis_free(&e->vy);
+    free(e);
+}
+
+const char *feed_engine_last_error(const feed_engine *e)
+{
+    return e ? e->msg : "";
+}
+
+/* Grow a zero-initialised scratch buffer (the slack past what the decoder
+ * writes is read with zero weights, so it must hold defined bytes). */
+static int grow(uint8_t **p, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 4096;
+    while (n < need)
+        n *= 2;
+    uint8_t *q = realloc(*p, n);
+    if (!q)
+        return FEED_ENOMEM;
+    memset(q + *cap, 0, n - *cap);
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+/* ---- the resize pipeline --------------------------------------------------------------- */
+
+typedef struct pipeline {
+    feed_engine *e;
+    uint8_t *out;
+    size_t out_stride; /* out_w * 3 */
+    size_t ring_stride;
+    uint32_t ring_rows;
+    uint32_t pushed; /* source rows through the horizontal pass */
+    uint32_t next_y; /* next output row to make */
+} pipeline;
+
+/* Needs e->hx and e->vy planned. */
+static int pipeline_init(pipeline *p, feed_engine *e, uint8_t *out)
+{
+    p->e = e;
+    p->out = out;
+    p->out_stride = (size_t)e->hx.out * 3;
+    p->ring_stride = (p->out_stride + 1 + 63) & ~(size_t)63;
+    /* A window of taps rows plus the row being written never collide: see
+     * pipeline_push. */
+    p->ring_rows = e->vy.taps + 1;
+    p->pushed = 0;
+    p->next_y = 0;
+    if (grow(&e->ring, &e->ring_cap, p->ring_stride * p->ring_rows))
+        return FEED_ENOMEM;
+    if (e->vy.taps > e->vrows_cap) {
+        const uint8_t **v = realloc(e->vrows, e->vy.taps * sizeof *v);
+        if (!v)
+            return FEED_ENOMEM;
+        e->vrows = v;
+        e->vrows_cap = e->vy.taps;
+    }
+    return 0;
+}
+
+/*
+ * One source row (RGBX, readable for hx.in_size + hx.taps pixels) in; every
+ * output row whose window is now complete out. Row r goes to ring slot
+ * r % ring_rows; the oldest row a pending output still needs is at least
+ * r + 1 - taps, so with ring_rows > taps nothing needed is overwritten.
+ */
+static void pipeline_push(pipeline *p, const uint8_t *src)
+{
+    feed_engine *e = p->e;
+    uint8_t *slot = e->ring + (size_t)(p->pushed % p->ring_rows) * p->ring_stride;
+    feed_resize_hrow(&e->hx, src, slot);
+    p->pushed++;
+    const feed_resize_axis *vy = &e->vy;
+    while (p->next_y < vy->out &&
+           (uint32_t)(vy->start[p->next_y] + vy->count[p->next_y]) <= p->pushed) {
+        uint32_t y = p->next_y;
+        int n = vy->count[y];
+        for (int k = 0; k < n; k++)
+            e->vrows[k] = e->ring + (size_t)(((uint32_t)vy->start[y] + (uint32_t)k) %
+                                             p->ring_rows) *
+                                        p->ring_stride;
+        feed_resize_vrow(e->vrows, vy->w + (size_t)y * vy->taps, n, p->out + y * p->out_stride,
+                         p->out_stride);
+        p->next_y++;
+    }
+}
+
+/* ---- colour ---------------------------------------------------------------------------- */
+
+static inline uint8_t muldiv255(unsigned a, unsigned b)
+{
+    unsigned t = a * b + 128;
+    return (uint8_t)(((t >> 8) + t) >> 8);
+}
+
+/*
+ * CMYK (or YCCK, which libjpeg turns into CMYK) to RGB in place, as Pillow
+ * does it: Adobe-written files store inverted CMYK; R = (255-K) - C(255-K)/255.
+ */
+static void cmyk_to_rgbx(uint8_t *row, uint32_t n, bool inverted)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t *p = row + 4 * (size_t)i;
+        unsigned c = p[0], m = p[1], y = p[2], k = p[3];
+        if (inverted) {
+            c = 255 - c;
+            m = 255 - m;
+            y = 255 - y;
+            k = 255 - k;
+        }
+        unsigned nk = 255 - k;
+        p[0] = (uint8_t)(nk - muldiv255(c, nk));
+        p[1] = (uint8_t)(nk - muldiv255(m, nk));
+        p[2] = (uint8_t)(nk - muldiv255(y, nk));
+        p[3] = 0;
+    }
+}
+
+/* ---- the run --------------------------------------------------------------------------- */
+
+static feed_sample_status precheck(feed_engine *e, const uint8_t *jpeg, size_t len,
+                                   const feed_transform *t, const uint8_t *out)
+{
+    char why[160];
+    if (!t || !out) {
+        set_msg(e, FEED_SAMPLE_UNSUPPORTED, "no transform or no output buffer");
+        return FEED_SAMPLE_UNSUPPORTED;
+    }
+    if (feed_transform_validate(t, why, sizeof why) != 0) {
+        set_msg(e, FEED_SAMPLE_UNSUPPORTED, "invalid transform: %s", why);
+        return FEED_SAMPLE_UNSUPPORTED;
+    }
+    if (len == 0 || !jpeg) {
+        set_msg(e, FEED_SAMPLE_EMPTY, "zero bytes");
+        return FEED_SAMPLE_EMPTY;
+    }
+    if (len > e->lim.max_jpeg_bytes) {
+        set_msg(e, FEED_SAMPLE_TOO_LARGE, "%zu bytes exceeds max_jpeg_bytes %llu", len,
+                (unsigned long long)e->lim.max_jpeg_bytes);
+        return FEED_SAMPLE_TOO_LARGE;
+    }
+    if (len < 2 || jpeg[0] != 0xFF || jpeg[1] != 0xD8) {
+        set_msg(e, FEED_SAMPLE_NOT_JPEG, "no SOI marker: starts with 0x%02x 0x%02x", jpeg[0],
+                len > 1 ? jpeg[1] : 0);
+        return FEED_SAMPLE_NOT_JPEG;
+    }
+    return FEED_SAMPLE_OK;
+}
+
+/* Coefficient buffer a multi-scan image needs: every block of every component. */
+static uint64_t coef_bytes(const struct jpeg_decompress_struct *d)
+{
+    uint64_t total = 0;
+    int hmax = 1, vmax = 1;
+    for (int ci = 0; ci < d->num_components; ci++) {
+        if (d->comp_info[ci].h_samp_factor > hmax)
+            hmax = d->comp_info[ci].h_samp_factor;
+        if (d->comp_info[ci].v_samp_factor > vmax)
+            vmax = d->comp_info[ci].v_samp_factor;
+    }
+    for (int ci = 0; ci < d->num_components; ci++) {
+        uint64_t h = (uint64_t)d->comp_info[ci].h_samp_factor;
+        uint64_t v = (uint64_t)d->comp_info[ci].v_samp_factor;
+        uint64_t bw = ((uint64_t)d->image_width * h + (uint64_t)hmax * 8 - 1) / ((uint64_t)hmax * 8);
+        uint64_t bh = ((uint64_t)d->image_height * v + (uint64_t)vmax * 8 - 1) / ((uint64_t)vmax * 8);
+        bw = (bw + h - 1) / h * h;
+        bh = (bh + v - 1) / v * v;
+        total += bw * bh * (uint64_t)sizeof(JBLOCK);
+    }
+    return total;
+}
+
+/*
+ * After jpeg_read_header: limits from the declared size, output colour space.
+ * Returns OK or the status to fail with (message set).
+ */
+static feed_sample_status check_header(feed_engine *e, bool *cmyk)
+{
+    struct jpeg_decompress_struct *d = &e->dec;
+    uint32_t w = d->image_width, h = d->image_height;
+    if (w > e->lim.max_side || h > e->lim.max_side) {
+        set_msg(e, FEED_SAMPLE_TOO_LARGE, "declared %ux%u exceeds max_side %u", w, h,
+                e->lim.max_side);
+        return FEED_SAMPLE_TOO_LARGE;
+    }
+    if ((uint64_t)w * h > e->lim.max_pixels) {
+        set_msg(e, FEED_SAMPLE_TOO_LARGE, "declared %ux%u exceeds max_pixels %llu", w, h,
+                (unsigned long long)e->lim.max_pixels);
+        return FEED_SAMPLE_TOO_LARGE;
+    }
+    uint64_t coef_cap = e->lim.max_pixels * COEF_BYTES_PER_MAX_PIXEL;
+    if (jpeg_has_multiple_scans(d)) {
+        uint64_t need = coef_bytes(d);
+        if (need > coef_cap) {
+            set_msg(e, FEED_SAMPLE_TOO_LARGE,
+                    "progressive %ux%u needs %llu MiB of coefficients, over the %llu MiB cap", w,
+                    h, (unsigned long long)(need >> 20), (unsigned long long)(coef_cap >> 20));
+            return FEED_SAMPLE_TOO_LARGE;
+        }
+    }
+    /* Backstop: libjpeg refuses (JERR_NO_BACKING_STORE) any coefficient buffer past this. */
+    uint64_t mem = coef_cap + JPEG_MEM_SLACK;
+    d->mem->max_memory_to_use = mem > (uint64_t)LONG_MAX ? LONG_MAX : (long)mem;
+
+    *cmyk = false;
+    switch (d->jpeg_color_space) {
+    case JCS_GRAYSCALE:
+    case JCS_YCbCr:
+    case JCS_RGB:
+        d->out_color_space = JCS_EXT_RGBX;
+        break;
+    case JCS_CMYK:
+    case JCS_YCCK:
+        d->out_color_space = JCS_CMYK;
+        *cmyk = true;
+        break;
+    default:
+        set_msg(e, FEED_SAMPLE_UNSUPPORTED, "colour space %d with %d components",
+                (int)d->jpeg_color_space, d->num_components);
+        return FEED_SAMPLE_UNSUPPORTED;
+    }
+    d->dct_method = JDCT_ISLOW;
+    d->do_fancy_upsampling = TRUE;
+    return FEED_SAMPLE_OK;
+}
+
+/* DCT scale denominator: 8, 4, 2 or 1, the largest whose scaled crop still covers the output. */
+static unsigned pick_denom(const feed_crop_box *c, const feed_transform *t)
+{
+    for (unsigned denom = 8; denom > 1; denom /= 2)
+        if (c->w >= (uint64_t)t->out_w * denom && c->h >= (uint64_t)t->out_h * denom)
+            return denom;
+    return 1;
+}
+
+/*
+ * A single-scan decode that stopped early has not seen the end of the data:
+ * report TRUNCATED unless an EOI marker (FF D9, which cannot occur inside
+ * entropy-coded data) follows where the decoder stopped.
+ */
+static bool eoi_follows(struct jpeg_decompress_struct *d)
+{
+    /* The entropy decoder may already have read the marker. */
+    if (d->unread_marker == JPEG_EOI)
+        return true;
+    const uint8_t *p = d->src->next_input_byte;
+    size_t n = d->src->bytes_in_buffer;
+    while (n >= 2) {
+        const uint8_t *ff = memchr(p, 0xFF, n - 1);
+        if (!ff)
+            return false;
+        if (ff[1] == 0xD9)
+            return true;
+        n -= (size_t)(ff - p) + 1;
+        p = ff + 1;
+    }
+    return false;
+}
+
+static feed_sample_status fail_now(feed_engine *e, uint8_t *out, size_t out_bytes,
+                                   feed_stage_times *times)
+{
+    jpeg_abort_decompress(&e->dec);
+    if (out)
+        memset(out, 0, out_bytes);
+    if (times)
+        times->decode_ns = times->resize_ns = 0;
+    return e->status;
+}
+
+/* Decode, crop, resize, flip: the body of feed_engine_run, under its setjmp. */
+static feed_sample_status run_fast(feed_engine *e, const uint8_t *jpeg, size_t len,
+                                   const feed_transform *t, uint64_t seed, uint32_t epoch,
+                                   uint64_t sample_index, uint8_t *out, size_t out_bytes,
+                                   feed_stage_times *times)
+{
+    struct jpeg_decompress_struct *d = &e->dec;
+    uint64_t t_start = feed_now_ns(), resize_ns = 0;
+    bool cmyk;
+
+    jpeg_mem_src(d, jpeg, (unsigned long)len);
+    jpeg_read_header(d, TRUE);
+    e->status = check_header(e, &cmyk);
+    if (e->status != FEED_SAMPLE_OK)
+        return fail_now(e, out, out_bytes, times);
+
+    feed_sample_plan plan;
+    feed_plan_sample(t, d->image_width, d->image_height, seed, epoch, sample_index, &plan);
+    unsigned denom = pick_denom(&plan.crop, t);
+    d->scale_num = 1;
+    d->scale_denom = denom;
+    jpeg_start_decompress(d);
+
+    /* The crop in scaled pixels, and the whole scaled pixels that cover it. */
+    double bx0 = (double)plan.crop.x / denom, bx1 = (double)(plan.crop.x + plan.crop.w) / denom;
+    double by0 = (double)plan.crop.y / denom, by1 = (double)(plan.crop.y + plan.crop.h) / denom;
+    uint32_t c0 = (uint32_t)floor(bx0), c1 = (uint32_t)ceil(bx1);
+    uint32_t r0 = (uint32_t)floor(by0), r1 = (uint32_t)ceil(by1);
+    if (c1 > d->output_width)
+        c1 = d->output_width;
+    if (r1 > d->output_height)
+        r1 = d->output_height;
+
+    JDIMENSION xoff = c0, cw = c1 - c0;
+    jpeg_crop_scanline(d, &xoff, &cw);
+    uint32_t inner = c0 - xoff; /* crop_scanline moved the left edge to an iMCU boundary */
+
+    if (feed_resize_axis_plan(&e->hx, bx0 - c0, bx1 - c0, c1 - c0, t->out_w, plan.flip) ||
+        feed_resize_axis_plan(&e->vy, by0 - r0, by1 - r0, r1 - r0, t->out_h, false))
+        goto nomem;
+    size_t row_stride = (((size_t)cw + e->hx.taps) * 4 + 63) & ~(size_t)63;
+    if (grow(&e->rows, &e->rows_cap, row_stride * BATCH_ROWS))
+        goto nomem;
+    for (int i = 0; i < BATCH_ROWS; i++)
+        e->rowptr[i] = e->rows + (size_t)i * row_stride;
+    pipeline pipe;
+    if (pipeline_init(&pipe, e, out))
+        goto nomem;
+
+    if (r0 > 0 && jpeg_skip_scanlines(d, r0) != r0) {
+        e->status = FEED_SAMPLE_CORRUPT;
+        set_msg(e, e->status, "could not skip to row %u", r0);
+        return fail_now(e, out, out_bytes, times);
+    }
+    uint32_t need = r1 - r0;
+    for (uint32_t done = 0; done < need;) {
+        uint32_t want = need - done < BATCH_ROWS ? need - done : BATCH_ROWS;
+        uint32_t got = 0;
+        while (got < want) {
+            JDIMENSION n = jpeg_read_scanlines(d, &e->rowptr[got], want - got);
+            if (n == 0) {
+                e->status = FEED_SAMPLE_CORRUPT;
+                set_msg(e, e->status, "decoder stopped at row %u", r0 + done + got);
+                return fail_now(e, out, out_bytes, times);
+            }
+            got += n;
+        }
+        uint64_t t0 = feed_now_ns();
+        for (uint32_t i = 0; i < got; i++) {
+            if (cmyk)
+                cmyk_to_rgbx(e->rowptr[i], cw, d->saw_Adobe_marker);
+            pipeline_push(&pipe, e->rowptr[i] + (size_t)inner * 4);
+        }
+        resize_ns += feed_now_ns() - t0;
+        done += got;
+    }
+    if (d->output_scanline < d->output_height && !jpeg_has_multiple_scans(d) && !eoi_follows(d)) {
+        e->status = FEED_SAMPLE_TRUNCATED;
+        set_msg(e, e->status, "no EOI marker after the scan data");
+        return fail_now(e, out, out_bytes, times);
+    }
+    jpeg_abort_decompress(d);
+    if (times) {
+        uint64_t total = feed_now_ns() - t_start;
+        times->resize_ns = resize_ns;
+        times->decode_ns = total > resize_ns ? total - resize_ns : 0;
+    }
+    return FEED_SAMPLE_OK;
+
+nomem:
+    e->status = FEED_SAMPLE_TOO_LARGE;
+    set_msg(e, e->status, "out of memory for scratch buffers");
+    return fail_now(e, out, out_bytes, times);
+}
+
+/* Zero-fill the output of a run refused before decoding, when its size is known. */
+static void zero_refused(const feed_transform *t, uint8_t *out)
+{
+    if (out && t && t->out_h >= FEED_TRANSFORM_MIN_SIDE && t->out_h <= FEED_TRANSFORM_MAX_SIDE &&
+        t->out_w >= FEED_TRANSFORM_MIN_SIDE && t->out_w <= FEED_TRANSFORM_MAX_SIDE)
+        memset(out, 0, (size_t)t->out_h * t->out_w * 3);
+}
+
+feed_sample_status feed_engine_run(feed_engine *e, const uint8_t *jpeg, size_t len,
+                                   const feed_transform *t, uint64_t seed, uint32_t epoch,
+                                   uint64_t sample_index, uint8_t *out, feed_stage_times *times)
+{
+    e->msg[0] = '\0';
+    if (times)
+        times->decode_ns = times->resize_ns = 0;
+    e->status = precheck(e, jpeg, len, t, out);
+    if (e->status != FEED_SAMPLE_OK) {
+        zero_refused(t, out);
+        return e->status;
+    }
+    size_t out_bytes = (size_t)t->out_h * t->out_w * 3;
+    if (setjmp(e->err.jump))
+        return fail_now(e, out, out_bytes, times);
+    return run_fast(e, jpeg, len, t, seed, epoch, sample_index, out, out_bytes, times);
+}
+
+/* ---- the reference --------------------------------------------------------------------- */
+
+static feed_sample_status run_reference(feed_engine *e, const uint8_t *jpeg, size_t len,
+                                        const feed_transform *t, uint64_t seed, uint32_t epoch,
+                                        uint64_t sample_index, uint8_t *out, size_t out_bytes)
+{
+    struct jpeg_decompress_struct *d = &e->dec;
+    bool cmyk;
+    jpeg_mem_src(d, jpeg, (unsigned long)len);
+    jpeg_read_header(d, TRUE);
+    e->status = check_header(e, &cmyk);
+    if (e->status != FEED_SAMPLE_OK)
+        return fail_now(e, out, out_bytes, NULL);
+    feed_sample_plan plan;
+    feed_plan_sample(t, d->image_width, d->image_height, seed, epoch, sample_index, &plan);
+    jpeg_start_decompress(d);
+    uint32_t w = d->output_width, h = d->output_height;
+
+    if (feed_resize_axis_plan(&e->hx, 0.0, plan.crop.w, plan.crop.w, t->out_w, plan.flip) ||
+        feed_resize_axis_plan(&e->vy, 0.0, plan.crop.h, plan.crop.h, t->out_h, false))
+        goto nomem;
+    size_t stride = ((size_t)w + e->hx.taps) * 4;
+    e->ref_full = calloc(h, stride);
+    if (!e->ref_full)
+        goto nomem;
+    while (d->output_scanline < h) {
+        JSAMPROW row = e->ref_full + (size_t)d->output_scanline * stride;
+        if (jpeg_read_scanlines(d, &row, 1) != 1) {
+            e->status = FEED_SAMPLE_CORRUPT;
+            set_msg(e, e->status, "decoder stopped at row %u", d->output_scanline);
+            return fail_now(e, out, out_bytes, NULL);
+        }
+        if (cmyk)
+            cmyk_to_rgbx(row, w, d->saw_Adobe_marker);
+    }
+    jpeg_finish_decompress(d);
+
+    pipeline pipe;
+    if (pipeline_init(&pipe, e, out))
+        goto nomem;
+    for (uint32_t y = plan.crop.y; y < plan.crop.y + plan.crop.h; y++)
+        pipeline_push(&pipe, e->ref_full + (size_t)y * stride + (size_t)plan.crop.x * 4);
+    return FEED_SAMPLE_OK;
+
+nomem:
+    e->status = FEED_SAMPLE_TOO_LARGE;
+    set_msg(e, e->status, "out of memory for the full-size image");
+    return fail_now(e, out, out_bytes, NULL);
+}
+
+feed_sample_status feed_engine_run_reference(feed_engine *e, const uint8_t *jpeg, size_t len,
+                                             const feed_transform *t, uint64_t seed,
+                                             uint32_t epoch, uint64_t sample_index, uint8_t *out)
+{
+    e->msg[0] = '\0';
+    e->status = precheck(e, jpeg, len, t, out);
+    if (e->status != FEED_SAMPLE_OK) {
+        zero_refused(t, out);
+        return e->status;
+    }
+    size_t out_bytes = (size_t)t->out_h * t->out_w * 3;
+    feed_sample_status st;
+    if (setjmp(e->err.jump))
+        st = fail_now(e, out, out_bytes, NULL);
+    else
+        st = run_reference(e, jpeg, len, t, seed, epoch, sample_index, out, out_bytes);
+    free(e->ref_full);
+    e->ref_full = NULL;
+    return st;
+}
