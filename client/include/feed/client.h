@@ -38,6 +38,8 @@ extern "C" {
 
 #define FEED_DEVICE_HOST (-1)
 
+typedef struct feed_loader feed_loader;
+
 typedef enum feed_dtype {
     FEED_DTYPE_UINT8 = 0, /* raw pixels, no normalisation, layout still applied */
     FEED_DTYPE_FP16 = 1,
@@ -154,7 +156,8 @@ int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch);
 uint64_t feed_loader_batches_per_epoch(const feed_loader *l);
 uint64_t feed_loader_dataset_size(const feed_loader *l);
 
-int feed_loader_stats(feed_loader *l, feed_loader_stats *out);
+/* Named _get_ because feed_loader_stats is the struct's typedef. */
+int feed_loader_get_stats(feed_loader *l, feed_loader_stats *out);
 /* Per-server stats; i < stats.servers_known. */
 int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server_stats *out);
 

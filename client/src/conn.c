@@ -1,0 +1,523 @@
+/*
+ * gRPC for the loader: one channel and one bidi Stream call per server, a
+ * unary Describe before each stream, all on one completion queue run by the
+ * receiver thread. Call contexts are owned by the receiver thread's queue
+ * loop: a context is freed only when none of its ops is in flight, so a
+ * late tag never touches freed memory. A context is detached (srv = NULL)
+ * when its server is failed; whatever it still delivers is dropped, which is
+ * what makes re-issued batches exactly-once.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
+#include "feed/errors.h"
+#include "feed/log.h"
+#include "feed/timeutil.h"
+#include "loader_impl.h"
+
+static gpr_timespec ms_from_now(uint32_t ms)
+{
+    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+static call_ctx *call_new(loader *l, server *s, call_kind kind)
+{
+    call_ctx *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->l = l;
+    c->srv = s;
+    c->kind = kind;
+    grpc_metadata_array_init(&c->md_initial);
+    grpc_metadata_array_init(&c->md_trailing);
+    c->details = grpc_empty_slice();
+    c->t_unary = (call_tag){c, TAG_UNARY};
+    c->t_start = (call_tag){c, TAG_START};
+    c->t_send = (call_tag){c, TAG_SEND};
+    c->t_recv = (call_tag){c, TAG_RECV};
+    c->t_status = (call_tag){c, TAG_STATUS};
+    l->live_calls++;
+    return c;
+}
+
+static void call_free(call_ctx *c)
+{
+    if (c->call)
+        grpc_call_unref(c->call);
+    grpc_metadata_array_destroy(&c->md_initial);
+    grpc_metadata_array_destroy(&c->md_trailing);
+    grpc_slice_unref(c->details);
+    if (c->send_bb)
+        grpc_byte_buffer_destroy(c->send_bb);
+    if (c->recv_bb)
+        grpc_byte_buffer_destroy(c->recv_bb);
+    for (uint32_t i = 0; i < c->q_len; i++)
+        grpc_byte_buffer_destroy(c->queue[(c->q_head + i) % CALL_QUEUE_CAP]);
+    c->l->live_calls--;
+    free(c);
+}
+
+void conn_abandon(call_ctx *c)
+{
+    c->srv = NULL;
+    if (c->call)
+        grpc_call_cancel(c->call, NULL);
+}
+
+static int start_batch(call_ctx *c, const grpc_op *ops, size_t n, call_tag *tag)
+{
+    grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
+    if (e != GRPC_CALL_OK)
+        return FEED_EPROTO;
+    c->ops++;
+    return 0;
+}
+
+static int channel_ensure(loader *l, server *s)
+{
+    if (s->channel)
+        return 0;
+    int max_msg = l->max_message > 0x7FFFFFFF ? 0x7FFFFFFF : (int)l->max_message;
+    grpc_arg args[6] = {
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+         .value.integer = max_msg},
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, .value.integer = 1},
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_KEEPALIVE_TIME_MS, .value.integer = 10000},
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_KEEPALIVE_TIMEOUT_MS, .value.integer = 5000},
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+         .value.integer = CLIENT_BACKOFF_FIRST_MS},
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+         .value.integer = CLIENT_BACKOFF_MAX_MS},
+    };
+    grpc_channel_args ca = {.num_args = 6, .args = args};
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    s->channel = grpc_channel_create(s->target, creds, &ca);
+    grpc_channel_credentials_release(creds);
+    return s->channel ? 0 : FEED_ENOMEM;
+}
+
+static void start_describe(loader *l, server *s)
+{
+    call_ctx *c = NULL;
+    Feed__V1__DescribeRequest req = FEED__V1__DESCRIBE_REQUEST__INIT;
+    grpc_slice payload;
+    int rc = channel_ensure(l, s);
+    if (rc)
+        goto fail;
+    rc = FEED_ENOMEM;
+    c = call_new(l, s, CALL_DESCRIBE);
+    if (!c)
+        goto fail;
+    uint32_t deadline = CLIENT_DESCRIBE_DEADLINE_MS;
+    if (l->cfg.unavailable_timeout_ms < deadline)
+        deadline = l->cfg.unavailable_timeout_ms;
+    c->call = grpc_channel_create_call(s->channel, NULL, GRPC_PROPAGATE_DEFAULTS, l->cq,
+                                       grpc_slice_from_static_string("/feed.v1.Feed/Describe"),
+                                       NULL, ms_from_now(deadline), NULL);
+    if (!c->call)
+        goto fail;
+    req.dataset = l->dataset;
+    size_t size = feed__v1__describe_request__get_packed_size(&req);
+    payload = grpc_slice_malloc(size);
+    feed__v1__describe_request__pack(&req, GRPC_SLICE_START_PTR(payload));
+    c->send_bb = grpc_raw_byte_buffer_create(&payload, 1);
+    grpc_slice_unref(payload);
+
+    grpc_op ops[6];
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = c->send_bb;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &c->md_initial;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &c->recv_bb;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &c->md_trailing;
+    ops[5].data.recv_status_on_client.status = &c->status;
+    ops[5].data.recv_status_on_client.status_details = &c->details;
+    rc = start_batch(c, ops, 6, &c->t_unary);
+    if (rc)
+        goto fail;
+    s->describe = c;
+    s->state = SRV_DESCRIBE;
+    return;
+fail:
+    if (c)
+        call_free(c);
+    sched_fail_server(l, s, "cannot start Describe");
+}
+
+static void start_stream(loader *l, server *s)
+{
+    call_ctx *c = call_new(l, s, CALL_STREAM);
+    grpc_byte_buffer *open_bb = NULL;
+    if (!c)
+        goto fail;
+    c->call = grpc_channel_create_call(s->channel, NULL, GRPC_PROPAGATE_DEFAULTS, l->cq,
+                                       grpc_slice_from_static_string("/feed.v1.Feed/Stream"), NULL,
+                                       gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (!c->call)
+        goto fail;
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (start_batch(c, &op, 1, &c->t_start))
+        goto fail;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    op.data.recv_status_on_client.trailing_metadata = &c->md_trailing;
+    op.data.recv_status_on_client.status = &c->status;
+    op.data.recv_status_on_client.status_details = &c->details;
+    if (start_batch(c, &op, 1, &c->t_status))
+        goto fail;
+    grpc_op rops[2];
+    memset(rops, 0, sizeof(rops));
+    rops[0].op = GRPC_OP_RECV_INITIAL_METADATA;
+    rops[0].data.recv_initial_metadata.recv_initial_metadata = &c->md_initial;
+    rops[1].op = GRPC_OP_RECV_MESSAGE;
+    rops[1].data.recv_message.recv_message = &c->recv_bb;
+    if (start_batch(c, rops, 2, &c->t_recv))
+        goto fail;
+    s->stream = c;
+    s->state = SRV_UP;
+    s->outstanding = 0;
+    s->backoff_ms = CLIENT_BACKOFF_FIRST_MS;
+    char name[64];
+    snprintf(name, sizeof(name), "libfeedclient rank %u/%u", l->cfg.rank, l->cfg.world);
+    wire_open wo = {.dataset = l->dataset,
+                    .transform = &l->cfg.transform,
+                    .seed = l->cfg.seed,
+                    .window = s->window,
+                    .client_name = name};
+    open_bb = wire_pack_request(&wo, 0, 0, NULL, 0);
+    if (!open_bb || !conn_send(l, s, open_bb))
+        goto fail_up;
+    client_log(l, FEED_LOG_INFO, "server %s up (window %u)", s->target, s->window);
+    return;
+fail:
+    if (c && c->ops == 0)
+        call_free(c);
+    else if (c)
+        conn_abandon(c);
+fail_up:
+    sched_fail_server(l, s, "cannot start Stream");
+}
+
+/* Pops the next queued message into a SEND_MESSAGE op. */
+static void pump_send(call_ctx *c)
+{
+    if (c->sending || c->q_len == 0 || !c->srv)
+        return;
+    c->send_bb = c->queue[c->q_head];
+    c->q_head = (c->q_head + 1) % CALL_QUEUE_CAP;
+    c->q_len--;
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_SEND_MESSAGE;
+    op.data.send_message.send_message = c->send_bb;
+    if (start_batch(c, &op, 1, &c->t_send)) {
+        sched_fail_server(c->l, c->srv, "send failed");
+        return;
+    }
+    c->sending = true;
+}
+
+bool conn_send(loader *l, server *s, grpc_byte_buffer *bb)
+{
+    (void)l;
+    call_ctx *c = s->stream;
+    if (!c || c->q_len == CALL_QUEUE_CAP) {
+        grpc_byte_buffer_destroy(bb);
+        return false;
+    }
+    c->queue[(c->q_head + c->q_len) % CALL_QUEUE_CAP] = bb;
+    c->q_len++;
+    pump_send(c);
+    return true;
+}
+
+int conn_add_server(loader *l, const char *target, int dns_index)
+{
+    if (l->num_servers == CLIENT_MAX_SERVERS || strlen(target) > CLIENT_TARGET_MAX)
+        return FEED_ETOOBIG;
+    server *s = &l->servers[l->num_servers];
+    memset(s, 0, sizeof(*s));
+    snprintf(s->target, sizeof(s->target), "%s", target);
+    s->dns_target = dns_index;
+    s->state = SRV_DOWN;
+    s->backoff_ms = CLIENT_BACKOFF_FIRST_MS;
+    s->retry_at_ns = 0;
+    return (int)l->num_servers++;
+}
+
+static void on_describe(loader *l, call_ctx *c, bool ok)
+{
+    server *s = c->srv;
+    Feed__V1__DescribeResponse *resp = NULL;
+    feed_buf buf;
+    feed_buf_init(&buf, 16u << 20);
+    l->describe_done++;
+    if (!s)
+        goto out;
+    s->describe = NULL;
+    if (!ok || c->status != GRPC_STATUS_OK || !c->recv_bb) {
+        char *d = grpc_slice_to_c_string(c->details);
+        if (c->status == GRPC_STATUS_NOT_FOUND)
+            l->notfound_seen = true;
+        client_log(l, FEED_LOG_WARN, "server %s: Describe failed (status %d: %s)", s->target,
+                   (int)c->status, d ? d : "");
+        gpr_free(d);
+        sched_fail_server(l, s, "Describe failed");
+        goto out;
+    }
+    grpc_byte_buffer_reader rd;
+    grpc_slice sl;
+    bool fits = true;
+    if (!grpc_byte_buffer_reader_init(&rd, c->recv_bb)) {
+        sched_fail_server(l, s, "unreadable Describe reply");
+        goto out;
+    }
+    while (fits && grpc_byte_buffer_reader_next(&rd, &sl)) {
+        fits = feed_buf_append(&buf, GRPC_SLICE_START_PTR(sl), GRPC_SLICE_LENGTH(sl)) == 0;
+        grpc_slice_unref(sl);
+    }
+    grpc_byte_buffer_reader_destroy(&rd);
+    resp = fits ? feed__v1__describe_response__unpack(NULL, buf.len, buf.data) : NULL;
+    if (!resp) {
+        sched_fail_server(l, s, "malformed Describe reply");
+        goto out;
+    }
+    const Feed__V1__DatasetInfo *info = NULL;
+    for (size_t i = 0; i < resp->n_datasets; i++) {
+        if (resp->datasets[i]->name && strcmp(resp->datasets[i]->name, l->dataset) == 0)
+            info = resp->datasets[i];
+    }
+    if (!info) {
+        l->notfound_seen = true;
+        sched_fail_server(l, s, "dataset not served");
+        goto out;
+    }
+    if (info->num_samples == 0 || (l->num_samples && info->num_samples != l->num_samples)) {
+        client_log(l, FEED_LOG_ERROR, "server %s: dataset %s has %llu samples, expected %llu",
+                   s->target, l->dataset, (unsigned long long)info->num_samples,
+                   (unsigned long long)l->num_samples);
+        sched_fail_server(l, s, "dataset size differs");
+        goto out;
+    }
+    if (resp->max_batch_size && resp->max_batch_size < l->cfg.batch_size) {
+        client_log(l, FEED_LOG_ERROR, "server %s: batch_size %u beyond its max_batch_size %u",
+                   s->target, l->cfg.batch_size, resp->max_batch_size);
+        if (!l->num_samples)
+            l->fatal = FEED_EINVAL;
+        sched_fail_server(l, s, "batch too large");
+        goto out;
+    }
+    if (!l->num_samples) {
+        l->num_samples = info->num_samples;
+        l->num_classes = (uint32_t)info->n_class_names;
+    }
+    s->window = l->cfg.window_per_server;
+    if (resp->max_window && resp->max_window < s->window)
+        s->window = resp->max_window;
+    start_stream(l, s);
+out:
+    if (resp)
+        feed__v1__describe_response__free_unpacked(resp, NULL);
+    feed_buf_free(&buf);
+}
+
+/* Copies a received message into the receiver's buffer; false if beyond the cap. */
+static bool flatten(loader *l, grpc_byte_buffer *bb)
+{
+    grpc_byte_buffer_reader rd;
+    grpc_slice sl;
+    bool fits = true;
+    l->rbuf.len = 0;
+    if (!grpc_byte_buffer_reader_init(&rd, bb))
+        return false;
+    while (grpc_byte_buffer_reader_next(&rd, &sl)) {
+        if (fits)
+            fits = feed_buf_append(&l->rbuf, GRPC_SLICE_START_PTR(sl), GRPC_SLICE_LENGTH(sl)) == 0;
+        grpc_slice_unref(sl);
+    }
+    grpc_byte_buffer_reader_destroy(&rd);
+    return fits;
+}
+
+static void on_stream_tag(loader *l, call_tag *t, bool ok)
+{
+    call_ctx *c = t->call;
+    switch (t->kind) {
+    case TAG_START:
+        if (!ok && c->srv)
+            sched_fail_server(l, c->srv, "stream start failed");
+        break;
+    case TAG_SEND:
+        c->sending = false;
+        grpc_byte_buffer_destroy(c->send_bb);
+        c->send_bb = NULL;
+        if (!ok && c->srv)
+            sched_fail_server(l, c->srv, "send failed");
+        else
+            pump_send(c);
+        break;
+    case TAG_RECV: {
+        grpc_byte_buffer *bb = c->recv_bb;
+        c->recv_bb = NULL;
+        if (!ok || !bb) {
+            if (c->srv)
+                sched_fail_server(l, c->srv, "stream ended");
+        } else if (c->srv) {
+            server *s = c->srv;
+            if (!flatten(l, bb))
+                sched_fail_server(l, s, "message beyond the size cap");
+            else
+                sched_on_batch(l, s, l->rbuf.data, l->rbuf.len);
+        }
+        if (bb)
+            grpc_byte_buffer_destroy(bb);
+        if (c->srv && c->srv->stream == c) {
+            grpc_op op;
+            memset(&op, 0, sizeof(op));
+            op.op = GRPC_OP_RECV_MESSAGE;
+            op.data.recv_message.recv_message = &c->recv_bb;
+            if (start_batch(c, &op, 1, &c->t_recv))
+                sched_fail_server(l, c->srv, "receive failed");
+        }
+        break;
+    }
+    case TAG_STATUS:
+        if (c->srv) {
+            char *d = grpc_slice_to_c_string(c->details);
+            client_log(l, FEED_LOG_WARN, "server %s: stream ended (status %d: %s)",
+                       c->srv->target, (int)c->status, d ? d : "");
+            gpr_free(d);
+            sched_fail_server(l, c->srv, "stream closed");
+        }
+        break;
+    case TAG_UNARY:
+        break;
+    }
+}
+
+/* Timers: retries, batch deadlines, DNS results, the availability clock. */
+static void tick(loader *l, uint64_t now)
+{
+    resolve_apply(l);
+    sched_check_deadlines(l, now);
+    bool any_up = false;
+    uint32_t up = 0, known = 0;
+    for (uint32_t i = 0; i < l->num_servers; i++) {
+        server *s = &l->servers[i];
+        if (s->removed)
+            continue;
+        known++;
+        if (s->state == SRV_UP) {
+            any_up = true;
+            up++;
+        } else if (s->state == SRV_DOWN && now >= s->retry_at_ns && !l->stop) {
+            if (s->ever_tried)
+                l->stats.retries++;
+            s->ever_tried = true;
+            start_describe(l, s);
+        }
+    }
+    if (any_up)
+        l->last_up_ns = now;
+    l->stats.servers_up = up;
+    l->stats.servers_known = known;
+}
+
+static void *io_main(void *arg)
+{
+    loader *l = arg;
+    uint64_t last_tick = 0;
+    if (l->gpu)
+        client_gpu_bind_thread(l->gpu);
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        if (l->stop) {
+            for (uint32_t i = 0; i < l->num_servers; i++) {
+                server *s = &l->servers[i];
+                if (s->describe)
+                    conn_abandon(s->describe);
+                if (s->stream)
+                    conn_abandon(s->stream);
+                s->describe = s->stream = NULL;
+                s->state = SRV_DOWN;
+            }
+            if (l->live_calls == 0)
+                break;
+        }
+        pthread_mutex_unlock(&l->mu);
+        grpc_event ev = grpc_completion_queue_next(l->cq, ms_from_now(CLIENT_TICK_MS), NULL);
+        pthread_mutex_lock(&l->mu);
+        if (ev.type == GRPC_OP_COMPLETE) {
+            call_tag *t = ev.tag;
+            call_ctx *c = t->call;
+            c->ops--;
+            if (c->kind == CALL_DESCRIBE)
+                on_describe(l, c, ev.success != 0);
+            else
+                on_stream_tag(l, t, ev.success != 0);
+            if (c->ops == 0 && (!c->srv || c->kind == CALL_DESCRIBE))
+                call_free(c);
+        }
+        uint64_t now = feed_now_ns();
+        if (now - last_tick >= CLIENT_TICK_MS * 1000000ull) {
+            last_tick = now;
+            tick(l, now);
+        }
+        sched_dispatch(l);
+        pthread_cond_broadcast(&l->cond);
+    }
+    pthread_cond_broadcast(&l->cond);
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+int conn_start(loader *l)
+{
+    l->cq = grpc_completion_queue_create_for_next(NULL);
+    if (!l->cq)
+        return FEED_ENOMEM;
+    if (pthread_create(&l->io_thread, NULL, io_main, l))
+        return FEED_ENOMEM;
+    l->io_started = true;
+    return 0;
+}
+
+void conn_stop(loader *l)
+{
+    if (l->io_started) {
+        pthread_mutex_lock(&l->mu);
+        l->stop = true;
+        pthread_mutex_unlock(&l->mu);
+        pthread_join(l->io_thread, NULL);
+        l->io_started = false;
+    }
+    for (uint32_t i = 0; i < l->num_servers; i++) {
+        if (l->servers[i].channel)
+            grpc_channel_destroy(l->servers[i].channel);
+        l->servers[i].channel = NULL;
+    }
+    if (l->cq) {
+        grpc_completion_queue_shutdown(l->cq);
+        for (;;) {
+            grpc_event ev =
+                grpc_completion_queue_next(l->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+            if (ev.type == GRPC_QUEUE_SHUTDOWN)
+                break;
+        }
+        grpc_completion_queue_destroy(l->cq);
+        l->cq = NULL;
+    }
+}

@@ -1,0 +1,454 @@
+/*
+ * libfeedclient's public API (feed/client.h): configuration, open/close, and
+ * the training thread's side of delivery (next/release/set_epoch/stats). The
+ * receiver thread (conn.c) and the scheduler (sched.c) do the rest; the
+ * locking rules are in loader_impl.h.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <grpc/grpc.h>
+
+/* Everything declared in the public header is exported from the shared
+ * library; it must be the first inclusion of feed/client.h in this file. */
+#pragma GCC visibility push(default)
+#include "feed/client.h"
+#pragma GCC visibility pop
+
+#include "feed/errors.h"
+#include "feed/log.h"
+#include "feed/timeutil.h"
+#include "normalize.h"
+
+#include "loader_impl.h"
+
+void client_log(loader *l, int level, const char *fmt, ...)
+{
+    if (!l->cfg.log_fn)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    l->cfg.log_fn(l->cfg.log_user, level, msg);
+}
+
+void feed_loader_config_default(feed_loader_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    feed_transform_default_train(&cfg->transform);
+    cfg->batch_size = 256;
+    cfg->world = 1;
+    cfg->ordered = true;
+    cfg->window_per_server = 4;
+    cfg->prefetch = 4;
+    cfg->dtype = FEED_DTYPE_FP32;
+    cfg->layout = FEED_LAYOUT_NCHW;
+    cfg->mean[0] = 0.485f;
+    cfg->mean[1] = 0.456f;
+    cfg->mean[2] = 0.406f;
+    cfg->std[0] = 0.229f;
+    cfg->std[1] = 0.224f;
+    cfg->std[2] = 0.225f;
+    cfg->device = 0;
+    cfg->bad_sample_policy = FEED_BAD_SAMPLE_SUBSTITUTE;
+    cfg->batch_deadline_ms = 10000;
+    cfg->unavailable_timeout_ms = 30000;
+    cfg->resolve_interval_ms = 5000;
+}
+
+static int check_config(const feed_loader_config *c, const char **why, char *tmsg, size_t cap)
+{
+    *why = NULL;
+    if (!c->targets || c->num_targets == 0 || c->num_targets > CLIENT_MAX_SERVERS)
+        *why = "targets";
+    else if (!c->dataset || !c->dataset[0] || strlen(c->dataset) > 1024)
+        *why = "dataset";
+    else if (c->batch_size == 0 || c->batch_size > CLIENT_MAX_BATCH)
+        *why = "batch_size";
+    else if (c->world == 0 || c->rank >= c->world)
+        *why = "rank/world";
+    else if (c->window_per_server == 0 || c->window_per_server > CLIENT_MAX_WINDOW)
+        *why = "window_per_server";
+    else if (c->prefetch == 0 || c->prefetch > CLIENT_MAX_PREFETCH)
+        *why = "prefetch";
+    else if ((unsigned)c->dtype > FEED_DTYPE_FP32)
+        *why = "dtype";
+    else if ((unsigned)c->layout > FEED_LAYOUT_NHWC)
+        *why = "layout";
+    else if ((unsigned)c->bad_sample_policy > FEED_BAD_SAMPLE_FAIL)
+        *why = "bad_sample_policy";
+    else if (feed_transform_validate(&c->transform, tmsg, cap))
+        *why = tmsg;
+    else if (c->batch_deadline_ms == 0 || c->unavailable_timeout_ms == 0 ||
+             c->resolve_interval_ms == 0)
+        *why = "timeouts";
+    else if (c->device < FEED_DEVICE_HOST)
+        *why = "device";
+    for (int k = 0; !*why && k < 3; k++) {
+        if (!(c->std[k] != 0.0f))
+            *why = "std";
+    }
+    for (size_t i = 0; !*why && i < c->num_targets; i++) {
+        if (!c->targets[i] || !c->targets[i][0] || strlen(c->targets[i]) > CLIENT_TARGET_MAX)
+            *why = "targets";
+    }
+    return *why ? FEED_EINVAL : 0;
+}
+
+static char *dup_str(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+static void timespec_after_ns(struct timespec *ts, uint64_t ns)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    uint64_t t = (uint64_t)ts->tv_nsec + ns;
+    ts->tv_sec += (time_t)(t / 1000000000u);
+    ts->tv_nsec = (long)(t % 1000000000u);
+}
+
+/* Waits on cond for at most ns (monotonic clock). mu held. */
+static void wait_ns(loader *l, uint64_t ns)
+{
+    struct timespec ts;
+    timespec_after_ns(&ts, ns);
+    pthread_cond_timedwait(&l->cond, &l->mu, &ts);
+}
+
+/* Waits for the first Describe that knows the dataset. mu held. */
+static int wait_dataset(loader *l)
+{
+    uint64_t deadline = feed_now_ns() + (uint64_t)l->cfg.unavailable_timeout_ms * 1000000u;
+    for (;;) {
+        if (l->fatal)
+            return l->fatal;
+        if (l->num_samples)
+            return 0;
+        uint32_t tried = 0, live = 0;
+        for (uint32_t i = 0; i < l->num_servers; i++) {
+            live += !l->servers[i].removed;
+            tried += !l->servers[i].removed && l->servers[i].ever_tried &&
+                     l->servers[i].state == SRV_DOWN;
+        }
+        if (l->notfound_seen && tried == live)
+            return FEED_ENOTFOUND;
+        uint64_t now = feed_now_ns();
+        if (now >= deadline)
+            return l->notfound_seen ? FEED_ENOTFOUND : FEED_EUNAVAILABLE;
+        uint64_t step = deadline - now;
+        wait_ns(l, step < 50000000u ? step : 50000000u);
+    }
+}
+
+static int open_servers(loader *l)
+{
+    int rc = resolve_init(l);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < l->cfg.num_targets; i++) {
+        if (strncmp(l->targets[i], "dns:///", 7) == 0)
+            continue;
+        rc = conn_add_server(l, l->targets[i], -1);
+        if (rc < 0)
+            return rc;
+    }
+    resolve_apply(l);
+    return 0;
+}
+
+int feed_loader_open(const feed_loader_config *cfg, feed_loader **out)
+{
+    const char *why;
+    char tmsg[128];
+    loader *l = NULL;
+    int rc = FEED_EINVAL;
+    if (!cfg || !out)
+        goto out;
+    *out = NULL;
+    rc = check_config(cfg, &why, tmsg, sizeof(tmsg));
+    if (rc) {
+        if (cfg->log_fn) {
+            char msg[192];
+            snprintf(msg, sizeof(msg), "feed_loader_open: invalid %s", why);
+            cfg->log_fn(cfg->log_user, FEED_LOG_ERROR, msg);
+        }
+        goto out;
+    }
+    rc = FEED_ENOMEM;
+    l = calloc(1, sizeof(*l));
+    if (!l)
+        goto out;
+    l->cfg = *cfg;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_mutex_init(&l->dns_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&l->cond, &ca);
+    pthread_cond_init(&l->dns_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    grpc_init();
+    l->dataset = dup_str(cfg->dataset);
+    l->targets = calloc(cfg->num_targets, sizeof(*l->targets));
+    if (!l->dataset || !l->targets)
+        goto out;
+    for (size_t i = 0; i < cfg->num_targets; i++) {
+        l->targets[i] = dup_str(cfg->targets[i]);
+        if (!l->targets[i])
+            goto out;
+    }
+    l->cfg.dataset = l->dataset;
+    l->cfg.targets = (const char *const *)l->targets;
+
+    uint32_t bs = cfg->batch_size;
+    size_t sample = (size_t)cfg->transform.out_h * cfg->transform.out_w * 3;
+    l->out_bytes = sample * bs * client_dtype_size(cfg->dtype);
+    /* Pixels plus per-sample fields and error strings, with room for framing. */
+    l->max_message = sample * bs + (size_t)bs * 512 + 65536;
+    feed_buf_init(&l->rbuf, l->max_message);
+    rc = wire_arena_init(&l->arena, 65536 + (size_t)bs * 1024);
+    if (rc)
+        goto out;
+
+    if (cfg->device != FEED_DEVICE_HOST) {
+        char err[160] = "";
+        rc = client_gpu_open(cfg->device, &l->gpu, err, sizeof(err));
+        if (rc) {
+            client_log(l, FEED_LOG_ERROR, "GPU path unavailable: %s", err);
+            goto out;
+        }
+    }
+    l->last_up_ns = feed_now_ns();
+    rc = open_servers(l);
+    if (rc)
+        goto out;
+    rc = conn_start(l);
+    if (rc)
+        goto out;
+    rc = resolve_start(l);
+    if (rc)
+        goto out;
+
+    pthread_mutex_lock(&l->mu);
+    rc = wait_dataset(l);
+    if (!rc)
+        rc = sched_reset_epoch(l, cfg->epoch, cfg->start_batch);
+    if (!rc)
+        sched_dispatch(l);
+    pthread_mutex_unlock(&l->mu);
+    if (rc)
+        goto out;
+    *out = l;
+    l = NULL;
+out:
+    feed_loader_close(l);
+    return rc;
+}
+
+void feed_loader_close(feed_loader *l)
+{
+    if (!l)
+        return;
+    resolve_stop(l);
+    conn_stop(l);
+    resolve_free(l);
+    if (l->gpu)
+        client_gpu_bind_thread(l->gpu);
+    sched_free_slots(l);
+    client_gpu_close(l->gpu);
+    client_plan_free(&l->plan);
+    wire_arena_free(&l->arena);
+    feed_buf_free(&l->rbuf);
+    if (l->targets) {
+        for (size_t i = 0; i < l->cfg.num_targets; i++)
+            free(l->targets[i]);
+    }
+    free(l->targets);
+    free(l->dataset);
+    pthread_cond_destroy(&l->cond);
+    pthread_cond_destroy(&l->dns_cond);
+    pthread_mutex_destroy(&l->mu);
+    pthread_mutex_destroy(&l->dns_mu);
+    grpc_shutdown();
+    free(l);
+}
+
+static slot *ready_slot(loader *l)
+{
+    slot *best = NULL;
+    for (uint32_t i = 0; i < l->num_slots; i++) {
+        slot *sl = &l->slots[i];
+        if (sl->state != SLOT_READY)
+            continue;
+        if (l->cfg.ordered) {
+            if (sl->batch_number == l->next_deliver)
+                return sl;
+        } else if (!best || sl->ready_seq < best->ready_seq) {
+            best = sl;
+        }
+    }
+    return best;
+}
+
+static bool any_up(const loader *l)
+{
+    for (uint32_t i = 0; i < l->num_servers; i++) {
+        if (!l->servers[i].removed && l->servers[i].state == SRV_UP)
+            return true;
+    }
+    return false;
+}
+
+int feed_loader_next(feed_loader *l, feed_batch **out)
+{
+    if (!l || !out)
+        return FEED_EINVAL;
+    *out = NULL;
+    uint64_t t0 = feed_now_ns();
+    uint64_t timeout = (uint64_t)l->cfg.unavailable_timeout_ms * 1000000u;
+    int rc = 0;
+    slot *sl = NULL;
+    pthread_mutex_lock(&l->mu);
+    if (l->handed >= l->cfg.prefetch) {
+        rc = FEED_ESTATE;
+        goto out;
+    }
+    for (;;) {
+        if (l->delivered == l->to_deliver) {
+            rc = FEED_EEOF;
+            goto out;
+        }
+        sl = ready_slot(l);
+        if (sl)
+            break;
+        if (l->fatal) {
+            rc = l->fatal;
+            goto out;
+        }
+        uint64_t now = feed_now_ns();
+        uint64_t down_for = now - l->last_up_ns;
+        if (!any_up(l) && down_for >= timeout) {
+            rc = FEED_EUNAVAILABLE;
+            goto out;
+        }
+        uint64_t step = any_up(l) ? 100000000u : timeout - down_for;
+        wait_ns(l, step < 100000000u ? step : 100000000u);
+    }
+    sl->state = SLOT_HANDED;
+    l->handed++;
+    l->delivered++;
+    if (l->cfg.ordered)
+        l->next_deliver++;
+    uint64_t waited = feed_now_ns() - t0;
+    sl->batch.wait_ns = waited;
+    l->stats.batches++;
+    l->stats.samples += sl->n;
+    l->stats.wait_ns_total += waited;
+    if (waited > l->stats.wait_ns_max)
+        l->stats.wait_ns_max = waited;
+    sched_dispatch(l);
+    *out = &sl->batch;
+    rc = sl->result;
+out:
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+int feed_loader_release(feed_loader *l, feed_batch *b, void *stream)
+{
+    if (!l || !b)
+        return FEED_EINVAL;
+    int rc = FEED_EINVAL;
+    pthread_mutex_lock(&l->mu);
+    slot *sl = NULL;
+    for (uint32_t i = 0; i < l->num_slots && !sl; i++) {
+        if (&l->slots[i].batch == b)
+            sl = &l->slots[i];
+    }
+    if (!sl || sl->state != SLOT_HANDED)
+        goto out;
+    rc = 0;
+    if (sl->gpu)
+        rc = client_gpu_slot_release(sl->gpu, stream);
+    sl->state = SLOT_FREE;
+    l->handed--;
+    sched_dispatch(l);
+out:
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch)
+{
+    if (!l)
+        return FEED_EINVAL;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        bool landing = false;
+        for (uint32_t i = 0; i < l->num_slots; i++)
+            landing = landing || l->slots[i].state == SLOT_LANDING;
+        if (!landing)
+            break;
+        wait_ns(l, 10000000u);
+    }
+    int rc = sched_reset_epoch(l, epoch, start_batch);
+    if (!rc)
+        sched_dispatch(l);
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+uint64_t feed_loader_batches_per_epoch(const feed_loader *l)
+{
+    return l ? l->plan.batches : 0;
+}
+
+uint64_t feed_loader_dataset_size(const feed_loader *l)
+{
+    return l ? l->num_samples : 0;
+}
+
+int feed_loader_get_stats(feed_loader *l, feed_loader_stats *out)
+{
+    if (!l || !out)
+        return FEED_EINVAL;
+    pthread_mutex_lock(&l->mu);
+    *out = l->stats;
+    pthread_mutex_unlock(&l->mu);
+    return 0;
+}
+
+int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server_stats *out)
+{
+    if (!l || !out)
+        return FEED_EINVAL;
+    int rc = FEED_EINVAL;
+    uint32_t k = 0;
+    pthread_mutex_lock(&l->mu);
+    for (uint32_t j = 0; j < l->num_servers; j++) {
+        const server *s = &l->servers[j];
+        if (s->removed)
+            continue;
+        if (k++ != i)
+            continue;
+        memset(out, 0, sizeof(*out));
+        snprintf(out->target, sizeof(out->target), "%s", s->target);
+        out->up = s->state == SRV_UP;
+        out->batches = s->batches;
+        out->outstanding = s->outstanding;
+        rc = 0;
+        break;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}

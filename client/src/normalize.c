@@ -1,0 +1,131 @@
+/*
+ * Host normalisation (see normalize.h). Because inputs are uint8, each channel
+ * has only 256 possible outputs: a 3 x 256 table is computed once per call and
+ * the pixels are looked up, which is both fast and bit-identical to computing
+ * the formula per pixel. Runs on the loader's receiver thread.
+ */
+#include "normalize.h"
+
+#include <string.h>
+
+size_t client_dtype_size(feed_dtype dtype)
+{
+    switch (dtype) {
+    case FEED_DTYPE_FP16:
+    case FEED_DTYPE_BF16:
+        return 2;
+    case FEED_DTYPE_FP32:
+        return 4;
+    case FEED_DTYPE_UINT8:
+    default:
+        return 1;
+    }
+}
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+static float f32_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+/*
+ * The branch-free conversion of Maratyszcza's FP16 library: scaling by 2^112
+ * and 2^-110 lets the FPU do the round-to-nearest-even (including subnormals
+ * and overflow to infinity) in fp32 arithmetic. Needs fp32 arithmetic without
+ * excess precision, which x86-64 (SSE) and AArch64 give.
+ */
+uint16_t client_f32_to_f16(float f)
+{
+    const float scale_to_inf = 0x1.0p+112f;
+    const float scale_to_zero = 0x1.0p-110f;
+    float base = (__builtin_fabsf(f) * scale_to_inf) * scale_to_zero;
+    uint32_t w = f32_bits(f);
+    uint32_t shl1_w = w + w;
+    uint32_t sign = w & 0x80000000u;
+    uint32_t bias = shl1_w & 0xFF000000u;
+    if (bias < 0x71000000u)
+        bias = 0x71000000u;
+    base = f32_from_bits((bias >> 1) + 0x07800000u) + base;
+    uint32_t bits = f32_bits(base);
+    uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
+    uint32_t mantissa_bits = bits & 0x00000FFFu;
+    uint32_t nonsign = exp_bits + mantissa_bits;
+    return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
+uint16_t client_f32_to_bf16(float f)
+{
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* Output element offset of (sample, y, x, channel). */
+static size_t out_offset(feed_layout layout, uint32_t h, uint32_t w, size_t s, uint32_t y,
+                         uint32_t x, uint32_t c)
+{
+    size_t plane = (size_t)h * w;
+    if (layout == FEED_LAYOUT_NCHW)
+        return s * 3 * plane + c * plane + (size_t)y * w + x;
+    return (s * plane + (size_t)y * w + x) * 3 + c;
+}
+
+void client_normalize_host(const uint8_t *raw, uint32_t n, uint32_t h, uint32_t w,
+                           feed_dtype dtype, feed_layout layout, const float mean[3],
+                           const float std[3], void *out)
+{
+    union {
+        uint8_t u8[3][256];
+        uint16_t u16[3][256];
+        float f32[3][256];
+    } lut;
+    for (uint32_t c = 0; c < 3; c++) {
+        for (uint32_t p = 0; p < 256; p++) {
+            float v = client_normalize_value((uint8_t)p, mean[c], std[c]);
+            switch (dtype) {
+            case FEED_DTYPE_FP16:
+                lut.u16[c][p] = client_f32_to_f16(v);
+                break;
+            case FEED_DTYPE_BF16:
+                lut.u16[c][p] = client_f32_to_bf16(v);
+                break;
+            case FEED_DTYPE_FP32:
+                lut.f32[c][p] = v;
+                break;
+            case FEED_DTYPE_UINT8:
+            default:
+                lut.u8[c][p] = (uint8_t)p;
+                break;
+            }
+        }
+    }
+    size_t esize = client_dtype_size(dtype);
+    uint8_t *dst = out;
+    const uint8_t *src = raw;
+    for (size_t s = 0; s < n; s++) {
+        for (uint32_t y = 0; y < h; y++) {
+            for (uint32_t x = 0; x < w; x++) {
+                for (uint32_t c = 0; c < 3; c++) {
+                    uint8_t p = *src++;
+                    size_t o = out_offset(layout, h, w, s, y, x, c) * esize;
+                    if (esize == 1)
+                        dst[o] = lut.u8[c][p];
+                    else if (esize == 2)
+                        memcpy(dst + o, &lut.u16[c][p], 2);
+                    else
+                        memcpy(dst + o, &lut.f32[c][p], 4);
+                }
+            }
+        }
+    }
+}

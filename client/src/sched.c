@@ -1,0 +1,409 @@
+/*
+ * Scheduling: delivery slots, which batch goes to which server, failover,
+ * and landing a received batch into its slot. Everything here runs with the
+ * loader's mu held (see loader_impl.h), except the body of land(), which the
+ * receiver thread runs unlocked on a slot in SLOT_LANDING.
+ *
+ * A slot carries one batch from the moment it is planned until the caller
+ * releases it; a re-issued batch keeps its slot, so the memory bound is
+ * prefetch + window_per_server x servers up (at least one), capped at
+ * CLIENT_MAX_SLOTS. Each request gets a fresh batch_id; a reply is accepted
+ * only if its batch_id is the live request of an INFLIGHT slot on the stream
+ * it arrived on, so late duplicates and replies to dropped epochs are ignored.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "feed/errors.h"
+#include "feed/log.h"
+#include "feed/timeutil.h"
+#include "loader_impl.h"
+#include "normalize.h"
+
+static size_t sample_bytes(const loader *l)
+{
+    return (size_t)l->cfg.transform.out_h * l->cfg.transform.out_w * 3;
+}
+
+static int slot_alloc(loader *l, slot *sl)
+{
+    uint32_t bs = l->cfg.batch_size;
+    size_t raw_bytes = sample_bytes(l) * bs;
+    memset(sl, 0, sizeof(*sl));
+    sl->indices = calloc(bs, sizeof(*sl->indices));
+    sl->status = calloc(bs, sizeof(*sl->status));
+    if (!sl->indices || !sl->status)
+        return FEED_ENOMEM;
+    if (l->gpu) {
+        void *raw = NULL, *labels = NULL;
+        int rc = client_gpu_host_alloc(l->gpu, raw_bytes, &raw);
+        sl->raw = raw;
+        if (!rc)
+            rc = client_gpu_host_alloc(l->gpu, bs * sizeof(int64_t), &labels);
+        sl->labels = labels;
+        if (!rc)
+            rc = client_gpu_slot_create(l->gpu, bs, l->cfg.transform.out_h,
+                                        l->cfg.transform.out_w, l->cfg.dtype, &sl->gpu);
+        return rc;
+    }
+    sl->labels = calloc(bs, sizeof(*sl->labels));
+    sl->raw = malloc(raw_bytes);
+    if (!sl->labels || !sl->raw)
+        return FEED_ENOMEM;
+    if (l->cfg.dtype == FEED_DTYPE_UINT8 && l->cfg.layout == FEED_LAYOUT_NHWC) {
+        sl->out = sl->raw;
+        return 0;
+    }
+    sl->out = malloc(l->out_bytes);
+    return sl->out ? 0 : FEED_ENOMEM;
+}
+
+static void slot_release_memory(loader *l, slot *sl)
+{
+    free(sl->indices);
+    free(sl->status);
+    if (l->gpu) {
+        client_gpu_host_free(sl->raw);
+        client_gpu_host_free(sl->labels);
+        client_gpu_slot_destroy(sl->gpu);
+    } else {
+        if (sl->out != sl->raw)
+            free(sl->out);
+        free(sl->raw);
+        free(sl->labels);
+    }
+    memset(sl, 0, sizeof(*sl));
+}
+
+void sched_free_slots(loader *l)
+{
+    for (uint32_t i = 0; i < l->num_slots; i++)
+        slot_release_memory(l, &l->slots[i]);
+    l->num_slots = 0;
+}
+
+static uint32_t servers_up(const loader *l)
+{
+    uint32_t up = 0;
+    for (uint32_t i = 0; i < l->num_servers; i++)
+        up += !l->servers[i].removed && l->servers[i].state == SRV_UP;
+    return up;
+}
+
+static slot *free_slot(loader *l)
+{
+    for (uint32_t i = 0; i < l->num_slots; i++) {
+        if (l->slots[i].state == SLOT_FREE)
+            return &l->slots[i];
+    }
+    if (l->num_slots == CLIENT_MAX_SLOTS)
+        return NULL;
+    slot *sl = &l->slots[l->num_slots];
+    int rc = slot_alloc(l, sl);
+    if (rc) {
+        slot_release_memory(l, sl);
+        client_log(l, FEED_LOG_ERROR, "cannot allocate a delivery slot: %s", feed_strerror(rc));
+        l->fatal = rc;
+        return NULL;
+    }
+    l->num_slots++;
+    return sl;
+}
+
+static void assign(loader *l, slot *sl, uint64_t batch_number)
+{
+    const uint32_t *samples;
+    uint32_t n;
+    client_plan_batch(&l->plan, batch_number, &samples, &n);
+    if (sl->gpu)
+        client_gpu_slot_host_wait(sl->gpu);
+    for (uint32_t i = 0; i < n; i++)
+        sl->indices[i] = samples[i];
+    sl->n = n;
+    sl->batch_number = batch_number;
+    sl->server = NULL;
+    sl->result = 0;
+    sl->state = SLOT_PENDING;
+}
+
+static server *pick_server(loader *l)
+{
+    server *best = NULL;
+    uint32_t best_free = 0;
+    for (uint32_t i = 0; i < l->num_servers; i++) {
+        server *s = &l->servers[i];
+        if (s->removed || s->state != SRV_UP || !s->stream || s->outstanding >= s->window)
+            continue;
+        uint32_t free_window = s->window - s->outstanding;
+        if (free_window > best_free) {
+            best = s;
+            best_free = free_window;
+        }
+    }
+    return best;
+}
+
+static slot *first_pending(loader *l)
+{
+    slot *best = NULL;
+    for (uint32_t i = 0; i < l->num_slots; i++) {
+        slot *sl = &l->slots[i];
+        if (sl->state == SLOT_PENDING && (!best || sl->batch_number < best->batch_number))
+            best = sl;
+    }
+    return best;
+}
+
+void sched_dispatch(loader *l)
+{
+    if (l->stop || !l->plan.samples || l->fatal)
+        return;
+    uint32_t up = servers_up(l);
+    uint64_t cap = l->cfg.prefetch + (uint64_t)l->cfg.window_per_server * (up ? up : 1);
+    if (cap > CLIENT_MAX_SLOTS)
+        cap = CLIENT_MAX_SLOTS;
+    uint32_t in_use = 0;
+    for (uint32_t i = 0; i < l->num_slots; i++)
+        in_use += l->slots[i].state != SLOT_FREE;
+    while (l->next_assign < l->plan.batches && in_use < cap) {
+        slot *sl = free_slot(l);
+        if (!sl)
+            break;
+        assign(l, sl, l->next_assign++);
+        in_use++;
+    }
+    for (;;) {
+        slot *sl = first_pending(l);
+        server *s = sl ? pick_server(l) : NULL;
+        if (!s)
+            break;
+        uint64_t id = ++l->request_seq;
+        grpc_byte_buffer *bb = wire_pack_request(NULL, id, l->epoch, sl->indices, sl->n);
+        if (!bb) {
+            l->fatal = FEED_ENOMEM;
+            break;
+        }
+        sl->request_id = id;
+        sl->server = s;
+        sl->sent_ns = feed_now_ns();
+        sl->state = SLOT_INFLIGHT;
+        s->outstanding++;
+        if (!conn_send(l, s, bb))
+            sched_fail_server(l, s, "send queue refused a request");
+    }
+}
+
+void sched_fail_server(loader *l, server *s, const char *why)
+{
+    bool was_up = s->state == SRV_UP;
+    uint32_t moved = 0;
+    if (s->describe)
+        conn_abandon(s->describe);
+    if (s->stream)
+        conn_abandon(s->stream);
+    s->describe = s->stream = NULL;
+    for (uint32_t i = 0; i < l->num_slots; i++) {
+        slot *sl = &l->slots[i];
+        if (sl->state == SLOT_INFLIGHT && sl->server == s) {
+            sl->state = SLOT_PENDING;
+            sl->server = NULL;
+            moved++;
+        }
+    }
+    l->stats.reissued += moved;
+    if (was_up) {
+        l->stats.failovers++;
+        client_log(l, FEED_LOG_WARN, "server %s failed (%s); %u batches re-issued", s->target,
+                   why, moved);
+    } else {
+        client_log(l, FEED_LOG_DEBUG, "server %s: %s", s->target, why);
+    }
+    s->state = SRV_DOWN;
+    s->outstanding = 0;
+    s->retry_at_ns = feed_now_ns() + (uint64_t)s->backoff_ms * 1000000u;
+    s->backoff_ms = s->backoff_ms * 2 > CLIENT_BACKOFF_MAX_MS ? CLIENT_BACKOFF_MAX_MS
+                                                              : s->backoff_ms * 2;
+    if (s->channel) {
+        grpc_channel_destroy(s->channel);
+        s->channel = NULL;
+    }
+}
+
+void sched_check_deadlines(loader *l, uint64_t now)
+{
+    uint64_t limit = (uint64_t)l->cfg.batch_deadline_ms * 1000000u;
+    for (uint32_t i = 0; i < l->num_slots; i++) {
+        slot *sl = &l->slots[i];
+        if (sl->state == SLOT_INFLIGHT && now - sl->sent_ns > limit)
+            sched_fail_server(l, sl->server, "batch deadline passed");
+    }
+}
+
+/*
+ * Fills the slot from a checked Batch whose pixels are already in sl->raw:
+ * labels, status, the bad-sample policy, then normalisation (host) or the
+ * copy + kernel (GPU). Runs unlocked; counts[] collects per-status errors.
+ */
+static int land(loader *l, slot *sl, const Feed__V1__Batch *b, uint64_t *counts)
+{
+    uint32_t n = sl->n;
+    size_t sb = sample_bytes(l);
+    uint32_t bad = 0, substituted = 0;
+    bool unfixable = false;
+    for (uint32_t i = 0; i < n; i++) {
+        sl->labels[i] = b->labels[i];
+        sl->status[i] = (uint8_t)b->status[i];
+        if (sl->status[i] != FEED_SAMPLE_OK) {
+            counts[sl->status[i]]++;
+            bad++;
+        }
+    }
+    if (bad && l->cfg.bad_sample_policy == FEED_BAD_SAMPLE_SUBSTITUTE) {
+        /* The next good sample after i, cyclically: deterministic for a batch. */
+        for (uint32_t i = 0; i < n; i++) {
+            if (sl->status[i] == FEED_SAMPLE_OK)
+                continue;
+            uint32_t j = (i + 1) % n;
+            while (j != i && sl->status[j] != FEED_SAMPLE_OK)
+                j = (j + 1) % n;
+            if (j == i) {
+                unfixable = true;
+                break;
+            }
+            memcpy(sl->raw + (size_t)i * sb, sl->raw + (size_t)j * sb, sb);
+            sl->labels[i] = sl->labels[j];
+            substituted++;
+        }
+    }
+    sl->result = bad && (unfixable || l->cfg.bad_sample_policy == FEED_BAD_SAMPLE_FAIL)
+                     ? FEED_EBADSAMPLE
+                     : 0;
+    feed_batch *fb = &sl->batch;
+    memset(fb, 0, sizeof(*fb));
+    fb->n = n;
+    fb->c = 3;
+    fb->h = l->cfg.transform.out_h;
+    fb->w = l->cfg.transform.out_w;
+    fb->dtype = l->cfg.dtype;
+    fb->layout = l->cfg.layout;
+    fb->bytes = (size_t)n * sb * client_dtype_size(l->cfg.dtype);
+    fb->labels = sl->labels;
+    fb->indices = sl->indices;
+    fb->status = sl->status;
+    fb->batch_number = sl->batch_number;
+    fb->epoch = l->epoch; /* stable: set_epoch waits while a slot is LANDING */
+    fb->substituted = substituted;
+    if (l->gpu) {
+        if (client_gpu_slot_submit(l->gpu, sl->gpu, sl->raw, sl->labels, n, l->cfg.layout,
+                                   l->cfg.mean, l->cfg.std))
+            return FEED_ECUDA;
+        fb->data = client_gpu_slot_data(sl->gpu);
+        fb->labels_device = client_gpu_slot_labels(sl->gpu);
+        fb->ready_event = client_gpu_slot_ready_event(sl->gpu);
+        return 0;
+    }
+    if (sl->out != sl->raw)
+        client_normalize_host(sl->raw, n, fb->h, fb->w, l->cfg.dtype, l->cfg.layout, l->cfg.mean,
+                              l->cfg.std, sl->out);
+    fb->data = sl->out;
+    return 0;
+}
+
+static slot *find_request(loader *l, const server *s, uint64_t id)
+{
+    for (uint32_t i = 0; i < l->num_slots; i++) {
+        slot *sl = &l->slots[i];
+        if (sl->state == SLOT_INFLIGHT && sl->server == s && sl->request_id == id)
+            return sl;
+    }
+    return NULL;
+}
+
+void sched_on_batch(loader *l, server *s, const uint8_t *msg, size_t len)
+{
+    uint64_t id;
+    if (wire_peek_batch_id(msg, len, &id)) {
+        sched_fail_server(l, s, "malformed Batch");
+        return;
+    }
+    if (s->outstanding)
+        s->outstanding--;
+    slot *sl = find_request(l, s, id);
+    if (!sl) {
+        client_log(l, FEED_LOG_DEBUG, "server %s: dropping reply %llu (no live request)",
+                   s->target, (unsigned long long)id);
+        return;
+    }
+    sl->state = SLOT_LANDING;
+    wire_expect e = {.batch_id = id,
+                     .epoch = l->epoch,
+                     .indices = sl->indices,
+                     .n = sl->n,
+                     .h = l->cfg.transform.out_h,
+                     .w = l->cfg.transform.out_w,
+                     .num_classes = l->num_classes};
+    size_t raw_bytes = sample_bytes(l) * sl->n;
+    uint64_t counts[FEED_SAMPLE_STATUS_COUNT] = {0};
+    char why[160] = "malformed Batch";
+
+    pthread_mutex_unlock(&l->mu);
+    wire_arena_reset(&l->arena, sl->raw, raw_bytes);
+    Feed__V1__Batch *b = feed__v1__batch__unpack(&l->arena.pa, len, msg);
+    int rc = b ? wire_check_batch(b, &e, why, sizeof(why)) : FEED_EPROTO;
+    if (rc == 0) {
+        if (b->data.data != sl->raw)
+            memcpy(sl->raw, b->data.data, raw_bytes);
+        rc = land(l, sl, b, counts);
+    }
+    pthread_mutex_lock(&l->mu);
+
+    if (rc == 0) {
+        sl->state = SLOT_READY;
+        sl->ready_seq = ++l->ready_seq;
+        s->batches++;
+        l->stats.bytes_received += raw_bytes;
+        for (int k = 1; k < FEED_SAMPLE_STATUS_COUNT; k++)
+            l->stats.sample_errors[k] += counts[k];
+        return;
+    }
+    sl->state = SLOT_PENDING;
+    sl->server = NULL;
+    l->stats.reissued++;
+    if (rc == FEED_ECORRUPT) {
+        l->stats.crc_errors++;
+        client_log(l, FEED_LOG_WARN, "server %s: %s; re-issuing", s->target, why);
+    } else if (rc == FEED_ECUDA) {
+        l->fatal = FEED_ECUDA;
+        client_log(l, FEED_LOG_ERROR, "CUDA copy/normalise failed");
+    } else if (s->state != SRV_DOWN) {
+        client_log(l, FEED_LOG_WARN, "server %s: %s", s->target, why);
+        sched_fail_server(l, s, "protocol error");
+    }
+}
+
+int sched_reset_epoch(loader *l, uint32_t epoch, uint64_t start_batch)
+{
+    client_plan plan;
+    int rc = client_plan_build(&plan, l->num_samples, l->cfg.seed, epoch, l->cfg.rank,
+                               l->cfg.world, l->cfg.batch_size, l->cfg.drop_last);
+    if (rc)
+        return rc;
+    if (start_batch > plan.batches) {
+        client_plan_free(&plan);
+        return FEED_EINVAL;
+    }
+    for (uint32_t i = 0; i < l->num_slots; i++) {
+        slot *sl = &l->slots[i];
+        if (sl->state == SLOT_PENDING || sl->state == SLOT_INFLIGHT || sl->state == SLOT_READY)
+            sl->state = SLOT_FREE;
+    }
+    client_plan_free(&l->plan);
+    l->plan = plan;
+    l->epoch = epoch;
+    l->next_assign = start_batch;
+    l->next_deliver = start_batch;
+    l->delivered = 0;
+    l->to_deliver = plan.batches - start_batch;
+    return 0;
+}
