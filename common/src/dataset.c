@@ -156,8 +156,7 @@ static int list_dir(const char *dir_path, mode_t kind, size_t max, name_list *ou
         if (!de) {
             if (errno) {
                 rc = FEED_EIO;
-                set_err(err, err_cap, "%s: cannot read directory: %s", dir_path,
-                        strerror(errno));
+                set_err(err, err_cap, "%s: cannot read directory: %s", dir_path, strerror(errno));
             }
             break;
         }
@@ -188,8 +187,7 @@ out:
 }
 
 /* Appends s and its NUL to the arena; returns its offset through *off. */
-static int arena_add(feed_buf *arena, const char *a, const char *b, const char *c,
-                     uint64_t *off)
+static int arena_add(feed_buf *arena, const char *a, const char *b, const char *c, uint64_t *off)
 {
     *off = arena->len;
     int rc = feed_buf_append(arena, a, strlen(a));
@@ -258,8 +256,7 @@ static int imagefolder_open(struct feed_dataset *ds, const char *path,
         goto out;
     if (classes.n == 0) {
         rc = FEED_ENOTFOUND;
-        set_err(err, err_cap, "%s: no class directories (expected root/<class>/<image>.jpg)",
-                root);
+        set_err(err, err_cap, "%s: no class directories (expected root/<class>/<image>.jpg)", root);
         goto out;
     }
     class_off = calloc(classes.n, sizeof(*class_off));
@@ -282,8 +279,8 @@ static int imagefolder_open(struct feed_dataset *ds, const char *path,
             goto out;
         }
         uint64_t room = lim->max_samples - ds->count;
-        rc = list_dir(class_dir, S_IFREG, room > SIZE_MAX ? SIZE_MAX : (size_t)room, &files,
-                      err, err_cap);
+        rc = list_dir(class_dir, S_IFREG, room > SIZE_MAX ? SIZE_MAX : (size_t)room, &files, err,
+                      err_cap);
         if (rc == FEED_ETOOBIG)
             set_err(err, err_cap, "%s: more than %llu samples (the max_samples limit)", root,
                     (unsigned long long)lim->max_samples);
@@ -297,8 +294,8 @@ static int imagefolder_open(struct feed_dataset *ds, const char *path,
         for (size_t f = 0; f < files.n; f++) {
             if ((size_t)w + 1 + strlen(files.v[f]) > FEED_DATASET_MAX_PATH) {
                 rc = FEED_ETOOBIG;
-                set_err(err, err_cap, "%s/%s: path longer than %u bytes", class_dir,
-                        files.v[f], FEED_DATASET_MAX_PATH);
+                set_err(err, err_cap, "%s/%s: path longer than %u bytes", class_dir, files.v[f],
+                        FEED_DATASET_MAX_PATH);
                 goto out;
             }
             rc = arena_add(&arena, class_dir, files.v[f], NULL, &ds->path_offset[ds->count]);

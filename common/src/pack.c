@@ -141,9 +141,10 @@ static int check_header(const uint8_t *h, uint64_t size, const char *path,
 
     if (header_bytes != FEED_PACK_HEADER_BYTES || index_off != FEED_PACK_HEADER_BYTES ||
         flags != 0) {
-        set_err(err, err_cap, "%s: corrupt pack header (header size %u, index offset %llu, "
-                "flags %llu)", path, header_bytes, (unsigned long long)index_off,
-                (unsigned long long)flags);
+        set_err(err, err_cap,
+                "%s: corrupt pack header (header size %u, index offset %llu, "
+                "flags %llu)",
+                path, header_bytes, (unsigned long long)index_off, (unsigned long long)flags);
         return FEED_ECORRUPT;
     }
     if (count > lim->max_samples) {
@@ -160,8 +161,10 @@ static int check_header(const uint8_t *h, uint64_t size, const char *path,
         __builtin_add_overflow(index_off, index_bytes, &index_end) || names_off != index_end ||
         __builtin_add_overflow(names_off, names_bytes, &names_end) || data_off != names_end ||
         __builtin_add_overflow(data_off, data_bytes, &data_end)) {
-        set_err(err, err_cap, "%s: corrupt pack header (sections overflow or are not "
-                "contiguous)", path);
+        set_err(err, err_cap,
+                "%s: corrupt pack header (sections overflow or are not "
+                "contiguous)",
+                path);
         return FEED_ECORRUPT;
     }
     if (data_end != size) {
@@ -266,10 +269,11 @@ int feed_pack_open_into(struct feed_dataset *ds, const char *path, const feed_da
         feed_pack_entry(ds, i, &off, &len, &label);
         if (off < data_off || __builtin_add_overflow(off, (uint64_t)len, &end) || end > data_end) {
             rc = FEED_ECORRUPT;
-            set_err(err, err_cap, "%s: index entry %llu (offset %llu, length %u) lies outside "
-                    "the data section [%llu, %llu)", path, (unsigned long long)i,
-                    (unsigned long long)off, len, (unsigned long long)data_off,
-                    (unsigned long long)data_end);
+            set_err(err, err_cap,
+                    "%s: index entry %llu (offset %llu, length %u) lies outside "
+                    "the data section [%llu, %llu)",
+                    path, (unsigned long long)i, (unsigned long long)off, len,
+                    (unsigned long long)data_off, (unsigned long long)data_end);
             goto out;
         }
         if (label >= ds->num_classes) {
@@ -432,8 +436,9 @@ int feed_pack_writer_finish(feed_pack_writer *w, char *err, size_t err_cap)
     }
     put_u64(w->meta + FEED_PACK_OFF_DATA_BYTES, w->data_bytes);
     put_u32(w->meta + FEED_PACK_OFF_CRC, pack_crc(w->meta, w->data_off));
-    if (fseeko(w->f, 0, SEEK_SET) != 0 || fwrite(w->meta, 1, (size_t)w->data_off, w->f) !=
-        (size_t)w->data_off || fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) {
+    if (fseeko(w->f, 0, SEEK_SET) != 0 ||
+        fwrite(w->meta, 1, (size_t)w->data_off, w->f) != (size_t)w->data_off || fflush(w->f) != 0 ||
+        fsync(fileno(w->f)) != 0) {
         rc = FEED_EIO;
         set_err(err, err_cap, "%s: write failed: %s", w->tmp_path, strerror(errno));
         goto out;

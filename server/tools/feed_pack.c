@@ -21,8 +21,9 @@
  * times the largest sample. The pack goes to OUT.pack.tmp.<pid> and is renamed
  * when complete.
  *
- * --verify opens a dataset as feedd would, parses every sample's JPEG header
- * and prints counts; with --expect-max-side it fails if any image is larger.
+ * --verify opens a dataset as feedd would, decodes every sample with libjpeg
+ * and prints counts (undecodable ones included); with --expect-max-side it
+ * fails if any image is larger.
  */
 #include <errno.h>
 #include <math.h>
@@ -46,9 +47,9 @@
 
 #define MAX_THREADS 64u
 #define CHUNK_PER_THREAD 16u
-#define MAX_SAMPLE_BYTES (1ull << 30)  /* one input or output image */
+#define MAX_SAMPLE_BYTES (1ull << 30)     /* one input or output image */
 #define MAX_PIXELS (100ull * 1000 * 1000) /* declared pixels we agree to decode */
-#define MAX_REPORTED 20                 /* per-sample messages before we only count */
+#define MAX_REPORTED 20                   /* per-sample messages before we only count */
 
 enum subsample { SUB_UNSET, SUB_420, SUB_444, SUB_KEEP };
 
@@ -602,29 +603,54 @@ out:
     return rc;
 }
 
-/* The longer side declared by a JPEG header; -1 if the header does not parse. */
-static int header_side(struct jpeg_decompress_struct *dec, struct jerr *jerr, const uint8_t *data,
-                       size_t len, uint32_t *longer)
+/*
+ * Decodes a whole image (into one reused row) and gives its longer side;
+ * -1 if libjpeg fails or warns (corrupt data it would paper over).
+ */
+__attribute__((noinline)) static int decode_body(struct jpeg_decompress_struct *dec,
+                                                 const uint8_t *data, size_t len, feed_buf *row,
+                                                 uint32_t *longer)
+{
+    jpeg_mem_src(dec, data, (unsigned long)len);
+    jpeg_read_header(dec, TRUE);
+    if ((uint64_t)dec->image_width * dec->image_height > MAX_PIXELS) {
+        jpeg_abort_decompress(dec);
+        return -1;
+    }
+    jpeg_start_decompress(dec);
+    if (feed_buf_reserve(row, (size_t)dec->output_width * dec->output_components)) {
+        jpeg_abort_decompress(dec);
+        return -1;
+    }
+    while (dec->output_scanline < dec->output_height) {
+        JSAMPROW r = row->data;
+        jpeg_read_scanlines(dec, &r, 1);
+    }
+    jpeg_finish_decompress(dec);
+    *longer = dec->image_width > dec->image_height ? dec->image_width : dec->image_height;
+    return dec->err->num_warnings ? -1 : 0;
+}
+
+static int decode_side(struct jpeg_decompress_struct *dec, struct jerr *jerr, const uint8_t *data,
+                       size_t len, feed_buf *row, uint32_t *longer)
 {
     jmp_buf jb;
     jerr->jmp = &jb;
+    jerr->mgr.num_warnings = 0;
     if (setjmp(jb)) {
         jpeg_abort_decompress(dec);
         return -1;
     }
-    jpeg_mem_src(dec, data, (unsigned long)len);
-    jpeg_read_header(dec, TRUE);
-    *longer = dec->image_width > dec->image_height ? dec->image_width : dec->image_height;
-    jpeg_abort_decompress(dec);
-    return 0;
+    return decode_body(dec, data, len, row, longer);
 }
 
 static int run_verify(const char *path, uint32_t expect_max_side)
 {
     int rc = 1;
     feed_dataset *ds = NULL;
-    feed_buf scratch;
+    feed_buf scratch, row;
     feed_buf_init(&scratch, MAX_SAMPLE_BYTES);
+    feed_buf_init(&row, 16u << 20);
     struct jpeg_decompress_struct dec;
     struct jerr jerr;
     char err[1024];
@@ -652,7 +678,7 @@ static int run_verify(const char *path, uint32_t expect_max_side)
         }
         bytes += len;
         uint32_t longer;
-        if (header_side(&dec, &jerr, data, len, &longer)) {
+        if (decode_side(&dec, &jerr, data, len, &row, &longer)) {
             bad++;
             continue;
         }
@@ -661,7 +687,7 @@ static int run_verify(const char *path, uint32_t expect_max_side)
         too_big += expect_max_side && longer > expect_max_side;
     }
     printf("%s: %s, %llu samples, %u classes, %llu image bytes, largest side %u, "
-           "%llu without a readable JPEG header\n",
+           "%llu undecodable\n",
            path, feed_dataset_format(ds), (unsigned long long)count, feed_dataset_num_classes(ds),
            (unsigned long long)bytes, max_long, (unsigned long long)bad);
     if (too_big) {
@@ -673,6 +699,7 @@ static int run_verify(const char *path, uint32_t expect_max_side)
 out:
     jpeg_destroy_decompress(&dec);
     feed_buf_free(&scratch);
+    feed_buf_free(&row);
     feed_dataset_close(ds);
     return rc;
 }
@@ -690,10 +717,9 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 
 static void usage(void)
 {
-    fprintf(stderr,
-            "usage: feed-pack SRC OUT.pack [--max-side N] [--quality Q] "
-            "[--subsample 420|444|keep] [--threads N]\n"
-            "       feed-pack --verify PACK_OR_DIR [--expect-max-side N]\n");
+    fprintf(stderr, "usage: feed-pack SRC OUT.pack [--max-side N] [--quality Q] "
+                    "[--subsample 420|444|keep] [--threads N]\n"
+                    "       feed-pack --verify PACK_OR_DIR [--expect-max-side N]\n");
 }
 
 int main(int argc, char **argv)
@@ -722,8 +748,8 @@ int main(int argc, char **argv)
             o.threads = v32;
             i++;
         } else if (strcmp(a, "--subsample") == 0 && v) {
-            o.sub = strcmp(v, "420") == 0   ? SUB_420
-                    : strcmp(v, "444") == 0 ? SUB_444
+            o.sub = strcmp(v, "420") == 0    ? SUB_420
+                    : strcmp(v, "444") == 0  ? SUB_444
                     : strcmp(v, "keep") == 0 ? SUB_KEEP
                                              : SUB_UNSET;
             if (o.sub == SUB_UNSET) {

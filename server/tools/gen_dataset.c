@@ -66,12 +66,24 @@ static void hsv_to_rgb(double h, double s, double v, float rgb[3])
     double f = h - i, p = v * (1 - s), q = v * (1 - s * f), t = v * (1 - s * (1 - f));
     double r, g, b;
     switch (i % 6) {
-    case 0: r = v, g = t, b = p; break;
-    case 1: r = q, g = v, b = p; break;
-    case 2: r = p, g = v, b = t; break;
-    case 3: r = p, g = q, b = v; break;
-    case 4: r = t, g = p, b = v; break;
-    default: r = v, g = p, b = q; break;
+    case 0:
+        r = v, g = t, b = p;
+        break;
+    case 1:
+        r = q, g = v, b = p;
+        break;
+    case 2:
+        r = p, g = v, b = t;
+        break;
+    case 3:
+        r = p, g = q, b = v;
+        break;
+    case 4:
+        r = t, g = p, b = v;
+        break;
+    default:
+        r = v, g = p, b = q;
+        break;
     }
     rgb[0] = (float)(r * 255.0);
     rgb[1] = (float)(g * 255.0);
@@ -101,8 +113,8 @@ typedef struct sample_plan {
 
 static void plan_sample(feed_rng *r, uint32_t j, sample_plan *p)
 {
-    static const double aspects[] = {1.0, 4.0 / 3, 3.0 / 4, 3.0 / 2, 2.0 / 3, 16.0 / 9,
-                                     2.0, 0.5, 4.0, 0.25};
+    static const double aspects[] = {1.0,      4.0 / 3, 3.0 / 4, 3.0 / 2, 2.0 / 3,
+                                     16.0 / 9, 2.0,     0.5,     4.0,     0.25};
     double lside = exp(log(MIN_SIDE) + feed_rng_uniform(r) * (log(MAX_SIDE) - log(MIN_SIDE)));
     double aspect = aspects[feed_rng_below(r, sizeof(aspects) / sizeof(aspects[0]))];
     double wd = aspect >= 1 ? lside : lside * aspect, hd = aspect >= 1 ? lside / aspect : lside;
@@ -221,8 +233,9 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: feed-gen-dataset OUT_DIR [--classes N (1..%u, default 10)] "
-                    "[--per-class M (1..%u, default 40)] [--seed S (default 1)]\n",
+    fprintf(stderr,
+            "usage: feed-gen-dataset OUT_DIR [--classes N (1..%u, default 10)] "
+            "[--per-class M (1..%u, default 40)] [--seed S (default 1)]\n",
             MAX_CLASSES, MAX_PER_CLASS);
 }
 

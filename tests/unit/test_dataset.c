@@ -332,8 +332,8 @@ static void *reader_main(void *p)
             size_t len;
             char want[32];
             snprintf(want, sizeof(want), "sample-%llu", (unsigned long long)i);
-            if (feed_dataset_read(a->ds, i, &scratch, &data, &len) != 0 ||
-                len != strlen(want) || memcmp(data, want, len) != 0)
+            if (feed_dataset_read(a->ds, i, &scratch, &data, &len) != 0 || len != strlen(want) ||
+                memcmp(data, want, len) != 0)
                 a->failures++;
         }
     }
