@@ -190,6 +190,7 @@ static void start_stream(loader *l, server *s)
     s->state = SRV_UP;
     s->outstanding = 0;
     s->backoff_ms = CLIENT_BACKOFF_FIRST_MS;
+    s->quiet = false;
     char name[64];
     snprintf(name, sizeof(name), "libfeedclient rank %u/%u", l->cfg.rank, l->cfg.world);
     wire_open wo = {.dataset = l->dataset,
@@ -272,8 +273,11 @@ static void on_describe(loader *l, call_ctx *c, bool ok)
         char *d = grpc_slice_to_c_string(c->details);
         if (c->status == GRPC_STATUS_NOT_FOUND)
             l->notfound_seen = true;
-        client_log(l, FEED_LOG_WARN, "server %s: Describe failed (status %d: %s)", s->target,
-                   (int)c->status, d ? d : "");
+        /* A server that stays down would log every retry: warn once per outage. */
+        client_log(l, s->quiet ? FEED_LOG_DEBUG : FEED_LOG_WARN,
+                   "server %s: Describe failed (status %d: %s)", s->target, (int)c->status,
+                   d ? d : "");
+        s->quiet = true;
         gpr_free(d);
         sched_fail_server(l, s, "Describe failed");
         goto out;

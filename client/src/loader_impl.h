@@ -109,6 +109,7 @@ struct server {
     bool removed;            /* [mu] vanished from DNS */
     bool seen;               /* [mu] scratch for applying a DNS result */
     bool ever_tried;
+    bool quiet;              /* [mu] Describe failure already logged for this outage */
     server_state state;      /* [mu] */
     grpc_channel *channel;   /* [mu] */
     call_ctx *describe;      /* [mu] */

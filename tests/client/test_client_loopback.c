@@ -1,0 +1,626 @@
+/*
+ * libfeedclient against real feedd processes over real gRPC on 127.0.0.1:
+ * a whole epoch over one and over three servers (every sample exactly once,
+ * in plan order, right labels, identical bytes), rank partitions, kill -9 of
+ * a server mid-epoch, a server that comes up after open, every server dead
+ * (FEED_EUNAVAILABLE, no hang), resume from a cursor, ordered = false, host
+ * normalisation end to end, and both bad-sample policies on a dataset with
+ * corrupt files. Skips (saying so) when feedd has not been built.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "feed/client.h"
+#include "feed/errors.h"
+#include "feed/timeutil.h"
+#include "feedtest.h"
+#include "norm_ref.h"
+#include "plan.h"
+
+#define CLASSES 4u
+#define PER_CLASS 24u
+#define NSAMPLES (CLASSES * PER_CLASS)
+#define SIDE 32u
+#define MAXB 16u
+#define MAXBATCHES 256u
+#define SEED 1234u
+#define EPOCH 3u
+
+typedef struct rec {
+    uint64_t batch_number;
+    uint32_t n;
+    int rc;
+    uint32_t substituted;
+    uint64_t idx[MAXB];
+    int64_t lab[MAXB];
+    uint8_t st[MAXB];
+    uint8_t *data;
+    size_t bytes;
+} rec;
+
+typedef struct run {
+    rec r[MAXBATCHES];
+    size_t count;
+} run;
+
+static char g_root[256];
+static char g_good[300], g_bad[300];
+static char g_good_arg[340], g_bad_arg[340];
+static bool g_have_feedd;
+
+static void log_to_stderr(void *user, int level, const char *msg)
+{
+    (void)user;
+    if (level <= 1 || getenv("FEED_TEST_VERBOSE"))
+        fprintf(stderr, "  [client %d] %s\n", level, msg);
+}
+
+static void run_free(run *r)
+{
+    for (size_t i = 0; i < r->count; i++)
+        free(r->r[i].data);
+    r->count = 0;
+}
+
+static void base_cfg(feed_loader_config *c, const char *const *targets, size_t n, uint32_t batch)
+{
+    feed_loader_config_default(c);
+    c->targets = targets;
+    c->num_targets = n;
+    c->dataset = "small";
+    c->transform.out_h = c->transform.out_w = SIDE;
+    c->batch_size = batch;
+    c->seed = SEED;
+    c->epoch = EPOCH;
+    c->window_per_server = 2;
+    c->prefetch = 2;
+    c->dtype = FEED_DTYPE_UINT8;
+    c->layout = FEED_LAYOUT_NHWC;
+    c->device = FEED_DEVICE_HOST;
+    c->batch_deadline_ms = 20000;
+    c->unavailable_timeout_ms = 20000;
+    c->log_fn = log_to_stderr;
+}
+
+/* Takes one batch into r (copying everything) and releases it. Returns next()'s code. */
+static int take(feed_loader *l, run *r)
+{
+    feed_batch *b = NULL;
+    int rc = feed_loader_next(l, &b);
+    if (rc != 0 && rc != FEED_EBADSAMPLE)
+        return rc;
+    assert_non_null(b);
+    assert_true(r->count < MAXBATCHES);
+    assert_true(b->n <= MAXB);
+    rec *x = &r->r[r->count++];
+    x->batch_number = b->batch_number;
+    x->n = b->n;
+    x->rc = rc;
+    x->substituted = b->substituted;
+    memcpy(x->idx, b->indices, b->n * sizeof(uint64_t));
+    memcpy(x->lab, b->labels, b->n * sizeof(int64_t));
+    memcpy(x->st, b->status, b->n);
+    x->bytes = b->bytes;
+    x->data = malloc(b->bytes);
+    assert_non_null(x->data);
+    memcpy(x->data, b->data, b->bytes);
+    assert_int_equal(b->c, 3);
+    assert_int_equal(b->h, SIDE);
+    assert_int_equal(b->w, SIDE);
+    assert_int_equal(feed_loader_release(l, b, NULL), 0);
+    return rc;
+}
+
+static void collect_all(feed_loader *l, run *r)
+{
+    int rc;
+    while ((rc = take(l, r)) == 0 || rc == FEED_EBADSAMPLE)
+        ;
+    assert_int_equal(rc, FEED_EEOF);
+}
+
+/* Batches in plan order, from `first`, every sample exactly as the plan says, labels right. */
+static void check_plan_order(const run *r, uint32_t rank, uint32_t world, uint32_t batch,
+                             uint64_t first)
+{
+    client_plan p;
+    assert_int_equal(client_plan_build(&p, NSAMPLES, SEED, EPOCH, rank, world, batch, false), 0);
+    assert_int_equal(r->count, p.batches - first);
+    for (size_t i = 0; i < r->count; i++) {
+        const uint32_t *s;
+        uint32_t n;
+        client_plan_batch(&p, first + i, &s, &n);
+        assert_int_equal(r->r[i].batch_number, first + i);
+        assert_int_equal(r->r[i].n, n);
+        for (uint32_t k = 0; k < n; k++) {
+            assert_int_equal(r->r[i].idx[k], s[k]);
+            assert_int_equal(r->r[i].lab[k], s[k] / PER_CLASS);
+        }
+    }
+    client_plan_free(&p);
+}
+
+/* Every sample index of the dataset exactly once (world = 1, no padding). */
+static void check_exactly_once(const run *r)
+{
+    uint32_t seen[NSAMPLES] = {0};
+    for (size_t i = 0; i < r->count; i++) {
+        for (uint32_t k = 0; k < r->r[i].n; k++) {
+            assert_true(r->r[i].idx[k] < NSAMPLES);
+            seen[r->r[i].idx[k]]++;
+        }
+    }
+    for (uint32_t i = 0; i < NSAMPLES; i++)
+        assert_int_equal(seen[i], 1);
+}
+
+static void check_same_bytes(const run *a, size_t a_from, const run *b)
+{
+    assert_true(a->count >= a_from + b->count);
+    for (size_t i = 0; i < b->count; i++) {
+        const rec *x = &a->r[a_from + i], *y = &b->r[i];
+        assert_int_equal(x->batch_number, y->batch_number);
+        assert_int_equal(x->bytes, y->bytes);
+        assert_memory_equal(x->idx, y->idx, x->n * sizeof(uint64_t));
+        assert_memory_equal(x->lab, y->lab, x->n * sizeof(int64_t));
+        assert_memory_equal(x->data, y->data, x->bytes);
+    }
+}
+
+static int start_servers(feed_test_server *s, int n, const char *dataset_arg)
+{
+    const char *args[] = {"--dataset", dataset_arg, "--threads", "1", "--log-level", "warn", NULL};
+    for (int i = 0; i < n; i++) {
+        int rc = feed_test_server_start(args, &s[i]);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static void stop_servers(feed_test_server *s, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (s[i].pid > 0)
+            feed_test_server_kill(&s[i]);
+    }
+}
+
+#define NEED_FEEDD()                                                                               \
+    do {                                                                                           \
+        if (!g_have_feedd) {                                                                       \
+            print_message("SKIP: feedd not built ($FEED_BUILD_DIR/server/feedd)\n");               \
+            skip();                                                                                \
+        }                                                                                          \
+    } while (0)
+
+static run g_ref; /* epoch EPOCH, batch 10, one server: the reference bytes */
+
+static void test_epoch_one_and_three_servers(void **state)
+{
+    (void)state;
+    NEED_FEEDD();
+    feed_test_server s[3];
+    assert_int_equal(start_servers(s, 3, g_good_arg), 0);
+    const char *targets[3] = {s[0].target, s[1].target, s[2].target};
+    feed_loader_config c;
+    feed_loader *l = NULL;
+
+    base_cfg(&c, targets, 1, 10);
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    assert_int_equal(feed_loader_dataset_size(l), NSAMPLES);
+    assert_int_equal(feed_loader_batches_per_epoch(l), 10); /* 9 x 10 + 6 */
+    collect_all(l, &g_ref);
+    feed_loader_close(l);
+    check_plan_order(&g_ref, 0, 1, 10, 0);
+    check_exactly_once(&g_ref);
+    assert_int_equal(g_ref.r[9].n, 6);
+
+    run *three = calloc(1, sizeof(*three));
+    base_cfg(&c, targets, 3, 10);
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    collect_all(l, three);
+    feed_loader_stats st;
+    assert_int_equal(feed_loader_get_stats(l, &st), 0);
+    assert_int_equal(st.batches, 10);
+    assert_int_equal(st.samples, NSAMPLES);
+    assert_int_equal(st.servers_known, 3);
+    uint64_t by_servers = 0;
+    for (uint32_t i = 0; i < st.servers_known; i++) {
+        feed_server_stats ss;
+        assert_int_equal(feed_loader_server_stats(l, i, &ss), 0);
+        by_servers += ss.batches;
+    }
+    assert_int_equal(feed_loader_server_stats(l, 3, &(feed_server_stats){0}), FEED_EINVAL);
+    assert_int_equal(by_servers, 10);
+    assert_int_equal(feed_loader_next(l, &(feed_batch *){NULL}), FEED_EEOF);
+    feed_loader_close(l);
+    check_plan_order(three, 0, 1, 10, 0);
+    check_same_bytes(&g_ref, 0, three);
+    run_free(three);
+    free(three);
+    stop_servers(s, 3);
+}
+
+static void test_rank_partitions(void **state)
+{
+    (void)state;
+    NEED_FEEDD();
+    feed_test_server s[1];
+    assert_int_equal(start_servers(s, 1, g_good_arg), 0);
+    const char *targets[1] = {s[0].target};
+    uint32_t seen[NSAMPLES] = {0};
+    run *r = calloc(1, sizeof(*r));
+    for (uint32_t rank = 0; rank < 3; rank++) {
+        feed_loader_config c;
+        feed_loader *l = NULL;
+        base_cfg(&c, targets, 1, 8);
+        c.rank = rank;
+        c.world = 3;
+        assert_int_equal(feed_loader_open(&c, &l), 0);
+        assert_int_equal(feed_loader_batches_per_epoch(l), 4); /* 32 samples per rank */
+        collect_all(l, r);
+        feed_loader_close(l);
+        check_plan_order(r, rank, 3, 8, 0);
+        for (size_t i = 0; i < r->count; i++) {
+            for (uint32_t k = 0; k < r->r[i].n; k++)
+                seen[r->r[i].idx[k]]++;
+        }
+        run_free(r);
+    }
+    for (uint32_t i = 0; i < NSAMPLES; i++)
+        assert_int_equal(seen[i], 1);
+    free(r);
+    stop_servers(s, 1);
+}
+
+static void test_kill_one_of_three(void **state)
+{
+    (void)state;
+    NEED_FEEDD();
+    feed_test_server s[3];
+    assert_int_equal(start_servers(s, 3, g_good_arg), 0);
+    const char *targets[3] = {s[0].target, s[1].target, s[2].target};
+    feed_loader_config c;
+    feed_loader *l = NULL;
+    base_cfg(&c, targets, 3, 10);
+    c.window_per_server = 1;
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    run *r = calloc(1, sizeof(*r));
+    /* Wait for all three to be up, so the kill hits a live stream. */
+    for (int i = 0; i < 200; i++) {
+        feed_loader_stats st;
+        feed_loader_get_stats(l, &st);
+        if (st.servers_up == 3)
+            break;
+        usleep(20000);
+    }
+    assert_int_equal(take(l, r), 0);
+    assert_int_equal(take(l, r), 0);
+    feed_test_server_kill(&s[1]);
+    collect_all(l, r);
+    feed_loader_stats st;
+    assert_int_equal(feed_loader_get_stats(l, &st), 0);
+    print_message("kill -9: failovers %llu, reissued %llu, retries %llu\n",
+                  (unsigned long long)st.failovers, (unsigned long long)st.reissued,
+                  (unsigned long long)st.retries);
+    assert_true(st.failovers >= 1);
+    feed_loader_close(l);
+    check_plan_order(r, 0, 1, 10, 0);
+    check_exactly_once(r);
+    check_same_bytes(&g_ref, 0, r);
+    run_free(r);
+    free(r);
+    stop_servers(s, 3);
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void test_server_started_mid_epoch(void **state)
+{
+    (void)state;
+    NEED_FEEDD();
+    feed_test_server s[2];
+    assert_int_equal(start_servers(s, 1, g_good_arg), 0);
+    char late[64], listen_arg[64];
+    int port = free_port();
+    snprintf(late, sizeof late, "127.0.0.1:%d", port);
+    snprintf(listen_arg, sizeof listen_arg, "127.0.0.1:%d", port);
+    const char *targets[2] = {s[0].target, late};
+    feed_loader_config c;
+    feed_loader *l = NULL;
+    base_cfg(&c, targets, 2, 4);
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    run *r = calloc(1, sizeof(*r));
+    assert_int_equal(take(l, r), 0);
+    feed_server_stats ss;
+    assert_int_equal(feed_loader_server_stats(l, 1, &ss), 0);
+    assert_false(ss.up);
+
+    const char *args[] = {"--dataset", g_good_arg, "--threads", "1", "--listen", listen_arg,
+                          "--log-level", "warn", NULL};
+    assert_int_equal(feed_test_server_start(args, &s[1]), 0);
+    /* Keep training until the late server has made batches (bounded by epochs). */
+    uint64_t late_batches = 0;
+    for (int epoch = 0; epoch < 100 && late_batches == 0; epoch++) {
+        int rc;
+        while ((rc = take(l, r)) == 0)
+            ;
+        assert_int_equal(rc, FEED_EEOF);
+        run_free(r);
+        assert_int_equal(feed_loader_set_epoch(l, EPOCH + 1 + (uint32_t)epoch, 0), 0);
+        assert_int_equal(feed_loader_server_stats(l, 1, &ss), 0);
+        late_batches = ss.batches;
+    }
+    print_message("late server %s: %llu batches\n", ss.target, (unsigned long long)late_batches);
+    assert_true(late_batches > 0);
+    feed_loader_close(l);
+    free(r);
+    stop_servers(s, 2);
+}
+
+static void test_all_servers_dead(void **state)
+{
+    (void)state;
+    NEED_FEEDD();
+    feed_test_server s[2];
+    assert_int_equal(start_servers(s, 2, g_good_arg), 0);
+    const char *targets[2] = {s[0].target, s[1].target};
+    feed_loader_config c;
+    feed_loader *l = NULL;
+    base_cfg(&c, targets, 2, 2);
+    c.unavailable_timeout_ms = 1500;
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    run *r = calloc(1, sizeof(*r));
+    assert_int_equal(take(l, r), 0);
+    stop_servers(s, 2);
+    uint64_t t0 = feed_now_ns();
+    int rc;
+    while ((rc = take(l, r)) == 0)
+        ;
+    double secs = (double)(feed_now_ns() - t0) / 1e9;
+    print_message("all servers dead: %s after %.2f s (%zu batches still delivered)\n",
+                  feed_err_name(rc), secs, r->count - 1);
+    assert_int_equal(rc, FEED_EUNAVAILABLE);
+    /* Generous bound: the point is that next() returns rather than hangs. */
+    assert_true(secs < 60.0);
+    /* And it keeps answering, without blocking for another timeout. */
+    assert_int_equal(feed_loader_next(l, &(feed_batch *){NULL}), FEED_EUNAVAILABLE);
+    feed_loader_close(l);
+    run_free(r);
+    free(r);
+}
+
+static void test_resume(void **state)
+{
+    (void)state;
+    NEED_FEEDD();
+    assert_int_equal(g_ref.count, 10); /* made by the first test */
+    feed_test_server s[1];
+    assert_int_equal(start_servers(s, 1, g_good_arg), 0);
+    const char *targets[1] = {s[0].target};
+    feed_loader_config c;
+    feed_loader *l = NULL;
+    base_cfg(&c, targets, 1, 10);
+    c.start_batch = 4;
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    run *r = calloc(1, sizeof(*r));
+    collect_all(l, r);
+    check_plan_order(r, 0, 1, 10, 4);
+    check_same_bytes(&g_ref, 4, r);
+    run_free(r);
+    /* set_epoch on a live loader: a different epoch, then back to the cursor. */
+    assert_int_equal(feed_loader_set_epoch(l, EPOCH + 1, 0), 0);
+    assert_int_equal(take(l, r), 0);
+    assert_memory_not_equal(r->r[0].idx, g_ref.r[0].idx, 10 * sizeof(uint64_t));
+    run_free(r);
+    assert_int_equal(feed_loader_set_epoch(l, EPOCH, 7), 0);
+    collect_all(l, r);
+    check_same_bytes(&g_ref, 7, r);
+    assert_int_equal(feed_loader_set_epoch(l, EPOCH, 11), FEED_EINVAL);
+    feed_loader_close(l);
+    run_free(r);
+    free(r);
+    stop_servers(s, 1);
+}
+
+static void test_unordered_and_normalised(void **state)
+{
+    (void)state;
+    NEED_FEEDD();
+    assert_int_equal(g_ref.count, 10);
+    feed_test_server s[3];
+    assert_int_equal(start_servers(s, 3, g_good_arg), 0);
+    const char *targets[3] = {s[0].target, s[1].target, s[2].target};
+    feed_loader_config c;
+    feed_loader *l = NULL;
+    run *r = calloc(1, sizeof(*r));
+    base_cfg(&c, targets, 3, 10);
+    c.ordered = false;
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    collect_all(l, r);
+    feed_loader_close(l);
+    check_exactly_once(r);
+    for (size_t i = 0; i < r->count; i++) {
+        const rec *x = &r->r[i], *y = &g_ref.r[x->batch_number];
+        assert_memory_equal(x->data, y->data, x->bytes);
+    }
+    run_free(r);
+
+    /* Every dtype/layout through the real path matches the reference on the raw bytes. */
+    for (int dt = FEED_DTYPE_UINT8; dt <= FEED_DTYPE_FP32; dt++) {
+        for (int lay = FEED_LAYOUT_NCHW; lay <= FEED_LAYOUT_NHWC; lay++) {
+            base_cfg(&c, targets, 1, 10);
+            c.dtype = (feed_dtype)dt;
+            c.layout = (feed_layout)lay;
+            assert_int_equal(feed_loader_open(&c, &l), 0);
+            assert_int_equal(take(l, r), 0);
+            feed_loader_close(l);
+            size_t first;
+            assert_int_equal(r->r[0].bytes,
+                             g_ref.r[0].bytes * (dt == 3 ? 4 : (dt == 0 ? 1 : 2)));
+            assert_int_equal(ref_normalize_compare(g_ref.r[0].data, 10, SIDE, SIDE,
+                                                   (feed_dtype)dt, (feed_layout)lay, c.mean,
+                                                   c.std, r->r[0].data, &first),
+                             0);
+            run_free(r);
+        }
+    }
+    free(r);
+    stop_servers(s, 3);
+}
+
+static void test_bad_samples(void **state)
+{
+    (void)state;
+    NEED_FEEDD();
+    feed_test_server s[1];
+    assert_int_equal(start_servers(s, 1, g_bad_arg), 0);
+    const char *targets[1] = {s[0].target};
+    feed_loader_config c;
+    feed_loader *l = NULL;
+    run *r = calloc(1, sizeof(*r));
+    base_cfg(&c, targets, 1, 5); /* 19 samples: 5, 5, 5, 4, so no batch is all bad */
+    c.dataset = "bad";
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    collect_all(l, r);
+    feed_loader_stats st;
+    assert_int_equal(feed_loader_get_stats(l, &st), 0);
+    feed_loader_close(l);
+    size_t sb = (size_t)SIDE * SIDE * 3;
+    uint32_t bad = 0, subst = 0;
+    for (size_t i = 0; i < r->count; i++) {
+        rec *x = &r->r[i];
+        assert_int_equal(x->rc, 0);
+        subst += x->substituted;
+        for (uint32_t k = 0; k < x->n; k++) {
+            if (x->st[k] == FEED_SAMPLE_OK)
+                continue;
+            bad++;
+            uint32_t j = (k + 1) % x->n;
+            while (x->st[j] != FEED_SAMPLE_OK)
+                j = (j + 1) % x->n;
+            assert_memory_equal(x->data + k * sb, x->data + j * sb, sb);
+            assert_int_equal(x->lab[k], x->lab[j]);
+        }
+    }
+    uint64_t counted = 0;
+    for (int k = 1; k < FEED_SAMPLE_STATUS_COUNT; k++)
+        counted += st.sample_errors[k];
+    print_message("bad samples: %u substituted, not_jpeg %llu, truncated %llu, corrupt %llu\n",
+                  subst, (unsigned long long)st.sample_errors[FEED_SAMPLE_NOT_JPEG],
+                  (unsigned long long)st.sample_errors[FEED_SAMPLE_TRUNCATED],
+                  (unsigned long long)st.sample_errors[FEED_SAMPLE_CORRUPT]);
+    assert_int_equal(bad, 3);
+    assert_int_equal(subst, 3);
+    assert_int_equal(counted, 3);
+    assert_int_equal(st.sample_errors[FEED_SAMPLE_EMPTY], 1);
+    run_free(r);
+
+    c.bad_sample_policy = FEED_BAD_SAMPLE_FAIL;
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    collect_all(l, r);
+    feed_loader_close(l);
+    uint32_t failed_batches = 0;
+    bad = 0;
+    for (size_t i = 0; i < r->count; i++) {
+        uint32_t in_batch = 0;
+        for (uint32_t k = 0; k < r->r[i].n; k++)
+            in_batch += r->r[i].st[k] != FEED_SAMPLE_OK;
+        bad += in_batch;
+        assert_int_equal(r->r[i].rc, in_batch ? FEED_EBADSAMPLE : 0);
+        assert_int_equal(r->r[i].substituted, 0);
+        failed_batches += in_batch > 0;
+    }
+    assert_int_equal(bad, 3);
+    assert_true(failed_batches >= 1);
+    run_free(r);
+    free(r);
+    stop_servers(s, 1);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    char exe[512];
+    const char *bdir = getenv("FEED_BUILD_DIR");
+    snprintf(exe, sizeof exe, "%s/server/feedd", bdir ? bdir : ".");
+    g_have_feedd = bdir && access(exe, X_OK) == 0;
+    if (!g_have_feedd)
+        return 0;
+    if (feed_test_tmpdir("client-test", g_root, sizeof g_root))
+        return -1;
+    snprintf(g_good, sizeof g_good, "%s/good", g_root);
+    snprintf(g_bad, sizeof g_bad, "%s/bad", g_root);
+    snprintf(g_good_arg, sizeof g_good_arg, "small=%s", g_good);
+    snprintf(g_bad_arg, sizeof g_bad_arg, "bad=%s", g_bad);
+    if (feed_test_make_imagefolder(g_good, CLASSES, PER_CLASS, 7))
+        return -1;
+    if (feed_test_make_imagefolder(g_bad, 2, 8, 9))
+        return -1;
+    /* Three bad files among 19: not a JPEG, a truncated JPEG, an empty file. */
+    char path[400], src[400];
+    snprintf(path, sizeof path, "%s/class_000/zz_not_jpeg.jpg", g_bad);
+    if (feed_test_write_file(path, "this is not a jpeg", 18))
+        return -1;
+    snprintf(src, sizeof src, "%s/trunc_src.jpg", g_root);
+    if (feed_test_write_jpeg(src, 200, 150, 3, 90))
+        return -1;
+    FILE *f = fopen(src, "rb");
+    uint8_t head[400];
+    size_t got = f ? fread(head, 1, sizeof head, f) : 0;
+    if (f)
+        fclose(f);
+    snprintf(path, sizeof path, "%s/class_001/zz_truncated.jpg", g_bad);
+    if (got != sizeof head || feed_test_write_file(path, head, sizeof head))
+        return -1;
+    snprintf(path, sizeof path, "%s/class_001/zz_empty.jpg", g_bad);
+    return feed_test_write_file(path, "", 0) ? -1 : 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    run_free(&g_ref);
+    if (g_root[0])
+        feed_test_rmtree(g_root);
+    return 0;
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_epoch_one_and_three_servers),
+        cmocka_unit_test(test_rank_partitions),
+        cmocka_unit_test(test_kill_one_of_three),
+        cmocka_unit_test(test_server_started_mid_epoch),
+        cmocka_unit_test(test_all_servers_dead),
+        cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_unordered_and_normalised),
+        cmocka_unit_test(test_bad_samples),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -1,0 +1,371 @@
+/*
+ * Unit tests for libfeedclient's pure parts, no sockets: the epoch plan
+ * (permutation, rank split, batches, determinism), fp16/bf16 rounding and
+ * host normalisation against norm_ref.h, the Batch wire checks and the
+ * bump allocator that lands pixels in a slot, and config validation.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "feed/client.h"
+#include "feed/crc32c.h"
+#include "feed/errors.h"
+#include "feed/rng.h"
+#include "norm_ref.h"
+#include "normalize.h"
+#include "plan.h"
+#include "wire.h"
+
+/* Independent Fisher-Yates over 64-bit indices, straight from the RNG contract. */
+static uint64_t *ref_perm(uint64_t n, uint64_t seed, uint32_t epoch)
+{
+    uint64_t *p = malloc(n * sizeof(*p));
+    assert_non_null(p);
+    for (uint64_t i = 0; i < n; i++)
+        p[i] = i;
+    feed_rng r;
+    feed_rng_init(&r, seed, epoch, FEED_RNG_PERMUTATION_STREAM);
+    for (uint64_t i = n - 1; i > 0; i--) {
+        uint64_t j = feed_rng_below(&r, i + 1);
+        uint64_t t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+    return p;
+}
+
+static void test_plan_single_rank(void **state)
+{
+    (void)state;
+    client_plan p;
+    assert_int_equal(client_plan_build(&p, 1000, 42, 3, 0, 1, 64, false), 0);
+    assert_int_equal(p.count, 1000);
+    assert_int_equal(p.batches, 16); /* 15 full + one of 40 */
+    uint64_t *want = ref_perm(1000, 42, 3);
+    uint8_t seen[1000] = {0};
+    for (uint64_t i = 0; i < p.count; i++) {
+        assert_int_equal(p.samples[i], want[i]);
+        seen[p.samples[i]]++;
+    }
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(seen[i], 1);
+    const uint32_t *first;
+    uint32_t n;
+    client_plan_batch(&p, 15, &first, &n);
+    assert_int_equal(n, 40);
+    assert_ptr_equal(first, p.samples + 960);
+    free(want);
+    client_plan_free(&p);
+
+    assert_int_equal(client_plan_build(&p, 1000, 42, 3, 0, 1, 64, true), 0);
+    assert_int_equal(p.batches, 15);
+    client_plan_free(&p);
+}
+
+static void test_plan_determinism(void **state)
+{
+    (void)state;
+    client_plan a, b, c, d;
+    assert_int_equal(client_plan_build(&a, 500, 7, 0, 0, 1, 10, false), 0);
+    assert_int_equal(client_plan_build(&b, 500, 7, 0, 0, 1, 10, false), 0);
+    assert_int_equal(client_plan_build(&c, 500, 7, 1, 0, 1, 10, false), 0);
+    assert_int_equal(client_plan_build(&d, 500, 8, 0, 0, 1, 10, false), 0);
+    assert_memory_equal(a.samples, b.samples, 500 * sizeof(uint32_t));
+    assert_memory_not_equal(a.samples, c.samples, 500 * sizeof(uint32_t));
+    assert_memory_not_equal(a.samples, d.samples, 500 * sizeof(uint32_t));
+    client_plan_free(&a);
+    client_plan_free(&b);
+    client_plan_free(&c);
+    client_plan_free(&d);
+}
+
+/* DistributedSampler semantics: pad by wrapping, then rank r takes r, r+world, ... */
+static void test_plan_ranks(void **state)
+{
+    (void)state;
+    const uint64_t n = 1003;
+    const uint32_t world = 4;
+    uint64_t *perm = ref_perm(n, 99, 2);
+    uint32_t counts[1003] = {0};
+    uint64_t per_rank = (n + world - 1) / world;
+    for (uint32_t r = 0; r < world; r++) {
+        client_plan p;
+        assert_int_equal(client_plan_build(&p, n, 99, 2, r, world, 32, false), 0);
+        assert_int_equal(p.count, per_rank);
+        for (uint64_t t = 0; t < p.count; t++) {
+            assert_int_equal(p.samples[t], perm[(r + t * world) % n]);
+            counts[p.samples[t]]++;
+        }
+        client_plan_free(&p);
+    }
+    /* Complete, and only the padding (the first total - n of the permutation) repeats. */
+    uint64_t pad = per_rank * world - n;
+    for (uint64_t i = 0; i < n; i++)
+        assert_int_equal(counts[perm[i]], i < pad ? 2 : 1);
+    free(perm);
+
+    /* Divisible size: ranks are disjoint and complete. */
+    uint32_t seen[1000] = {0};
+    for (uint32_t r = 0; r < 4; r++) {
+        client_plan p;
+        assert_int_equal(client_plan_build(&p, 1000, 5, 0, r, 4, 16, true), 0);
+        assert_int_equal(p.batches, 250 / 16);
+        for (uint64_t t = 0; t < p.count; t++)
+            seen[p.samples[t]]++;
+        client_plan_free(&p);
+    }
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(seen[i], 1);
+}
+
+static void test_plan_invalid(void **state)
+{
+    (void)state;
+    client_plan p;
+    assert_int_equal(client_plan_build(&p, 0, 1, 0, 0, 1, 8, false), FEED_EINVAL);
+    assert_int_equal(client_plan_build(&p, 10, 1, 0, 2, 2, 8, false), FEED_EINVAL);
+    assert_int_equal(client_plan_build(&p, 10, 1, 0, 0, 0, 8, false), FEED_EINVAL);
+    assert_int_equal(client_plan_build(&p, 10, 1, 0, 0, 1, 0, false), FEED_EINVAL);
+    assert_int_equal(client_plan_build(&p, (uint64_t)UINT32_MAX + 1, 1, 0, 0, 1, 8, false),
+                     FEED_ETOOBIG);
+    /* Fewer samples than a batch: one short batch, or none with drop_last. */
+    assert_int_equal(client_plan_build(&p, 5, 1, 0, 0, 1, 8, true), 0);
+    assert_int_equal(p.batches, 0);
+    client_plan_free(&p);
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+static void test_f16_bf16_rounding(void **state)
+{
+    (void)state;
+    /* Specials and edges. */
+    assert_int_equal(client_f32_to_f16(0.0f), 0x0000);
+    assert_int_equal(client_f32_to_f16(-0.0f), 0x8000);
+    assert_int_equal(client_f32_to_f16(1.0f), 0x3C00);
+    assert_int_equal(client_f32_to_f16(65504.0f), 0x7BFF);
+    assert_int_equal(client_f32_to_f16(65519.0f), 0x7BFF);
+    assert_int_equal(client_f32_to_f16(65520.0f), 0x7C00);
+    assert_int_equal(client_f32_to_f16(INFINITY), 0x7C00);
+    assert_int_equal(client_f32_to_f16(-INFINITY), 0xFC00);
+    assert_true((client_f32_to_f16(NAN) & 0x7C00) == 0x7C00 && (client_f32_to_f16(NAN) & 0x3FF));
+    assert_int_equal(client_f32_to_f16(0x1p-24f), 0x0001);  /* smallest subnormal */
+    assert_int_equal(client_f32_to_f16(0x1p-25f), 0x0000);  /* tie → even (zero) */
+    assert_int_equal(client_f32_to_f16(0x1.8p-24f), 0x0002); /* tie → even (2) */
+    /* 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to even gives 1. */
+    assert_int_equal(client_f32_to_f16(1.0f + 0x1p-11f), 0x3C00);
+    assert_int_equal(client_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3C02);
+    assert_int_equal(client_f32_to_bf16(1.0f), 0x3F80);
+    assert_int_equal(client_f32_to_bf16(bits_f32(0x3F808000u)), 0x3F80); /* tie → even */
+    assert_int_equal(client_f32_to_bf16(bits_f32(0x3F818000u)), 0x3F82); /* tie → even */
+    assert_int_equal(client_f32_to_bf16(bits_f32(0x3F808001u)), 0x3F81);
+    assert_true((client_f32_to_bf16(NAN) & 0x7F80) == 0x7F80 && (client_f32_to_bf16(NAN) & 0x7F));
+    /* Pseudo-random floats across the fp16 range, both signs. */
+    feed_rng r;
+    feed_rng_init(&r, 1, 0, 0);
+    for (int i = 0; i < 20000; i++) {
+        uint32_t u = feed_rng_u32(&r);
+        /* exponent in [-30, 16] so values span subnormal..overflow of fp16 */
+        uint32_t e = 97 + (u >> 8) % 48;
+        uint32_t bits = (u & 0x80000000u) | (e << 23) | (feed_rng_u32(&r) & 0x7FFFFFu);
+        float f = bits_f32(bits);
+        assert_int_equal(client_f32_to_f16(f), ref_f16(f));
+        assert_int_equal(client_f32_to_bf16(f), ref_bf16(f));
+    }
+}
+
+static void test_normalize_host_all(void **state)
+{
+    (void)state;
+    const uint32_t n = 3, h = 5, w = 7;
+    size_t count = (size_t)n * h * w * 3;
+    uint8_t *raw = malloc(count);
+    void *out = malloc(count * 4);
+    assert_non_null(raw);
+    assert_non_null(out);
+    for (size_t i = 0; i < count; i++)
+        raw[i] = (uint8_t)(i * 37 + 11);
+    raw[0] = 0;
+    raw[1] = 255;
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    for (int dt = FEED_DTYPE_UINT8; dt <= FEED_DTYPE_FP32; dt++) {
+        for (int lay = FEED_LAYOUT_NCHW; lay <= FEED_LAYOUT_NHWC; lay++) {
+            memset(out, 0xAB, count * 4);
+            client_normalize_host(raw, n, h, w, (feed_dtype)dt, (feed_layout)lay, mean, std, out);
+            size_t first;
+            size_t bad = ref_normalize_compare(raw, n, h, w, (feed_dtype)dt, (feed_layout)lay,
+                                               mean, std, out, &first);
+            if (bad)
+                print_error("dtype %d layout %d: %zu mismatches, first at %zu\n", dt, lay, bad,
+                            first);
+            assert_int_equal(bad, 0);
+        }
+    }
+    /* Spot check the formula itself: pixel 255, channel 0, fp32 NCHW. */
+    client_normalize_host(raw, n, h, w, FEED_DTYPE_FP32, FEED_LAYOUT_NCHW, mean, std, out);
+    float v;
+    memcpy(&v, (uint8_t *)out + (size_t)h * w * 4 * 1, 4); /* channel 1, pixel 0 = raw[1] */
+    assert_float_equal(v, (1.0f - 0.456f) / 0.224f, 1e-6);
+    free(raw);
+    free(out);
+}
+
+/* A packed Batch for batch_id/indices with n samples of h x w. */
+static uint8_t *pack_batch(uint64_t id, const uint64_t *idx, uint32_t n, uint32_t h, uint32_t w,
+                           uint8_t fill, int corrupt_crc, size_t *len)
+{
+    Feed__V1__Batch b = FEED__V1__BATCH__INIT;
+    size_t bytes = (size_t)n * h * w * 3;
+    uint8_t *px = malloc(bytes);
+    uint32_t labels[8];
+    Feed__V1__SampleStatus st[8];
+    assert_true(n <= 8);
+    memset(px, fill, bytes);
+    for (uint32_t i = 0; i < n; i++) {
+        labels[i] = i;
+        st[i] = FEED__V1__SAMPLE_STATUS__SAMPLE_OK;
+    }
+    b.batch_id = id;
+    b.epoch = 2;
+    b.n_indices = n;
+    b.indices = (uint64_t *)idx;
+    b.n_labels = n;
+    b.labels = labels;
+    b.n_status = n;
+    b.status = st;
+    b.height = h;
+    b.width = w;
+    b.channels = 3;
+    b.data.len = bytes;
+    b.data.data = px;
+    b.crc32c = feed_crc32c(0, px, bytes) ^ (corrupt_crc ? 1u : 0u);
+    *len = feed__v1__batch__get_packed_size(&b);
+    uint8_t *buf = malloc(*len);
+    feed__v1__batch__pack(&b, buf);
+    free(px);
+    return buf;
+}
+
+static void test_wire_batch(void **state)
+{
+    (void)state;
+    const uint64_t idx[3] = {5, 9, 1};
+    size_t len;
+    uint8_t *msg = pack_batch(0x123456789ull, idx, 3, 4, 6, 0x5A, 0, &len);
+    uint64_t id = 0;
+    assert_int_equal(wire_peek_batch_id(msg, len, &id), 0);
+    assert_int_equal(id, 0x123456789ull);
+    /* Truncations never read past the end and never succeed wrongly. */
+    for (size_t cut = 0; cut < 4; cut++) {
+        uint64_t tid;
+        int rc = wire_peek_batch_id(msg, cut, &tid);
+        assert_true(rc == FEED_EPROTO || (rc == 0 && tid == 0x123456789ull));
+    }
+    const uint8_t garbage[] = {0x0F, 0xFF};
+    assert_int_equal(wire_peek_batch_id(garbage, sizeof garbage, &id), FEED_EPROTO);
+
+    /* Unpack lands the pixels in the target buffer. */
+    wire_arena a;
+    assert_int_equal(wire_arena_init(&a, 65536), 0);
+    uint8_t *slot = calloc(1, 3 * 4 * 6 * 3);
+    wire_arena_reset(&a, slot, 3 * 4 * 6 * 3);
+    Feed__V1__Batch *b = feed__v1__batch__unpack(&a.pa, len, msg);
+    assert_non_null(b);
+    assert_ptr_equal(b->data.data, slot);
+    assert_int_equal(slot[0], 0x5A);
+    wire_expect e = {.batch_id = 0x123456789ull, .epoch = 2, .indices = idx, .n = 3, .h = 4,
+                     .w = 6, .num_classes = 10};
+    char why[128];
+    assert_int_equal(wire_check_batch(b, &e, why, sizeof why), 0);
+    e.h = 5;
+    assert_int_equal(wire_check_batch(b, &e, why, sizeof why), FEED_EPROTO);
+    e.h = 4;
+    const uint64_t other[3] = {5, 9, 2};
+    e.indices = other;
+    assert_int_equal(wire_check_batch(b, &e, why, sizeof why), FEED_EPROTO);
+    assert_non_null(strstr(why, "indices"));
+    e.indices = idx;
+    e.num_classes = 2; /* label 2 is out of range */
+    assert_int_equal(wire_check_batch(b, &e, why, sizeof why), FEED_EPROTO);
+    e.num_classes = 10;
+    free(msg);
+
+    msg = pack_batch(7, idx, 3, 4, 6, 0x11, 1, &len);
+    wire_arena_reset(&a, slot, 3 * 4 * 6 * 3);
+    b = feed__v1__batch__unpack(&a.pa, len, msg);
+    assert_non_null(b);
+    e.batch_id = 7;
+    assert_int_equal(wire_check_batch(b, &e, why, sizeof why), FEED_ECORRUPT);
+    free(msg);
+
+    /* A message larger than the arena and not matching the target fails to unpack. */
+    msg = pack_batch(8, idx, 3, 128, 128, 0, 0, &len);
+    wire_arena_reset(&a, slot, 3 * 4 * 6 * 3);
+    assert_null(feed__v1__batch__unpack(&a.pa, len, msg));
+    free(msg);
+    free(slot);
+    wire_arena_free(&a);
+}
+
+static void test_config_validation(void **state)
+{
+    (void)state;
+    feed_loader_config c;
+    feed_loader *l = (feed_loader *)&c;
+    feed_loader_config_default(&c);
+    assert_int_equal(c.batch_size, 256);
+    assert_int_equal(c.window_per_server, 4);
+    assert_int_equal(c.prefetch, 4);
+    assert_true(c.ordered);
+    assert_int_equal(c.transform.out_h, 224);
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL); /* no targets */
+    assert_null(l);
+    const char *t[] = {"127.0.0.1:1"};
+    c.targets = t;
+    c.num_targets = 1;
+    c.dataset = "x";
+    c.device = FEED_DEVICE_HOST;
+    c.rank = 1; /* world 1 */
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.rank = 0;
+    c.window_per_server = 65;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.window_per_server = 4;
+    c.transform.out_h = 4;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.transform.out_h = 224;
+    c.std[1] = 0.0f;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.std[1] = 0.224f;
+    const char *bad_dns[] = {"dns:///nohostport"};
+    c.targets = bad_dns;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    /* Nothing listens on port 1: unavailable, after the timeout, not a hang. */
+    c.targets = t;
+    c.unavailable_timeout_ms = 300;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EUNAVAILABLE);
+    assert_null(l);
+    feed_loader_close(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_single_rank),  cmocka_unit_test(test_plan_determinism),
+        cmocka_unit_test(test_plan_ranks),        cmocka_unit_test(test_plan_invalid),
+        cmocka_unit_test(test_f16_bf16_rounding), cmocka_unit_test(test_normalize_host_all),
+        cmocka_unit_test(test_wire_batch),        cmocka_unit_test(test_config_validation),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
