@@ -76,16 +76,19 @@ out:
     return rc;
 }
 
-static int run_gen_tool(const char *tool, const char *dir, unsigned classes, unsigned per_class)
+static int run_gen_tool(const char *tool, const char *dir, unsigned classes, unsigned per_class,
+                        unsigned seed)
 {
-    char cbuf[16], pbuf[16];
+    char cbuf[16], pbuf[16], sbuf[16];
     snprintf(cbuf, sizeof cbuf, "%u", classes);
     snprintf(pbuf, sizeof pbuf, "%u", per_class);
+    snprintf(sbuf, sizeof sbuf, "%u", seed);
     pid_t pid = fork();
     if (pid < 0)
         return FEED_EIO;
     if (pid == 0) {
-        execl(tool, tool, dir, "--classes", cbuf, "--per-class", pbuf, (char *)NULL);
+        execl(tool, tool, dir, "--classes", cbuf, "--per-class", pbuf, "--seed", sbuf,
+              (char *)NULL);
         _exit(127);
     }
     int ws = 0;
@@ -105,7 +108,7 @@ int feed_test_make_imagefolder(const char *dir, unsigned classes, unsigned per_c
         return FEED_EIO;
     if (bdir) {
         snprintf(tool, sizeof tool, "%s/server/tools/feed-gen-dataset", bdir);
-        if (access(tool, X_OK) == 0 && run_gen_tool(tool, dir, classes, per_class) == 0)
+        if (access(tool, X_OK) == 0 && run_gen_tool(tool, dir, classes, per_class, seed) == 0)
             return 0;
     }
     for (unsigned c = 0; c < classes; c++) {

@@ -46,10 +46,11 @@ int feed_test_rmtree(const char *path);
 int feed_test_write_file(const char *path, const void *data, size_t len);
 
 /*
- * Make an ImageFolder at dir (created if missing): classes dirs "class_000"..,
- * per_class JPEGs each, sizes between 48 and 320 pixels a side, content a
- * function of seed. Uses ${FEED_BUILD_DIR}/server/tools/feed-gen-dataset when
- * it exists (then seed is ignored), else encodes with libjpeg here.
+ * Make an ImageFolder at dir (created if missing): `classes` class
+ * directories of per_class JPEGs each, sizes between 48 and 320 pixels a side, content a
+ * function of seed. Uses ${FEED_BUILD_DIR}/server/tools/feed-gen-dataset
+ * --seed seed when it exists (its own layout and sizes, 64..1200 px), else
+ * encodes with libjpeg here.
  */
 int feed_test_make_imagefolder(const char *dir, unsigned classes, unsigned per_class,
                                unsigned seed);

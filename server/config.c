@@ -1,0 +1,388 @@
+/*
+ * Table-driven configuration for feedd (see config.h). Every key exists both
+ * as --key VALUE (or --key=VALUE) and as "key = value" in a --config file;
+ * the table below is the single source of names, bounds, defaults and help,
+ * and server/feedd.conf.example documents the same keys. Main thread only.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "feed/errors.h"
+#include "feed/log.h"
+
+typedef enum key_type {
+    KEY_STR,
+    KEY_U32,
+    KEY_U64,
+    KEY_BYTES,
+    KEY_LEVEL,
+    KEY_DATASET,
+    KEY_CONFIG,
+} key_type;
+
+typedef struct key_def {
+    const char *name;
+    key_type type;
+    size_t offset;
+    size_t size; /* KEY_STR: capacity */
+    uint64_t min, max;
+    const char *def; /* parsed like a user value; NULL = none */
+    const char *help;
+} key_def;
+
+#define OFF(f) offsetof(feedd_config, f)
+#define SZ(f) sizeof(((feedd_config *)0)->f)
+#define GiB (1024ull * 1024 * 1024)
+
+static const key_def keys[] = {
+    {"config", KEY_CONFIG, 0, 0, 0, 0, NULL, "read 'key = value' lines from FILE first"},
+    {"listen", KEY_STR, OFF(listen), SZ(listen), 0, 0, "0.0.0.0:7878",
+     "gRPC address; port 0 = ephemeral"},
+    {"port-file", KEY_STR, OFF(port_file), SZ(port_file), 0, 0, "",
+     "write the bound gRPC port here once listening"},
+    {"dataset", KEY_DATASET, 0, 0, 0, 0, NULL,
+     "NAME=PATH, repeatable: a directory is an ImageFolder, a file a pack"},
+    {"threads", KEY_U32, OFF(threads), 0, 0, 1024, "0", "preprocessing workers; 0 = all cores"},
+    {"cq-threads", KEY_U32, OFF(cq_threads), 0, 0, 64, "0",
+     "gRPC completion-queue threads; 0 = threads/4, 1..4"},
+    {"metrics-listen", KEY_STR, OFF(metrics_listen), SZ(metrics_listen), 0, 0, "",
+     "Prometheus endpoint [HOST:]PORT (0 = ephemeral); off when empty"},
+    {"metrics-port-file", KEY_STR, OFF(metrics_port_file), SZ(metrics_port_file), 0, 0, "",
+     "write the bound metrics port here"},
+    {"max-memory", KEY_BYTES, OFF(max_memory), 0, 1 << 20, 1024 * GiB, "1G",
+     "all batch buffers together; a request beyond it is RESOURCE_EXHAUSTED"},
+    {"max-stream-memory", KEY_BYTES, OFF(max_stream_memory), 0, 1 << 20, 1024 * GiB, "512M",
+     "batch buffers of one stream"},
+    {"max-batch-bytes", KEY_BYTES, OFF(max_batch_bytes), 0, 1 << 16, 4 * GiB, "256M",
+     "largest Batch.data; a larger request is INVALID_ARGUMENT"},
+    {"max-request-bytes", KEY_BYTES, OFF(max_request_bytes), 0, 1 << 10, 64 << 20, "1M",
+     "largest incoming message (GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH)"},
+    {"max-batch", KEY_U32, OFF(max_batch), 0, 1, 65536, "1024", "most samples in one batch"},
+    {"max-window", KEY_U32, OFF(max_window), 0, 1, 1024, "16",
+     "most batches outstanding per stream"},
+    {"max-streams", KEY_U32, OFF(max_streams), 0, 1, 65536, "256", "most concurrent streams"},
+    {"max-pixels", KEY_U64, OFF(max_pixels), 0, 1, 1ull << 34, "67108864",
+     "largest declared source image (width*height) the decoder accepts"},
+    {"max-jpeg-bytes", KEY_BYTES, OFF(max_jpeg_bytes), 0, 1 << 10, 1 * GiB, "64M",
+     "largest source file"},
+    {"task-samples", KEY_U32, OFF(task_samples), 0, 0, 4096, "0",
+     "samples a worker takes from a batch at a time; 0 = auto"},
+    {"drain-timeout-ms", KEY_U32, OFF(drain_timeout_ms), 0, 0, 3600000, "10000",
+     "on SIGTERM/SIGINT, stop within this long"},
+    {"cache-bytes", KEY_BYTES, OFF(cache_bytes), 0, 0, 1024 * GiB, "0",
+     "cache of augmented samples for repeated requests; 0 = off"},
+    {"log-level", KEY_LEVEL, OFF(log_level), 0, 0, 0, "info", "error, warn, info or debug"},
+};
+#define N_KEYS (sizeof keys / sizeof keys[0])
+
+static void set_err(char *err, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, cap, fmt, ap);
+    va_end(ap);
+}
+
+int feedd_parse_bytes(const char *s, uint64_t *out)
+{
+    char *end = NULL;
+    if (!s || !isdigit((unsigned char)s[0]))
+        return FEED_EINVAL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0)
+        return FEED_EINVAL;
+    unsigned shift = 0;
+    switch (*end) {
+    case '\0':
+        break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        break;
+    default:
+        return FEED_EINVAL;
+    }
+    if (shift) {
+        end++;
+        if (*end == 'i' || *end == 'B')
+            end++;
+        if (*end == 'B')
+            end++;
+    }
+    if (*end != '\0' || v > (UINT64_MAX >> shift))
+        return FEED_EINVAL;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end = NULL;
+    if (!s || !isdigit((unsigned char)s[0]))
+        return FEED_EINVAL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return FEED_EINVAL;
+    *out = v;
+    return 0;
+}
+
+static int add_dataset(feedd_config *cfg, const char *value, char *err, size_t cap)
+{
+    const char *eq = strchr(value, '=');
+    if (!eq || eq == value || eq[1] == '\0') {
+        set_err(err, cap, "dataset: expected NAME=PATH, got '%s'", value);
+        return FEED_EINVAL;
+    }
+    size_t nlen = (size_t)(eq - value);
+    if (nlen >= FEEDD_NAME_MAX || strlen(eq + 1) >= FEEDD_PATH_MAX) {
+        set_err(err, cap, "dataset: name or path too long in '%s'", value);
+        return FEED_EINVAL;
+    }
+    if (cfg->n_datasets >= FEEDD_MAX_DATASETS) {
+        set_err(err, cap, "dataset: more than %d datasets", FEEDD_MAX_DATASETS);
+        return FEED_EINVAL;
+    }
+    feedd_dataset_arg *d = &cfg->datasets[cfg->n_datasets];
+    memcpy(d->name, value, nlen);
+    d->name[nlen] = '\0';
+    for (size_t i = 0; i < cfg->n_datasets; i++) {
+        if (strcmp(cfg->datasets[i].name, d->name) == 0) {
+            set_err(err, cap, "dataset: name '%s' given twice", d->name);
+            return FEED_EINVAL;
+        }
+    }
+    snprintf(d->path, sizeof d->path, "%s", eq + 1);
+    cfg->n_datasets++;
+    return 0;
+}
+
+static int apply(feedd_config *cfg, const key_def *k, const char *value, char *err, size_t cap)
+{
+    char *base = (char *)cfg;
+    uint64_t v = 0;
+    switch (k->type) {
+    case KEY_CONFIG:
+        return 0;
+    case KEY_DATASET:
+        return add_dataset(cfg, value, err, cap);
+    case KEY_STR:
+        if (strlen(value) >= k->size) {
+            set_err(err, cap, "%s: value longer than %zu bytes", k->name, k->size - 1);
+            return FEED_EINVAL;
+        }
+        memcpy(base + k->offset, value, strlen(value) + 1);
+        return 0;
+    case KEY_LEVEL: {
+        int lvl = feed_log_parse_level(value);
+        if (lvl < 0) {
+            set_err(err, cap, "%s: '%s' is not error, warn, info or debug", k->name, value);
+            return FEED_EINVAL;
+        }
+        *(int *)(void *)(base + k->offset) = lvl;
+        return 0;
+    }
+    case KEY_U32:
+    case KEY_U64:
+    case KEY_BYTES:
+        if ((k->type == KEY_BYTES ? feedd_parse_bytes(value, &v) : parse_u64(value, &v)) < 0) {
+            set_err(err, cap, "%s: '%s' is not a %s", k->name, value,
+                    k->type == KEY_BYTES ? "size (e.g. 512M)" : "number");
+            return FEED_EINVAL;
+        }
+        if (v < k->min || v > k->max) {
+            set_err(err, cap, "%s: %llu is outside %llu..%llu", k->name, (unsigned long long)v,
+                    (unsigned long long)k->min, (unsigned long long)k->max);
+            return FEED_EINVAL;
+        }
+        if (k->type == KEY_U32)
+            *(uint32_t *)(void *)(base + k->offset) = (uint32_t)v;
+        else
+            *(uint64_t *)(void *)(base + k->offset) = v;
+        return 0;
+    }
+    return FEED_EINVAL;
+}
+
+static const key_def *find_key(const char *name, size_t len)
+{
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (strlen(keys[i].name) == len && strncmp(keys[i].name, name, len) == 0)
+            return &keys[i];
+    return NULL;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+static int load_file(feedd_config *cfg, const char *path, char *err, size_t cap)
+{
+    char line[2048];
+    int rc = 0, lineno = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        set_err(err, cap, "config: cannot open '%s': %s", path, strerror(errno));
+        return FEED_EINVAL;
+    }
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            set_err(err, cap, "%s:%d: line longer than %zu bytes", path, lineno, sizeof line - 2);
+            rc = FEED_EINVAL;
+            goto out;
+        }
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *s = trim(line);
+        if (*s == '\0')
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            set_err(err, cap, "%s:%d: expected 'key = value'", path, lineno);
+            rc = FEED_EINVAL;
+            goto out;
+        }
+        *eq = '\0';
+        char *name = trim(s), *value = trim(eq + 1);
+        const key_def *k = find_key(name, strlen(name));
+        if (!k || k->type == KEY_CONFIG) {
+            set_err(err, cap, "%s:%d: unknown key '%s'", path, lineno, name);
+            rc = FEED_EINVAL;
+            goto out;
+        }
+        char sub[1024];
+        rc = apply(cfg, k, value, sub, sizeof sub);
+        if (rc < 0) {
+            set_err(err, cap, "%s:%d: %s", path, lineno, sub);
+            goto out;
+        }
+    }
+out:
+    fclose(f);
+    return rc;
+}
+
+static uint32_t online_cores(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return (uint32_t)CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (uint32_t)n : 1;
+}
+
+void feedd_config_usage(const char *prog)
+{
+    printf("usage: %s [--key VALUE | --key=VALUE]...\n\n", prog);
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const key_def *k = &keys[i];
+        printf("  --%-19s %s", k->name, k->help);
+        if (k->def && k->def[0])
+            printf(" (default %s)", k->def);
+        printf("\n");
+    }
+    printf("  --help                print this\n  --version             print the version\n");
+}
+
+int feedd_config_parse(int argc, char **argv, feedd_config *cfg, char *err, size_t cap)
+{
+    int rc = 0;
+    memset(cfg, 0, sizeof *cfg);
+    for (size_t i = 0; i < N_KEYS; i++) {
+        if (keys[i].def) {
+            rc = apply(cfg, &keys[i], keys[i].def, err, cap);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    /* --config first, so the command line overrides the file. */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            feedd_config_usage(argv[0]);
+            return 1;
+        }
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("feedd %s\n", FEED_VERSION);
+            return 1;
+        }
+        const char *path = NULL;
+        if (strncmp(argv[i], "--config=", 9) == 0)
+            path = argv[i] + 9;
+        else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            path = argv[++i];
+        if (path) {
+            rc = load_file(cfg, path, err, cap);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0) {
+            set_err(err, cap, "unexpected argument '%s'", a);
+            return FEED_EINVAL;
+        }
+        a += 2;
+        const char *eq = strchr(a, '=');
+        const key_def *k = find_key(a, eq ? (size_t)(eq - a) : strlen(a));
+        if (!k) {
+            set_err(err, cap, "unknown option '%s' (see --help)", argv[i]);
+            return FEED_EINVAL;
+        }
+        const char *value = eq ? eq + 1 : NULL;
+        if (!value) {
+            if (i + 1 >= argc) {
+                set_err(err, cap, "%s: missing value", k->name);
+                return FEED_EINVAL;
+            }
+            value = argv[++i];
+        }
+        rc = apply(cfg, k, value, err, cap);
+        if (rc < 0)
+            return rc;
+    }
+    if (cfg->threads == 0)
+        cfg->threads = online_cores();
+    if (cfg->cq_threads == 0) {
+        cfg->cq_threads = cfg->threads / 4;
+        cfg->cq_threads = cfg->cq_threads < 1 ? 1 : cfg->cq_threads > 4 ? 4 : cfg->cq_threads;
+    }
+    if (cfg->max_stream_memory > cfg->max_memory)
+        cfg->max_stream_memory = cfg->max_memory;
+    if (cfg->max_batch_bytes > cfg->max_stream_memory)
+        cfg->max_batch_bytes = cfg->max_stream_memory;
+    if (cfg->n_datasets == 0) {
+        set_err(err, cap, "dataset: at least one --dataset NAME=PATH is needed");
+        return FEED_EINVAL;
+    }
+    return 0;
+}

@@ -1,0 +1,56 @@
+/*
+ * feedd's configuration: one table (config.c) drives command-line and
+ * config-file parsing, bounds, defaults and the --help text. Filled once by
+ * the main thread before any other thread starts; read-only afterwards.
+ */
+#ifndef FEED_SERVER_CONFIG_H
+#define FEED_SERVER_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FEEDD_MAX_DATASETS 64
+#define FEEDD_NAME_MAX 64
+#define FEEDD_PATH_MAX 1024
+
+typedef struct feedd_dataset_arg {
+    char name[FEEDD_NAME_MAX];
+    char path[FEEDD_PATH_MAX];
+} feedd_dataset_arg;
+
+typedef struct feedd_config {
+    char listen[256];
+    char port_file[FEEDD_PATH_MAX];
+    char metrics_listen[256]; /* "" = no metrics endpoint */
+    char metrics_port_file[FEEDD_PATH_MAX];
+    uint32_t threads;    /* preprocessing workers; 0 on the command line = all cores */
+    uint32_t cq_threads; /* gRPC completion-queue threads; 0 = auto */
+    uint64_t max_memory; /* all batch buffers together */
+    uint64_t max_stream_memory;
+    uint64_t max_batch_bytes;
+    uint64_t max_request_bytes; /* GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH */
+    uint32_t max_batch;
+    uint32_t max_window;
+    uint32_t max_streams;
+    uint64_t max_pixels;     /* engine: declared source width*height */
+    uint64_t max_jpeg_bytes; /* engine and dataset reader: bytes of one file */
+    uint32_t task_samples;   /* samples a worker takes from a batch at a time; 0 = auto */
+    uint32_t drain_timeout_ms;
+    uint64_t cache_bytes; /* augmented-sample cache; 0 = off */
+    int log_level;
+    feedd_dataset_arg datasets[FEEDD_MAX_DATASETS];
+    size_t n_datasets;
+} feedd_config;
+
+/*
+ * Defaults, then --config FILE (if given), then the other arguments. Returns
+ * 0, 1 when --help/--version was printed (exit 0), or FEED_EINVAL with a
+ * message naming the key in err.
+ */
+int feedd_config_parse(int argc, char **argv, feedd_config *cfg, char *err, size_t err_cap);
+/* Prints the keys, their bounds and defaults. */
+void feedd_config_usage(const char *prog);
+/* Parses "123", "64K", "512M", "2G" (powers of 1024). 0 or FEED_EINVAL. */
+int feedd_parse_bytes(const char *s, uint64_t *out);
+
+#endif

@@ -1,0 +1,176 @@
+/*
+ * feedd: parse the configuration, open the datasets, start the worker pool,
+ * the gRPC service and the metrics endpoint, then wait for SIGTERM/SIGINT.
+ * Signals are blocked in every thread and taken synchronously here with
+ * sigwaitinfo (no work in a handler). On the first signal the service
+ * drains: it finishes accepted batches, refuses new ones and stops within
+ * --drain-timeout-ms; a second signal cuts the drain short. Main thread only.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <grpc/grpc.h>
+
+#include "cache.h"
+#include "config.h"
+#include "engine.h"
+#include "feed/dataset.h"
+#include "feed/errors.h"
+#include "feed/log.h"
+#include "feed/timeutil.h"
+#include "metrics.h"
+#include "pool.h"
+#include "service.h"
+
+/* Write "PORT\n" to path atomically (temp file + rename): readers never see half a number. */
+static int write_port_file(const char *path, int port)
+{
+    char tmp[FEEDD_PATH_MAX + 16];
+    int rc = FEED_EIO;
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return FEED_EINVAL;
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return FEED_EIO;
+    if (fprintf(f, "%d\n", port) > 0)
+        rc = 0;
+    if (fclose(f) != 0)
+        rc = FEED_EIO;
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = FEED_EIO;
+    if (rc < 0)
+        FEED_LOGE("cannot write port file %s: %s", path, strerror(errno));
+    return rc;
+}
+
+/* Wait for drained streams or the deadline; a second signal ends the wait. */
+static void drain(feedd_service *svc, const sigset_t *set, uint32_t timeout_ms)
+{
+    uint64_t deadline = feed_now_ns() + (uint64_t)timeout_ms * 1000000u;
+    feedd_service_drain(svc);
+    for (;;) {
+        size_t open = feedd_service_open_streams(svc);
+        if (open == 0) {
+            FEED_LOGI("drained");
+            return;
+        }
+        uint64_t now = feed_now_ns();
+        if (now >= deadline) {
+            FEED_LOGW("drain timeout (%u ms): cancelling %zu streams", timeout_ms, open);
+            return;
+        }
+        uint64_t wait = deadline - now < 10000000u ? deadline - now : 10000000u;
+        struct timespec ts = {0, (long)wait};
+        if (sigtimedwait(set, NULL, &ts) > 0) {
+            FEED_LOGW("second signal: stopping now, cancelling %zu streams", open);
+            return;
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static feedd_config cfg;
+    char err[1200];
+    int rc = feedd_config_parse(argc, argv, &cfg, err, sizeof err);
+    if (rc == 1)
+        return 0;
+    if (rc < 0) {
+        fprintf(stderr, "feedd: %s\n", err);
+        return 2;
+    }
+    feed_log_set_level((feed_log_level)cfg.log_level);
+
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int exit_code = 1;
+    feed_dataset *ds[FEEDD_MAX_DATASETS] = {0};
+    feedd_served_dataset served[FEEDD_MAX_DATASETS];
+    feedd_cache *cache = NULL;
+    feedd_pool *pool = NULL;
+    feedd_service *svc = NULL;
+    feedd_metrics_server *metrics = NULL;
+    bool grpc_up = false;
+
+    feed_dataset_limits dlim;
+    feed_dataset_limits_default(&dlim);
+    dlim.max_sample_bytes = cfg.max_jpeg_bytes;
+    for (size_t i = 0; i < cfg.n_datasets; i++) {
+        rc = feed_dataset_open(cfg.datasets[i].path, &dlim, &ds[i], err, sizeof err);
+        if (rc < 0) {
+            FEED_LOGE("dataset %s: %s", cfg.datasets[i].name, err);
+            goto out;
+        }
+        served[i].name = cfg.datasets[i].name;
+        served[i].ds = ds[i];
+        FEED_LOGI("dataset %s: %s, %llu samples, %u classes (%s)", cfg.datasets[i].name,
+                  feed_dataset_format(ds[i]), (unsigned long long)feed_dataset_count(ds[i]),
+                  feed_dataset_num_classes(ds[i]), cfg.datasets[i].path);
+    }
+    if (cfg.cache_bytes) {
+        rc = feedd_cache_new(cfg.cache_bytes, &cache);
+        if (rc < 0)
+            goto out;
+    }
+    feed_engine_limits elim;
+    feed_engine_limits_default(&elim);
+    elim.max_pixels = cfg.max_pixels;
+    elim.max_jpeg_bytes = cfg.max_jpeg_bytes;
+    rc = feedd_pool_new(cfg.threads, &elim, cfg.max_jpeg_bytes, cache, cfg.task_samples, &pool);
+    if (rc < 0) {
+        FEED_LOGE("worker pool: %s", feed_strerror(rc));
+        goto out;
+    }
+    grpc_init();
+    grpc_up = true;
+    int port = 0;
+    rc = feedd_service_start(&cfg, served, cfg.n_datasets, pool, &svc, &port);
+    if (rc < 0)
+        goto out;
+    if (cfg.metrics_listen[0]) {
+        int mport = 0;
+        rc = feedd_metrics_start(cfg.metrics_listen, &metrics, &mport);
+        if (rc < 0) {
+            FEED_LOGE("metrics: cannot listen on %s", cfg.metrics_listen);
+            goto out;
+        }
+        FEED_LOGI("metrics on port %d", mport);
+        if (cfg.metrics_port_file[0] && write_port_file(cfg.metrics_port_file, mport) < 0)
+            goto out;
+    }
+    FEED_LOGI("feedd %s listening on %s (port %d), %u workers, %u cq threads, max-memory %llu, "
+              "cache %llu", FEED_VERSION, cfg.listen, port, cfg.threads, cfg.cq_threads,
+              (unsigned long long)cfg.max_memory, (unsigned long long)cfg.cache_bytes);
+    if (cfg.port_file[0] && write_port_file(cfg.port_file, port) < 0)
+        goto out;
+
+    siginfo_t si;
+    while (sigwaitinfo(&set, &si) < 0 && errno == EINTR)
+        ;
+    FEED_LOGI("signal %d: draining (timeout %u ms)", si.si_signo, cfg.drain_timeout_ms);
+    drain(svc, &set, cfg.drain_timeout_ms);
+    exit_code = 0;
+out:
+    if (svc) {
+        feedd_service_stop(svc);
+        feedd_service_free(svc);
+    }
+    feedd_metrics_stop(metrics);
+    feedd_pool_free(pool);
+    feedd_cache_free(cache);
+    if (grpc_up)
+        grpc_shutdown();
+    for (size_t i = 0; i < cfg.n_datasets; i++)
+        feed_dataset_close(ds[i]);
+    FEED_LOGI("feedd stopped");
+    return exit_code;
+}

@@ -1,0 +1,11 @@
+# feedd, the server: config, worker pool, gRPC service, metrics, sample cache.
+add_executable(feedd
+  ${CMAKE_CURRENT_LIST_DIR}/feedd.c
+  ${CMAKE_CURRENT_LIST_DIR}/config.c
+  ${CMAKE_CURRENT_LIST_DIR}/pool.c
+  ${CMAKE_CURRENT_LIST_DIR}/service.c
+  ${CMAKE_CURRENT_LIST_DIR}/metrics.c
+  ${CMAKE_CURRENT_LIST_DIR}/cache.c)
+target_include_directories(feedd PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(feedd PRIVATE feedengine feedcommon feedproto PkgConfig::GRPC
+  PkgConfig::MHD Threads::Threads)

@@ -1,0 +1,68 @@
+/*
+ * feedd's counters and gauges, all atomics (any thread updates them with
+ * relaxed increments), and the Prometheus text endpoint served by
+ * libmicrohttpd on its own thread. One process-wide instance, feedd_metrics.
+ */
+#ifndef FEED_SERVER_METRICS_H
+#define FEED_SERVER_METRICS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "feed/errors.h"
+
+typedef enum feedd_stage {
+    FEEDD_STAGE_READ,
+    FEEDD_STAGE_DECODE,
+    FEEDD_STAGE_RESIZE,
+    FEEDD_STAGE_SEND,
+    FEEDD_STAGE_COUNT
+} feedd_stage;
+
+/* gRPC status codes feedd ends streams with, counted per code (index = code, 0..16). */
+#define FEEDD_STATUS_CODES 17
+
+typedef struct feedd_metrics {
+    atomic_uint_fast64_t samples;       /* samples made (any status) */
+    atomic_uint_fast64_t batches;       /* batches handed to gRPC */
+    atomic_uint_fast64_t bytes;         /* Batch.data bytes handed to gRPC */
+    atomic_uint_fast64_t requests;      /* batch requests accepted */
+    atomic_uint_fast64_t sample_status[FEED_SAMPLE_STATUS_COUNT];
+    atomic_uint_fast64_t stage_ns[FEEDD_STAGE_COUNT];
+    atomic_uint_fast64_t stage_count[FEEDD_STAGE_COUNT];
+    atomic_uint_fast64_t streams_opened;
+    atomic_uint_fast64_t stream_status[FEEDD_STATUS_CODES];
+    atomic_uint_fast64_t cache_hits, cache_misses, cache_evictions;
+    atomic_int_fast64_t cache_bytes;
+    atomic_int_fast64_t queue_depth;      /* samples waiting for a worker */
+    atomic_int_fast64_t active_streams;   /* open Stream calls */
+    atomic_int_fast64_t inflight_batches; /* accepted, not yet handed to gRPC */
+    atomic_int_fast64_t memory_bytes;     /* batch buffers allocated */
+    atomic_int serving;                   /* 1 SERVING, 0 draining */
+} feedd_metrics;
+
+extern feedd_metrics feedd_m;
+
+static inline void feedd_count(atomic_uint_fast64_t *c, uint64_t n)
+{
+    atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+static inline void feedd_gauge(atomic_int_fast64_t *g, int64_t delta)
+{
+    atomic_fetch_add_explicit(g, delta, memory_order_relaxed);
+}
+
+typedef struct feedd_metrics_server feedd_metrics_server;
+
+/*
+ * Serve GET /metrics on addr ("[HOST:]PORT", port 0 = ephemeral); *port gets
+ * the bound port. 0 or FEED_EINVAL / FEED_EIO.
+ */
+int feedd_metrics_start(const char *addr, feedd_metrics_server **out, int *port);
+void feedd_metrics_stop(feedd_metrics_server *m); /* accepts NULL */
+/* The exposition text (malloc'd, NUL-terminated) or NULL. */
+char *feedd_metrics_render(size_t *len);
+
+#endif

@@ -1,0 +1,265 @@
+/*
+ * Worker threads and the fair scheduler; see pool.h.
+ *
+ * Scheduling: a ring of queues that have unclaimed samples; `cursor` points
+ * at the queue to serve next. A worker takes up to `task` samples from the
+ * head job of the cursor's queue and moves the cursor on by one queue, so
+ * every stream with work gets a turn per round whatever its depth.
+ */
+#include "pool.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "feed/buf.h"
+#include "feed/errors.h"
+#include "feed/log.h"
+#include "feed/timeutil.h"
+#include "metrics.h"
+
+typedef struct worker {
+    feedd_pool *pool;
+    pthread_t thread;
+    feed_engine *engine;
+    feed_buf scratch;
+    bool started;
+} worker;
+
+struct feedd_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    feedd_queue *cursor; /* guarded by mu; NULL = no work */
+    bool stop;           /* guarded by mu */
+    uint32_t n_workers;
+    uint32_t task;
+    feedd_cache *cache;
+    worker *workers;
+};
+
+static void ring_link(feedd_pool *p, feedd_queue *q)
+{
+    if (q->linked)
+        return;
+    if (!p->cursor) {
+        q->rr_next = q->rr_prev = q;
+        p->cursor = q;
+    } else {
+        /* Just before the cursor: served last in this round. */
+        q->rr_next = p->cursor;
+        q->rr_prev = p->cursor->rr_prev;
+        q->rr_prev->rr_next = q;
+        p->cursor->rr_prev = q;
+    }
+    q->linked = true;
+}
+
+static void ring_unlink(feedd_pool *p, feedd_queue *q)
+{
+    if (!q->linked)
+        return;
+    if (q->rr_next == q) {
+        p->cursor = NULL;
+    } else {
+        q->rr_prev->rr_next = q->rr_next;
+        q->rr_next->rr_prev = q->rr_prev;
+        if (p->cursor == q)
+            p->cursor = q->rr_next;
+    }
+    q->rr_next = q->rr_prev = NULL;
+    q->linked = false;
+}
+
+static uint32_t task_size(const feedd_pool *p, uint32_t n)
+{
+    if (p->task)
+        return p->task;
+    /* About two tasks per worker per batch, 1..8 samples each. */
+    uint32_t t = (n + 2 * p->n_workers - 1) / (2 * p->n_workers);
+    return t < 1 ? 1 : t > 8 ? 8 : t;
+}
+
+static void make_sample(worker *w, feedd_job *job, uint32_t pos)
+{
+    feedd_pool *p = w->pool;
+    uint64_t index = job->indices[pos];
+    uint8_t *out = job->data + (size_t)pos * job->sample_bytes;
+    feed_sample_status st = FEED_SAMPLE_OK;
+    feedd_cache_key key = {job->ds_id, job->epoch, job->seed, index, job->tf};
+    uint64_t t0 = feed_now_ns();
+    job->errors[pos][0] = '\0';
+
+    if (p->cache && feedd_cache_get(p->cache, &key, out, job->sample_bytes))
+        goto done;
+    const uint8_t *jpeg = NULL;
+    size_t len = 0;
+    int rc = feed_dataset_read(job->ds, index, &w->scratch, &jpeg, &len);
+    uint64_t t1 = feed_now_ns();
+    feedd_count(&feedd_m.stage_ns[FEEDD_STAGE_READ], t1 - t0);
+    feedd_count(&feedd_m.stage_count[FEEDD_STAGE_READ], 1);
+    if (rc < 0) {
+        st = rc == FEED_ETOOBIG ? FEED_SAMPLE_TOO_LARGE : FEED_SAMPLE_IO_ERROR;
+        memset(out, 0, job->sample_bytes);
+        snprintf(job->errors[pos], sizeof job->errors[pos], "read: %s", feed_strerror(rc));
+        goto done;
+    }
+    feed_stage_times times = {0, 0};
+    st = feed_engine_run(w->engine, jpeg, len, job->tf, job->seed, job->epoch, index, out, &times);
+    feedd_count(&feedd_m.stage_ns[FEEDD_STAGE_DECODE], times.decode_ns);
+    feedd_count(&feedd_m.stage_ns[FEEDD_STAGE_RESIZE], times.resize_ns);
+    feedd_count(&feedd_m.stage_count[FEEDD_STAGE_DECODE], 1);
+    feedd_count(&feedd_m.stage_count[FEEDD_STAGE_RESIZE], 1);
+    if (st != FEED_SAMPLE_OK)
+        snprintf(job->errors[pos], sizeof job->errors[pos], "%s",
+                 feed_engine_last_error(w->engine));
+    else if (p->cache)
+        feedd_cache_put(p->cache, &key, out, job->sample_bytes);
+done:
+    job->status[pos] = st;
+    feedd_count(&feedd_m.sample_status[st], 1);
+    feedd_count(&feedd_m.samples, 1);
+    atomic_fetch_add_explicit(&job->busy_ns, feed_now_ns() - t0, memory_order_relaxed);
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    feedd_pool *p = w->pool;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->stop && !p->cursor)
+            pthread_cond_wait(&p->cv, &p->mu);
+        if (p->stop)
+            break;
+        feedd_queue *q = p->cursor;
+        feedd_job *job = q->head;
+        uint32_t first = job->next_claim;
+        uint32_t k = task_size(p, job->n);
+        if (k > job->n - first)
+            k = job->n - first;
+        job->next_claim += k;
+        if (job->next_claim == job->n) {
+            q->head = job->qnext;
+            if (!q->head)
+                q->tail = NULL;
+            job->qnext = NULL;
+        }
+        p->cursor = q->rr_next;
+        if (!q->head)
+            ring_unlink(p, q);
+        if (p->cursor)
+            pthread_cond_signal(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+
+        feedd_gauge(&feedd_m.queue_depth, -(int64_t)k);
+        for (uint32_t i = first; i < first + k; i++) {
+            if (atomic_load_explicit(&job->cancelled, memory_order_relaxed))
+                break;
+            make_sample(w, job, i);
+        }
+        if (atomic_fetch_sub(&job->remaining, k) == k)
+            job->done(job);
+        pthread_mutex_lock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+int feedd_pool_new(uint32_t threads, const feed_engine_limits *lim, uint64_t max_jpeg_bytes,
+                   feedd_cache *cache, uint32_t task_samples, feedd_pool **out)
+{
+    int rc = FEED_ENOMEM;
+    feedd_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return FEED_ENOMEM;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->n_workers = threads ? threads : 1;
+    p->task = task_samples;
+    p->cache = cache;
+    p->workers = calloc(p->n_workers, sizeof *p->workers);
+    if (!p->workers)
+        goto fail;
+    for (uint32_t i = 0; i < p->n_workers; i++) {
+        worker *w = &p->workers[i];
+        w->pool = p;
+        feed_buf_init(&w->scratch, (size_t)max_jpeg_bytes);
+        rc = feed_engine_new(lim, &w->engine);
+        if (rc < 0)
+            goto fail;
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            rc = FEED_ENOMEM;
+            goto fail;
+        }
+        w->started = true;
+    }
+    *out = p;
+    return 0;
+fail:
+    feedd_pool_free(p);
+    return rc;
+}
+
+void feedd_pool_free(feedd_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (uint32_t i = 0; p->workers && i < p->n_workers; i++) {
+        worker *w = &p->workers[i];
+        if (w->started)
+            pthread_join(w->thread, NULL);
+        feed_engine_free(w->engine);
+        feed_buf_free(&w->scratch);
+    }
+    free(p->workers);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+void feedd_pool_submit(feedd_pool *p, feedd_queue *q, feedd_job *job)
+{
+    job->next_claim = 0;
+    job->qnext = NULL;
+    atomic_init(&job->remaining, job->n);
+    atomic_init(&job->cancelled, false);
+    atomic_init(&job->busy_ns, 0);
+    feedd_gauge(&feedd_m.queue_depth, job->n);
+    pthread_mutex_lock(&p->mu);
+    if (q->tail)
+        q->tail->qnext = job;
+    else
+        q->head = job;
+    q->tail = job;
+    ring_link(p, q);
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+feedd_job *feedd_pool_cancel(feedd_pool *p, feedd_queue *q)
+{
+    feedd_job *finished = NULL;
+    pthread_mutex_lock(&p->mu);
+    feedd_job *job = q->head;
+    q->head = q->tail = NULL;
+    ring_unlink(p, q);
+    pthread_mutex_unlock(&p->mu);
+    while (job) {
+        feedd_job *next = job->qnext;
+        uint32_t unclaimed = job->n - job->next_claim;
+        job->qnext = NULL;
+        atomic_store(&job->cancelled, true);
+        feedd_gauge(&feedd_m.queue_depth, -(int64_t)unclaimed);
+        if (atomic_fetch_sub(&job->remaining, unclaimed) == unclaimed) {
+            job->qnext = finished;
+            finished = job;
+        }
+        job = next;
+    }
+    return finished;
+}

@@ -1,0 +1,81 @@
+/*
+ * The preprocessing worker pool. Each worker owns one feed_engine and one
+ * read buffer. Work arrives as jobs (one batch each) on per-stream queues;
+ * workers serve the queues round-robin and take a few samples of the head
+ * job at a time, so one batch is spread over all workers (low latency) and
+ * many streams share the pool fairly (a stream with a deep queue cannot
+ * starve a stream with one batch). The worker that finishes a job's last
+ * sample calls job->done on its own thread.
+ *
+ * Lock: pool->mu guards every queue's links and every queued job's
+ * next_claim/qnext. Callers may hold their own locks when calling submit and
+ * cancel (the pool never calls out while holding mu, and done is called with
+ * no pool lock held).
+ */
+#ifndef FEED_SERVER_POOL_H
+#define FEED_SERVER_POOL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache.h"
+#include "engine.h"
+#include "feed/dataset.h"
+#include "feed/transform.h"
+
+typedef struct feedd_pool feedd_pool;
+typedef struct feedd_job feedd_job;
+
+#define FEEDD_SAMPLE_MSG_MAX 200 /* SampleError.message bound from the wire contract */
+
+struct feedd_job {
+    /* Set by the submitter; read-only while the job is in the pool. */
+    const feed_dataset *ds;
+    uint32_t ds_id;
+    const feed_transform *tf;
+    uint64_t seed;
+    uint32_t epoch;
+    const uint64_t *indices;
+    uint32_t n;
+    uint8_t *data; /* n * sample_bytes */
+    size_t sample_bytes;
+    feed_sample_status *status; /* n entries, written by workers */
+    char (*errors)[FEEDD_SAMPLE_MSG_MAX + 1]; /* n entries; "" unless the sample failed */
+    void (*done)(feedd_job *job);
+    void *user;
+    /* The pool's. */
+    uint32_t next_claim; /* guarded by pool mu */
+    feedd_job *qnext;    /* guarded by pool mu; also links the list cancel returns */
+    atomic_uint remaining;
+    atomic_bool cancelled;
+    atomic_uint_fast64_t busy_ns;
+};
+
+/* A stream's queue of jobs; zero-initialise it. Fields are the pool's (guarded by pool mu). */
+typedef struct feedd_queue {
+    feedd_job *head, *tail;
+    struct feedd_queue *rr_prev, *rr_next;
+    bool linked;
+} feedd_queue;
+
+/*
+ * Start `threads` workers. cache may be NULL. task_samples 0 = auto.
+ * 0, FEED_ENOMEM or FEED_EINVAL (an engine could not be made).
+ */
+int feedd_pool_new(uint32_t threads, const feed_engine_limits *lim, uint64_t max_jpeg_bytes,
+                   feedd_cache *cache, uint32_t task_samples, feedd_pool **out);
+/* Stop and join the workers; queued work is dropped without done calls. Accepts NULL. */
+void feedd_pool_free(feedd_pool *p);
+/* Queue a job (job->n >= 1) at the tail of q. */
+void feedd_pool_submit(feedd_pool *p, feedd_queue *q, feedd_job *job);
+/*
+ * Drop q's unclaimed samples. Jobs that this leaves with no sample in a
+ * worker's hands are returned (linked by qnext) for the caller to dispose of,
+ * and their done is never called; the others are marked cancelled and get
+ * their done call from the worker that finishes them.
+ */
+feedd_job *feedd_pool_cancel(feedd_pool *p, feedd_queue *q);
+
+#endif

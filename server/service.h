@@ -1,0 +1,44 @@
+/*
+ * The gRPC side of feedd: feed.v1.Feed (Describe, Stream), grpc.health.v1
+ * Health/Check, UNIMPLEMENTED for anything else. Completion-queue threads
+ * run every gRPC event and never decode; batches are made by the pool
+ * (pool.h) and sent by whichever thread completes them. Lifecycle, driven by
+ * the main thread: start → drain (on SIGTERM) → stop → free.
+ */
+#ifndef FEED_SERVER_SERVICE_H
+#define FEED_SERVER_SERVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "config.h"
+#include "feed/dataset.h"
+#include "pool.h"
+
+typedef struct feedd_service feedd_service;
+
+typedef struct feedd_served_dataset {
+    const char *name;
+    const feed_dataset *ds;
+} feedd_served_dataset;
+
+/*
+ * Bind cfg->listen, start the completion-queue threads. datasets (n of them)
+ * and pool must outlive the service. *port gets the bound port.
+ * 0, FEED_EIO (bind failed) or FEED_ENOMEM.
+ */
+int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *datasets, size_t n,
+                        feedd_pool *pool, feedd_service **out, int *port);
+/*
+ * Stop taking batches: Health says NOT_SERVING, new streams and new batch
+ * requests get UNAVAILABLE, streams end (UNAVAILABLE) once their accepted
+ * batches are sent. Returns at once.
+ */
+void feedd_service_drain(feedd_service *svc);
+/* Stream calls still open. */
+size_t feedd_service_open_streams(feedd_service *svc);
+/* Shut gRPC down (cancelling what is left) and join the threads. */
+void feedd_service_stop(feedd_service *svc);
+void feedd_service_free(feedd_service *svc); /* accepts NULL; after stop */
+
+#endif

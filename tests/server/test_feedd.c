@@ -1,0 +1,917 @@
+/*
+ * Integration tests of feedd: real feedd processes on 127.0.0.1 port 0,
+ * real JPEG datasets in a temp dir, and a client on plain gRPC C core +
+ * protobuf-c (tests/support). Checks bytes against feed_engine_run computed
+ * here, every error status of the contract, corrupt samples, cancel, many
+ * streams, draining on SIGTERM, metrics and the config file.
+ *
+ * Tests that need a batch "in flight" keep the server's send stuck by not
+ * reading a batch much larger than HTTP/2's flow-control windows, so nothing
+ * here depends on timing.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "engine.h"
+#include "feed/crc32c.h"
+#include "feed/dataset.h"
+#include "feed/errors.h"
+#include "feed/transform.h"
+#include "feedtest.h"
+#include "feedtest_grpc.h"
+
+#define CLASSES 3
+#define PER_CLASS 8
+#define N_SAMPLES (CLASSES * PER_CLASS)
+
+static char tmp_root[256];
+static char good_dir[300];
+static char bad_dir[300];
+static feed_test_server srv; /* shared server: datasets good and bad, 2 workers */
+static grpc_channel *chan;
+
+/* ---- helpers ---- */
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int start_server(feed_test_server *s, const char *const *extra)
+{
+    char good[400], bad[400];
+    snprintf(good, sizeof good, "good=%s", good_dir);
+    snprintf(bad, sizeof bad, "bad=%s", bad_dir);
+    const char *args[40];
+    size_t n = 0;
+    args[n++] = "--dataset";
+    args[n++] = good;
+    args[n++] = "--dataset";
+    args[n++] = bad;
+    args[n++] = "--log-level";
+    args[n++] = "warn";
+    for (size_t i = 0; extra && extra[i] && n < 38; i++)
+        args[n++] = extra[i];
+    args[n] = NULL;
+    return feed_test_server_start(args, s);
+}
+
+static Feed__V1__TransformSpec train_spec(uint32_t side)
+{
+    Feed__V1__TransformSpec t = FEED__V1__TRANSFORM_SPEC__INIT;
+    t.mode = FEED__V1__TRANSFORM_MODE__TRANSFORM_MODE_TRAIN;
+    t.out_height = side;
+    t.out_width = side;
+    t.flip_prob = 0.5;
+    return t;
+}
+
+/* The transform the server derives from train_spec(side). */
+static void train_transform(uint32_t side, feed_transform *t)
+{
+    feed_transform_default_train(t);
+    t->out_h = t->out_w = side;
+    t->flip_prob = 0.5;
+    t->resize_size = side * 256 / 224;
+}
+
+static int send_batch(feedtest_stream *s, Feed__V1__SessionOpen *open, uint64_t batch_id,
+                      uint32_t epoch, const uint64_t *idx, size_t n)
+{
+    Feed__V1__BatchRequest r = FEED__V1__BATCH_REQUEST__INIT;
+    r.open = open;
+    r.batch_id = batch_id;
+    r.epoch = epoch;
+    r.n_indices = n;
+    r.indices = (uint64_t *)idx;
+    return feedtest_stream_send(s, &r);
+}
+
+static void make_open(Feed__V1__SessionOpen *o, Feed__V1__TransformSpec *t, const char *ds,
+                      uint64_t seed, uint32_t window)
+{
+    feed__v1__session_open__init(o);
+    o->dataset = (char *)ds;
+    o->transform = t;
+    o->seed = seed;
+    o->window = window;
+    o->protocol_version = 1;
+    o->client_name = (char *)"test_feedd";
+}
+
+/* Open a stream, send one first request; expect the stream to end with `code`, message containing `needle`. */
+static void expect_stream_error(grpc_channel *ch, Feed__V1__SessionOpen *open, const uint64_t *idx,
+                                size_t n, grpc_status_code code, const char *needle)
+{
+    feedtest_stream s;
+    char details[512];
+    assert_int_equal(feedtest_stream_open(ch, 60, &s), 0);
+    /* The server may end the call before the send completes: the status is what counts. */
+    (void)send_batch(&s, open, 1, 0, idx, n);
+    Feed__V1__Batch *b = feedtest_stream_recv(&s);
+    assert_null(b);
+    grpc_status_code got = feedtest_stream_finish(&s, details, sizeof details);
+    if (got != code || !strstr(details, needle))
+        fail_msg("want status %d with '%s', got %d '%s'", code, needle, got, details);
+}
+
+static double scrape(const feed_test_server *s, const char *series)
+{
+    int status = 0;
+    char *body = NULL;
+    double v = -1;
+    assert_int_equal(feed_test_http_get(s->metrics_port, "/metrics", &status, &body), 0);
+    assert_int_equal(status, 200);
+    if (feed_test_metric(body, series, &v) < 0)
+        fail_msg("metric %s missing", series);
+    free(body);
+    return v;
+}
+
+/* Poll the metrics until series >= want (bounded: 60 s). */
+static void wait_metric(const feed_test_server *s, const char *series, double want)
+{
+    for (int i = 0; i < 6000; i++) {
+        if (scrape(s, series) >= want)
+            return;
+        sleep_ms(10);
+    }
+    fail_msg("metric %s never reached %g", series, want);
+}
+
+/* ---- group setup ---- */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    char path[512];
+    if (feed_test_tmpdir("feedd-it", tmp_root, sizeof tmp_root) < 0)
+        return -1;
+    snprintf(good_dir, sizeof good_dir, "%s/good", tmp_root);
+    snprintf(bad_dir, sizeof bad_dir, "%s/bad", tmp_root);
+    if (feed_test_make_imagefolder(good_dir, CLASSES, PER_CLASS, 11) < 0)
+        return -1;
+    /* bad/: class a has two good images, class b the broken ones (sorted: empty, garbage, trunc). */
+    snprintf(path, sizeof path, "%s", bad_dir);
+    if (feed_test_make_imagefolder(path, 1, 2, 5) < 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/zz_broken", bad_dir);
+    if (mkdir(path, 0755) != 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/zz_broken/a_empty.jpg", bad_dir);
+    if (feed_test_write_file(path, "", 0) < 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/zz_broken/b_garbage.jpg", bad_dir);
+    if (feed_test_write_file(path, "this is not a jpeg at all, just text", 36) < 0)
+        return -1;
+    /* A real JPEG cut in half. */
+    char full[512];
+    snprintf(full, sizeof full, "%s/full.jpg", tmp_root);
+    if (feed_test_write_jpeg(full, 200, 150, 3, 90) < 0)
+        return -1;
+    FILE *f = fopen(full, "rb");
+    uint8_t buf[65536];
+    size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f)
+        fclose(f);
+    snprintf(path, sizeof path, "%s/zz_broken/c_trunc.jpg", bad_dir);
+    if (n < 100 || feed_test_write_file(path, buf, n / 2) < 0)
+        return -1;
+    grpc_init();
+    static const char *const extra[] = {"--threads", "2", "--max-batch", "64", NULL};
+    if (start_server(&srv, extra) < 0)
+        return -1;
+    chan = feedtest_channel(srv.target);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    if (chan)
+        grpc_channel_destroy(chan);
+    int rc = feed_test_server_stop(&srv);
+    grpc_shutdown();
+    feed_test_rmtree(tmp_root);
+    return rc == 0 && srv.exit_status == 0 ? 0 : -1;
+}
+
+/* ---- tests ---- */
+
+static void test_describe(void **state)
+{
+    (void)state;
+    grpc_status_code code;
+    Feed__V1__DescribeResponse *r = feedtest_describe(chan, "", &code);
+    assert_int_equal(code, GRPC_STATUS_OK);
+    assert_non_null(r);
+    assert_int_equal(r->protocol_version, 1);
+    assert_int_equal(r->n_datasets, 2);
+    assert_int_equal(r->server_threads, 2);
+    assert_int_equal(r->max_batch_size, 64);
+    assert_true(r->max_window >= 1);
+    assert_true(r->max_batch_bytes > 0);
+    assert_string_equal(r->datasets[0]->name, "good");
+    assert_int_equal(r->datasets[0]->num_samples, N_SAMPLES);
+    assert_int_equal(r->datasets[0]->n_class_names, CLASSES);
+    assert_string_equal(r->datasets[0]->format, "imagefolder");
+    feed__v1__describe_response__free_unpacked(r, NULL);
+
+    r = feedtest_describe(chan, "bad", &code);
+    assert_int_equal(code, GRPC_STATUS_OK);
+    assert_int_equal(r->n_datasets, 1);
+    assert_int_equal(r->datasets[0]->num_samples, 5);
+    feed__v1__describe_response__free_unpacked(r, NULL);
+
+    r = feedtest_describe(chan, "nope", &code);
+    assert_null(r);
+    assert_int_equal(code, GRPC_STATUS_NOT_FOUND);
+}
+
+static void test_health_and_unimplemented(void **state)
+{
+    (void)state;
+    grpc_status_code code;
+    assert_int_equal(feedtest_health(chan, "", &code), 1);
+    assert_int_equal(feedtest_health(chan, "feed.v1.Feed", &code), 1);
+    assert_int_equal(feedtest_health(chan, "other.Service", &code), -1);
+    assert_int_equal(code, GRPC_STATUS_NOT_FOUND);
+
+    Feed__V1__DescribeRequest req = FEED__V1__DESCRIBE_REQUEST__INIT;
+    uint8_t *resp = NULL;
+    size_t len = 0;
+    char details[256];
+    assert_int_equal(feedtest_unary(chan, "/feed.v1.Feed/NoSuchMethod", &req.base, 30, &resp,
+                                    &len, &code, details, sizeof details),
+                     0);
+    free(resp);
+    assert_int_equal(code, GRPC_STATUS_UNIMPLEMENTED);
+}
+
+/* Every sample of a few batches equals feed_engine_run on the same file. */
+static void test_bytes_match_engine(void **state)
+{
+    (void)state;
+    const uint32_t side = 64;
+    const uint64_t seed = 1234;
+    feed_dataset *ds = NULL;
+    char err[256];
+    assert_int_equal(feed_dataset_open(good_dir, NULL, &ds, err, sizeof err), 0);
+    feed_engine *e = NULL;
+    assert_int_equal(feed_engine_new(NULL, &e), 0);
+    feed_transform t;
+    train_transform(side, &t);
+    feed_buf scratch;
+    feed_buf_init(&scratch, 64u << 20);
+    uint8_t *want = malloc(side * side * 3);
+
+    Feed__V1__TransformSpec spec = train_spec(side);
+    Feed__V1__SessionOpen open;
+    make_open(&open, &spec, "good", seed, 4);
+    feedtest_stream s;
+    assert_int_equal(feedtest_stream_open(chan, 60, &s), 0);
+    uint64_t idx[3][8];
+    for (int b = 0; b < 3; b++) {
+        for (int i = 0; i < 8; i++)
+            idx[b][i] = (uint64_t)((b * 8 + i * 5 + 3) % N_SAMPLES);
+        assert_int_equal(send_batch(&s, b == 0 ? &open : NULL, 100 + b, 2 + b, idx[b], 8), 0);
+    }
+    int seen = 0;
+    for (int k = 0; k < 3; k++) {
+        Feed__V1__Batch *r = feedtest_stream_recv(&s);
+        assert_non_null(r);
+        int b = (int)(r->batch_id - 100);
+        assert_true(b >= 0 && b < 3);
+        seen |= 1 << b;
+        assert_int_equal(r->epoch, 2 + b);
+        assert_int_equal(r->height, side);
+        assert_int_equal(r->width, side);
+        assert_int_equal(r->channels, 3);
+        assert_int_equal(r->n_indices, 8);
+        assert_int_equal(r->n_labels, 8);
+        assert_int_equal(r->n_status, 8);
+        assert_int_equal(r->n_errors, 0);
+        assert_int_equal(r->data.len, 8 * side * side * 3);
+        assert_int_equal(r->crc32c, feed_crc32c(0, r->data.data, r->data.len));
+        assert_true(r->server_busy_ns > 0);
+        for (int i = 0; i < 8; i++) {
+            assert_int_equal(r->indices[i], idx[b][i]);
+            assert_int_equal(r->labels[i], feed_dataset_label(ds, idx[b][i]));
+            assert_int_equal(r->status[i], FEED__V1__SAMPLE_STATUS__SAMPLE_OK);
+            const uint8_t *jpeg = NULL;
+            size_t len = 0;
+            assert_int_equal(feed_dataset_read(ds, idx[b][i], &scratch, &jpeg, &len), 0);
+            assert_int_equal(
+                feed_engine_run(e, jpeg, len, &t, seed, 2 + (uint32_t)b, idx[b][i], want, NULL),
+                FEED_SAMPLE_OK);
+            assert_memory_equal(r->data.data + (size_t)i * side * side * 3, want,
+                                side * side * 3);
+        }
+        feed__v1__batch__free_unpacked(r, NULL);
+    }
+    assert_int_equal(seen, 7);
+    assert_int_equal(feedtest_stream_writes_done(&s), 0);
+    assert_null(feedtest_stream_recv(&s));
+    assert_int_equal(feedtest_stream_finish(&s, NULL, 0), GRPC_STATUS_OK);
+    free(want);
+    feed_buf_free(&scratch);
+    feed_engine_free(e);
+    feed_dataset_close(ds);
+}
+
+/* Fetch one batch (eval, 48x48) from target and return it. */
+static Feed__V1__Batch *fetch(grpc_channel *ch, const uint64_t *idx, size_t n, uint32_t epoch)
+{
+    Feed__V1__TransformSpec spec = train_spec(48);
+    Feed__V1__SessionOpen open;
+    make_open(&open, &spec, "good", 99, 1);
+    feedtest_stream s;
+    assert_int_equal(feedtest_stream_open(ch, 60, &s), 0);
+    assert_int_equal(send_batch(&s, &open, 7, epoch, idx, n), 0);
+    Feed__V1__Batch *b = feedtest_stream_recv(&s);
+    feedtest_stream_writes_done(&s);
+    assert_null(feedtest_stream_recv(&s));
+    assert_int_equal(feedtest_stream_finish(&s, NULL, 0), GRPC_STATUS_OK);
+    return b;
+}
+
+/* Two servers with different thread counts and task sizes make identical bytes. */
+static void test_two_servers_identical(void **state)
+{
+    (void)state;
+    feed_test_server other;
+    static const char *const extra[] = {"--threads", "1", "--task-samples", "3", NULL};
+    assert_int_equal(start_server(&other, extra), 0);
+    grpc_channel *ch2 = feedtest_channel(other.target);
+    uint64_t idx[12];
+    for (int i = 0; i < 12; i++)
+        idx[i] = (uint64_t)(23 - i);
+    Feed__V1__Batch *a = fetch(chan, idx, 12, 5);
+    Feed__V1__Batch *b = fetch(ch2, idx, 12, 5);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(a->data.len, b->data.len);
+    assert_memory_equal(a->data.data, b->data.data, a->data.len);
+    assert_int_equal(a->crc32c, b->crc32c);
+    assert_memory_equal(a->labels, b->labels, 12 * sizeof *a->labels);
+    /* A different epoch gives different crops. */
+    Feed__V1__Batch *c = fetch(ch2, idx, 12, 6);
+    assert_int_not_equal(a->crc32c, c->crc32c);
+    feed__v1__batch__free_unpacked(a, NULL);
+    feed__v1__batch__free_unpacked(b, NULL);
+    feed__v1__batch__free_unpacked(c, NULL);
+    grpc_channel_destroy(ch2);
+    assert_int_equal(feed_test_server_stop(&other), 0);
+    assert_int_equal(other.exit_status, 0);
+}
+
+static void test_error_statuses(void **state)
+{
+    (void)state;
+    Feed__V1__TransformSpec spec = train_spec(32);
+    Feed__V1__SessionOpen open;
+    uint64_t idx[2] = {0, 1};
+
+    make_open(&open, &spec, "missing", 1, 1);
+    expect_stream_error(chan, &open, idx, 2, GRPC_STATUS_NOT_FOUND, "open.dataset");
+
+    make_open(&open, &spec, "good", 1, 1);
+    uint64_t out_of_range[2] = {0, N_SAMPLES};
+    expect_stream_error(chan, &open, out_of_range, 2, GRPC_STATUS_INVALID_ARGUMENT, "indices[1]");
+
+    uint64_t big[65] = {0};
+    expect_stream_error(chan, &open, big, 65, GRPC_STATUS_INVALID_ARGUMENT, "max_batch_size");
+
+    Feed__V1__TransformSpec bad = train_spec(32);
+    bad.scale_min = 2.0;
+    make_open(&open, &bad, "good", 1, 1);
+    expect_stream_error(chan, &open, idx, 2, GRPC_STATUS_INVALID_ARGUMENT, "transform.scale");
+
+    bad = train_spec(4);
+    make_open(&open, &bad, "good", 1, 1);
+    expect_stream_error(chan, &open, idx, 2, GRPC_STATUS_INVALID_ARGUMENT, "transform.out");
+
+    bad = train_spec(32);
+    bad.mode = (Feed__V1__TransformMode)7;
+    make_open(&open, &bad, "good", 1, 1);
+    expect_stream_error(chan, &open, idx, 2, GRPC_STATUS_INVALID_ARGUMENT, "transform.mode");
+
+    make_open(&open, &spec, "good", 1, 1);
+    open.protocol_version = 9;
+    expect_stream_error(chan, &open, idx, 2, GRPC_STATUS_INVALID_ARGUMENT,
+                        "open.protocol_version");
+
+    /* No open in the first request. */
+    feedtest_stream s;
+    char details[512];
+    assert_int_equal(feedtest_stream_open(chan, 60, &s), 0);
+    assert_int_equal(send_batch(&s, NULL, 1, 0, idx, 2), 0);
+    assert_null(feedtest_stream_recv(&s));
+    assert_int_equal(feedtest_stream_finish(&s, details, sizeof details),
+                     GRPC_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(details, "open"));
+
+    /* A second open. */
+    make_open(&open, &spec, "good", 1, 2);
+    assert_int_equal(feedtest_stream_open(chan, 60, &s), 0);
+    assert_int_equal(send_batch(&s, &open, 1, 0, idx, 2), 0);
+    Feed__V1__Batch *b = feedtest_stream_recv(&s);
+    assert_non_null(b);
+    feed__v1__batch__free_unpacked(b, NULL);
+    assert_int_equal(send_batch(&s, &open, 2, 0, idx, 2), 0);
+    assert_null(feedtest_stream_recv(&s));
+    assert_int_equal(feedtest_stream_finish(&s, details, sizeof details),
+                     GRPC_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(details, "already open"));
+
+    /* An empty request after the open. */
+    assert_int_equal(feedtest_stream_open(chan, 60, &s), 0);
+    assert_int_equal(send_batch(&s, &open, 1, 0, NULL, 0), 0);
+    assert_int_equal(send_batch(&s, NULL, 2, 0, NULL, 0), 0);
+    assert_null(feedtest_stream_recv(&s));
+    assert_int_equal(feedtest_stream_finish(&s, details, sizeof details),
+                     GRPC_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(details, "indices"));
+
+    /* Bytes that are not a BatchRequest. */
+    assert_int_equal(feedtest_stream_open(chan, 60, &s), 0);
+    static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x99};
+    assert_int_equal(feedtest_stream_send_raw(&s, junk, sizeof junk), 0);
+    assert_null(feedtest_stream_recv(&s));
+    assert_int_equal(feedtest_stream_finish(&s, details, sizeof details),
+                     GRPC_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(details, "request"));
+
+    /* The server is still fine. */
+    grpc_status_code code;
+    assert_int_equal(feedtest_health(chan, "", &code), 1);
+}
+
+/* A message over max-request-bytes is refused by gRPC itself. */
+static void test_oversized_request(void **state)
+{
+    (void)state;
+    feedtest_stream s;
+    size_t n = 2u << 20; /* default max-request-bytes is 1M */
+    uint8_t *junk = calloc(1, n);
+    assert_int_equal(feedtest_stream_open(chan, 60, &s), 0);
+    feedtest_stream_send_raw(&s, junk, n);
+    assert_null(feedtest_stream_recv(&s));
+    assert_int_equal(feedtest_stream_finish(&s, NULL, 0), GRPC_STATUS_RESOURCE_EXHAUSTED);
+    free(junk);
+}
+
+/* Corrupt files get their status and message; the batch still arrives. */
+static void test_corrupt_samples(void **state)
+{
+    (void)state;
+    Feed__V1__TransformSpec spec = train_spec(40);
+    Feed__V1__SessionOpen open;
+    make_open(&open, &spec, "bad", 3, 1);
+    feedtest_stream s;
+    assert_int_equal(feedtest_stream_open(chan, 60, &s), 0);
+    uint64_t idx[5] = {2, 0, 3, 1, 4}; /* 0,1 good; 2 empty, 3 garbage, 4 truncated */
+    assert_int_equal(send_batch(&s, &open, 9, 0, idx, 5), 0);
+    Feed__V1__Batch *b = feedtest_stream_recv(&s);
+    assert_non_null(b);
+    size_t px = 40 * 40 * 3;
+    assert_int_equal(b->data.len, 5 * px);
+    assert_int_equal(b->crc32c, feed_crc32c(0, b->data.data, b->data.len));
+    assert_int_equal(b->status[0], FEED__V1__SAMPLE_STATUS__SAMPLE_EMPTY);
+    assert_int_equal(b->status[1], FEED__V1__SAMPLE_STATUS__SAMPLE_OK);
+    assert_int_equal(b->status[2], FEED__V1__SAMPLE_STATUS__SAMPLE_NOT_JPEG);
+    assert_int_equal(b->status[3], FEED__V1__SAMPLE_STATUS__SAMPLE_OK);
+    assert_true(b->status[4] == FEED__V1__SAMPLE_STATUS__SAMPLE_TRUNCATED ||
+                b->status[4] == FEED__V1__SAMPLE_STATUS__SAMPLE_CORRUPT);
+    assert_int_equal(b->n_errors, 3);
+    assert_int_equal(b->errors[0]->position, 0);
+    assert_int_equal(b->errors[0]->index, 2);
+    assert_int_equal(b->errors[1]->position, 2);
+    assert_int_equal(b->errors[1]->status, FEED__V1__SAMPLE_STATUS__SAMPLE_NOT_JPEG);
+    assert_int_equal(b->errors[2]->position, 4);
+    for (size_t i = 0; i < b->n_errors; i++)
+        assert_true(strlen(b->errors[i]->message) <= 200);
+    static const uint8_t zeros[40 * 40 * 3];
+    assert_memory_equal(b->data.data, zeros, px);
+    assert_memory_equal(b->data.data + 2 * px, zeros, px);
+    assert_memory_equal(b->data.data + 4 * px, zeros, px);
+    assert_memory_not_equal(b->data.data + px, zeros, px);
+    feed__v1__batch__free_unpacked(b, NULL);
+    feedtest_stream_writes_done(&s);
+    assert_null(feedtest_stream_recv(&s));
+    assert_int_equal(feedtest_stream_finish(&s, NULL, 0), GRPC_STATUS_OK);
+
+    assert_true(scrape(&srv, "feedd_decode_errors_total{kind=\"empty\"}") >= 1);
+    assert_true(scrape(&srv, "feedd_decode_errors_total{kind=\"not_jpeg\"}") >= 1);
+}
+
+/* Cancel with batches outstanding; the server cleans up and keeps serving. */
+static void test_cancel_mid_stream(void **state)
+{
+    (void)state;
+    Feed__V1__TransformSpec spec = train_spec(128);
+    Feed__V1__SessionOpen open;
+    make_open(&open, &spec, "good", 5, 8);
+    for (int round = 0; round < 3; round++) {
+        feedtest_stream s;
+        assert_int_equal(feedtest_stream_open(chan, 60, &s), 0);
+        uint64_t idx[16];
+        for (int i = 0; i < 16; i++)
+            idx[i] = (uint64_t)i;
+        for (int b = 0; b < 8; b++)
+            assert_int_equal(send_batch(&s, b == 0 ? &open : NULL, (uint64_t)b, 0, idx, 16), 0);
+        if (round > 0) {
+            Feed__V1__Batch *r = feedtest_stream_recv(&s);
+            assert_non_null(r);
+            feed__v1__batch__free_unpacked(r, NULL);
+        }
+        feedtest_stream_cancel(&s);
+        assert_int_equal(feedtest_stream_finish(&s, NULL, 0), GRPC_STATUS_CANCELLED);
+    }
+    /* Memory and in-flight work return to zero once the cancelled streams are gone. */
+    for (int i = 0; i < 6000; i++) {
+        if (scrape(&srv, "feedd_active_streams") == 0 && scrape(&srv, "feedd_memory_bytes") == 0)
+            break;
+        sleep_ms(10);
+    }
+    assert_true(scrape(&srv, "feedd_active_streams") == 0);
+    assert_true(scrape(&srv, "feedd_memory_bytes") == 0);
+    assert_true(scrape(&srv, "feedd_inflight_batches") == 0);
+    uint64_t idx[2] = {1, 2};
+    Feed__V1__Batch *b = fetch(chan, idx, 2, 0);
+    assert_non_null(b);
+    feed__v1__batch__free_unpacked(b, NULL);
+}
+
+typedef struct worker_arg {
+    const char *target;
+    int id;
+    int batches;
+    int ok;
+} worker_arg;
+
+static void *stream_worker(void *p)
+{
+    worker_arg *a = p;
+    grpc_channel *ch = feedtest_channel(a->target);
+    Feed__V1__TransformSpec spec = train_spec(32);
+    Feed__V1__SessionOpen open;
+    make_open(&open, &spec, "good", (uint64_t)a->id, 2);
+    feedtest_stream s;
+    int good = 0, sent = 0;
+    if (feedtest_stream_open(ch, 120, &s) < 0)
+        goto out;
+    uint64_t idx[6];
+    for (int i = 0; i < 6; i++)
+        idx[i] = (uint64_t)((a->id * 7 + i) % N_SAMPLES);
+    /* Window 2: keep two outstanding, send the next after each receive. */
+    for (; sent < 2; sent++)
+        send_batch(&s, sent == 0 ? &open : NULL, (uint64_t)sent, 0, idx, 6);
+    for (int got = 0; got < a->batches; got++) {
+        Feed__V1__Batch *b = feedtest_stream_recv(&s);
+        if (!b)
+            break;
+        if (b->n_indices == 6 && b->crc32c == feed_crc32c(0, b->data.data, b->data.len) &&
+            b->batch_id < (uint64_t)a->batches)
+            good++;
+        feed__v1__batch__free_unpacked(b, NULL);
+        if (sent < a->batches)
+            send_batch(&s, NULL, (uint64_t)sent++, 0, idx, 6);
+    }
+    feedtest_stream_writes_done(&s);
+    feedtest_stream_recv(&s);
+    a->ok = feedtest_stream_finish(&s, NULL, 0) == GRPC_STATUS_OK && good == a->batches;
+out:
+    grpc_channel_destroy(ch);
+    return NULL;
+}
+
+static void test_many_streams(void **state)
+{
+    (void)state;
+    enum { N = 12 };
+    pthread_t th[N];
+    worker_arg args[N];
+    for (int i = 0; i < N; i++) {
+        args[i] = (worker_arg){srv.target, i, 6, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, stream_worker, &args[i]), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(args[i].ok);
+    }
+}
+
+/*
+ * Window and memory caps. Batches of 384x384 samples (0.44 MB each) are not
+ * read while the next requests go out, so the first batch's send is stuck in
+ * HTTP/2 flow control and still counts: a later request meets the caps
+ * deterministically. The refusal follows the stuck batch once it is read.
+ */
+static void drain_and_expect(feedtest_stream *a, grpc_status_code want, const char *needle)
+{
+    char details[512];
+    Feed__V1__Batch *b;
+    while ((b = feedtest_stream_recv(a)) != NULL) {
+        assert_int_equal(b->crc32c, feed_crc32c(0, b->data.data, b->data.len));
+        feed__v1__batch__free_unpacked(b, NULL);
+    }
+    grpc_status_code got = feedtest_stream_finish(a, details, sizeof details);
+    if (got != want || !strstr(details, needle))
+        fail_msg("want status %d with '%s', got %d '%s'", want, needle, got, details);
+}
+
+static void test_resource_exhausted(void **state)
+{
+    (void)state;
+    feed_test_server s2;
+    static const char *const extra[] = {"--threads", "2", "--max-memory", "64M",
+                                        "--max-stream-memory", "48M", NULL};
+    assert_int_equal(start_server(&s2, extra), 0);
+    grpc_channel *ch = feedtest_channel(s2.target);
+    grpc_channel *ch2 = feedtest_channel(s2.target);
+    Feed__V1__TransformSpec spec = train_spec(384);
+    Feed__V1__SessionOpen open;
+    uint64_t idx[48];
+    for (int i = 0; i < 48; i++)
+        idx[i] = (uint64_t)(i % N_SAMPLES);
+    feedtest_stream a, c;
+
+    /* Window 1: batch 1 is handed to gRPC (stuck), batch 2 waits behind it, batch 3 is refused. */
+    make_open(&open, &spec, "good", 1, 1);
+    assert_int_equal(feedtest_stream_open(ch, 60, &a), 0);
+    assert_int_equal(send_batch(&a, &open, 1, 0, idx, 24), 0);
+    wait_metric(&s2, "feedd_batches_total", 1);
+    assert_int_equal(send_batch(&a, NULL, 2, 0, idx, 8), 0);
+    assert_int_equal(send_batch(&a, NULL, 3, 0, idx, 8), 0);
+    drain_and_expect(&a, GRPC_STATUS_RESOURCE_EXHAUSTED, "window");
+
+    /* Stream memory: 21 MB + 21 MB + 21 MB > 48 MB. */
+    make_open(&open, &spec, "good", 1, 8);
+    assert_int_equal(feedtest_stream_open(ch, 60, &a), 0);
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(send_batch(&a, k == 0 ? &open : NULL, (uint64_t)k, 0, idx, 48), 0);
+    drain_and_expect(&a, GRPC_STATUS_RESOURCE_EXHAUSTED, "memory: stream");
+
+    /* Server memory: stream a holds 42 MB; stream c's second 21 MB passes its own cap but not 64 MB. */
+    double before = scrape(&s2, "feedd_requests_total");
+    assert_int_equal(feedtest_stream_open(ch, 60, &a), 0);
+    assert_int_equal(send_batch(&a, &open, 1, 0, idx, 48), 0);
+    assert_int_equal(send_batch(&a, NULL, 2, 0, idx, 48), 0);
+    wait_metric(&s2, "feedd_requests_total", before + 2);
+    assert_int_equal(feedtest_stream_open(ch2, 60, &c), 0);
+    assert_int_equal(send_batch(&c, &open, 1, 0, idx, 48), 0);
+    assert_int_equal(send_batch(&c, NULL, 2, 0, idx, 48), 0);
+    drain_and_expect(&c, GRPC_STATUS_RESOURCE_EXHAUSTED, "memory: server");
+    feedtest_stream_writes_done(&a);
+    drain_and_expect(&a, GRPC_STATUS_OK, "");
+
+    grpc_channel_destroy(ch);
+    grpc_channel_destroy(ch2);
+    assert_int_equal(feed_test_server_stop(&s2), 0);
+    assert_int_equal(s2.exit_status, 0);
+}
+
+static void test_max_streams(void **state)
+{
+    (void)state;
+    feed_test_server s2;
+    static const char *const extra[] = {"--threads", "1", "--max-streams", "1", NULL};
+    assert_int_equal(start_server(&s2, extra), 0);
+    grpc_channel *ch = feedtest_channel(s2.target);
+    Feed__V1__TransformSpec spec = train_spec(32);
+    Feed__V1__SessionOpen open;
+    make_open(&open, &spec, "good", 1, 1);
+    uint64_t idx[2] = {0, 1};
+    feedtest_stream a;
+    assert_int_equal(feedtest_stream_open(ch, 60, &a), 0);
+    assert_int_equal(send_batch(&a, &open, 1, 0, idx, 2), 0);
+    Feed__V1__Batch *b = feedtest_stream_recv(&a);
+    assert_non_null(b);
+    feed__v1__batch__free_unpacked(b, NULL);
+    expect_stream_error(ch, &open, idx, 2, GRPC_STATUS_RESOURCE_EXHAUSTED, "max-streams");
+    feedtest_stream_writes_done(&a);
+    assert_null(feedtest_stream_recv(&a));
+    assert_int_equal(feedtest_stream_finish(&a, NULL, 0), GRPC_STATUS_OK);
+    grpc_channel_destroy(ch);
+    assert_int_equal(feed_test_server_stop(&s2), 0);
+}
+
+/*
+ * SIGTERM while a stream has accepted batches in flight (its client is not
+ * reading): Health says NOT_SERVING, new streams and new requests get
+ * UNAVAILABLE, the accepted batches all arrive intact, the process exits 0.
+ */
+static void test_graceful_shutdown(void **state)
+{
+    (void)state;
+    feed_test_server s2;
+    static const char *const extra[] = {"--threads", "2", "--drain-timeout-ms", "60000", NULL};
+    assert_int_equal(start_server(&s2, extra), 0);
+    grpc_channel *ch = feedtest_channel(s2.target);
+    Feed__V1__TransformSpec spec = train_spec(384);
+    Feed__V1__SessionOpen open;
+    make_open(&open, &spec, "good", 8, 3);
+    uint64_t idx[40];
+    for (int i = 0; i < 40; i++)
+        idx[i] = (uint64_t)(i % N_SAMPLES);
+    feedtest_stream a;
+    assert_int_equal(feedtest_stream_open(ch, 120, &a), 0);
+    for (int b = 0; b < 3; b++)
+        assert_int_equal(send_batch(&a, b == 0 ? &open : NULL, (uint64_t)b, 0, idx, 40), 0);
+    wait_metric(&s2, "feedd_requests_total", 3);
+
+    assert_int_equal(feed_test_server_signal(&s2, SIGTERM), 0);
+    grpc_status_code code;
+    int health = -1;
+    for (int i = 0; i < 6000 && health != 2; i++) {
+        health = feedtest_health(ch, "", &code);
+        if (health != 2)
+            sleep_ms(10);
+    }
+    assert_int_equal(health, 2); /* NOT_SERVING */
+    expect_stream_error(ch, &open, idx, 2, GRPC_STATUS_UNAVAILABLE, "draining");
+    /* A new request on the old stream is refused; the three accepted batches still come. */
+    assert_int_equal(send_batch(&a, NULL, 3, 0, idx, 40), 0);
+    int got = 0;
+    Feed__V1__Batch *b;
+    while ((b = feedtest_stream_recv(&a)) != NULL) {
+        assert_true(b->batch_id < 3);
+        assert_int_equal(b->crc32c, feed_crc32c(0, b->data.data, b->data.len));
+        assert_int_equal(b->data.len, 40 * 384 * 384 * 3);
+        got++;
+        feed__v1__batch__free_unpacked(b, NULL);
+    }
+    assert_int_equal(got, 3);
+    char details[256];
+    assert_int_equal(feedtest_stream_finish(&a, details, sizeof details),
+                     GRPC_STATUS_UNAVAILABLE);
+    grpc_channel_destroy(ch);
+    assert_int_equal(feed_test_server_wait(&s2, 60000), 0);
+    assert_int_equal(s2.exit_status, 0);
+    feed_test_server_kill(&s2);
+}
+
+static void test_metrics_endpoint(void **state)
+{
+    (void)state;
+    uint64_t idx[3] = {4, 5, 6};
+    Feed__V1__Batch *b = fetch(chan, idx, 3, 1);
+    feed__v1__batch__free_unpacked(b, NULL);
+    assert_true(scrape(&srv, "feedd_batches_total") >= 1);
+    assert_true(scrape(&srv, "feedd_samples_total") >= 3);
+    assert_true(scrape(&srv, "feedd_bytes_total") >= 3 * 48 * 48 * 3);
+    assert_true(scrape(&srv, "feedd_stage_seconds_total{stage=\"decode\"}") > 0);
+    assert_true(scrape(&srv, "feedd_stage_ops_total{stage=\"send\"}") >= 1);
+    assert_true(scrape(&srv, "feedd_serving") == 1);
+    assert_true(scrape(&srv, "feedd_queue_depth") >= 0);
+    int status = 0;
+    char *body = NULL;
+    assert_int_equal(feed_test_http_get(srv.metrics_port, "/nope", &status, &body), 0);
+    assert_int_equal(status, 404);
+    free(body);
+}
+
+static void test_config_file(void **state)
+{
+    (void)state;
+    char path[512], text[1024];
+    snprintf(path, sizeof path, "%s/feedd.conf", tmp_root);
+    int n = snprintf(text, sizeof text,
+                     "# test config\nthreads = 1\nmax-batch = 5\nmax-window = 3 # trailing\n"
+                     "dataset = cfg=%s\ncache-bytes = 8M\n",
+                     good_dir);
+    assert_int_equal(feed_test_write_file(path, text, (size_t)n), 0);
+    feed_test_server s2;
+    const char *args[] = {"--config", path, "--max-window", "2", NULL};
+    assert_int_equal(feed_test_server_start(args, &s2), 0);
+    grpc_channel *ch = feedtest_channel(s2.target);
+    grpc_status_code code;
+    Feed__V1__DescribeResponse *r = feedtest_describe(ch, "", &code);
+    assert_non_null(r);
+    assert_int_equal(r->max_batch_size, 5);
+    assert_int_equal(r->max_window, 2); /* the command line wins */
+    assert_int_equal(r->server_threads, 1);
+    assert_int_equal(r->n_datasets, 1);
+    assert_string_equal(r->datasets[0]->name, "cfg");
+    feed__v1__describe_response__free_unpacked(r, NULL);
+
+    /* Cache mode: the same request twice gives the same bytes, the second from the cache. */
+    Feed__V1__TransformSpec spec = train_spec(48);
+    Feed__V1__SessionOpen open;
+    make_open(&open, &spec, "cfg", 99, 1);
+    uint64_t idx[4] = {0, 1, 2, 3};
+    Feed__V1__Batch *b[2];
+    for (int k = 0; k < 2; k++) {
+        feedtest_stream s;
+        assert_int_equal(feedtest_stream_open(ch, 60, &s), 0);
+        assert_int_equal(send_batch(&s, &open, 1, 0, idx, 4), 0);
+        b[k] = feedtest_stream_recv(&s);
+        assert_non_null(b[k]);
+        feedtest_stream_writes_done(&s);
+        assert_null(feedtest_stream_recv(&s));
+        assert_int_equal(feedtest_stream_finish(&s, NULL, 0), GRPC_STATUS_OK);
+    }
+    assert_memory_equal(b[0]->data.data, b[1]->data.data, b[0]->data.len);
+    feed__v1__batch__free_unpacked(b[0], NULL);
+    feed__v1__batch__free_unpacked(b[1], NULL);
+    assert_true(scrape(&s2, "feedd_cache_hits_total") >= 4);
+    grpc_channel_destroy(ch);
+    assert_int_equal(feed_test_server_stop(&s2), 0);
+
+    /* Bad configurations make feedd exit at once with an error. */
+    n = snprintf(text, sizeof text, "threads = lots\ndataset = x=%s\n", good_dir);
+    assert_int_equal(feed_test_write_file(path, text, (size_t)n), 0);
+    assert_int_not_equal(feed_test_server_start(args, &s2), 0);
+    const char *bad_args[] = {"--dataset", "x=/nonexistent/dir", NULL};
+    assert_int_not_equal(feed_test_server_start(bad_args, &s2), 0);
+}
+
+/* Real ImageNet JPEGs, when the sample is present: bytes equal the engine's. */
+static void test_imagenet_sample(void **state)
+{
+    (void)state;
+    const char *dir = getenv("FEED_SAMPLE_DIR");
+    if (!dir || access(dir, R_OK) != 0) {
+        fprintf(stderr, "test_imagenet_sample: skipped, FEED_SAMPLE_DIR not present\n");
+        skip();
+    }
+    char arg[1200];
+    snprintf(arg, sizeof arg, "in=%s", dir);
+    const char *args[] = {"--dataset", arg, "--threads", "2", "--log-level", "warn", NULL};
+    feed_test_server s2;
+    assert_int_equal(feed_test_server_start(args, &s2), 0);
+    grpc_channel *ch = feedtest_channel(s2.target);
+    Feed__V1__TransformSpec spec = train_spec(224);
+    Feed__V1__SessionOpen open;
+    make_open(&open, &spec, "in", 42, 1);
+    uint64_t idx[8] = {0, 101, 202, 303, 404, 505, 606, 707};
+    feedtest_stream s;
+    assert_int_equal(feedtest_stream_open(ch, 120, &s), 0);
+    assert_int_equal(send_batch(&s, &open, 1, 3, idx, 8), 0);
+    Feed__V1__Batch *b = feedtest_stream_recv(&s);
+    assert_non_null(b);
+    feed_dataset *ds = NULL;
+    char err[256];
+    assert_int_equal(feed_dataset_open(dir, NULL, &ds, err, sizeof err), 0);
+    feed_engine *e = NULL;
+    assert_int_equal(feed_engine_new(NULL, &e), 0);
+    feed_transform t;
+    train_transform(224, &t);
+    feed_buf scratch;
+    feed_buf_init(&scratch, 64u << 20);
+    uint8_t *want = malloc(224 * 224 * 3);
+    for (int i = 0; i < 8; i++) {
+        const uint8_t *jpeg;
+        size_t len;
+        assert_int_equal(feed_dataset_read(ds, idx[i], &scratch, &jpeg, &len), 0);
+        feed_sample_status st = feed_engine_run(e, jpeg, len, &t, 42, 3, idx[i], want, NULL);
+        assert_int_equal(b->status[i], (int)st);
+        assert_memory_equal(b->data.data + (size_t)i * 224 * 224 * 3, want, 224 * 224 * 3);
+    }
+    free(want);
+    feed_buf_free(&scratch);
+    feed_engine_free(e);
+    feed_dataset_close(ds);
+    feed__v1__batch__free_unpacked(b, NULL);
+    feedtest_stream_writes_done(&s);
+    assert_null(feedtest_stream_recv(&s));
+    assert_int_equal(feedtest_stream_finish(&s, NULL, 0), GRPC_STATUS_OK);
+    grpc_channel_destroy(ch);
+    assert_int_equal(feed_test_server_stop(&s2), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_describe),
+        cmocka_unit_test(test_health_and_unimplemented),
+        cmocka_unit_test(test_bytes_match_engine),
+        cmocka_unit_test(test_two_servers_identical),
+        cmocka_unit_test(test_error_statuses),
+        cmocka_unit_test(test_oversized_request),
+        cmocka_unit_test(test_corrupt_samples),
+        cmocka_unit_test(test_cancel_mid_stream),
+        cmocka_unit_test(test_many_streams),
+        cmocka_unit_test(test_resource_exhausted),
+        cmocka_unit_test(test_max_streams),
+        cmocka_unit_test(test_graceful_shutdown),
+        cmocka_unit_test(test_metrics_endpoint),
+        cmocka_unit_test(test_config_file),
+        cmocka_unit_test(test_imagenet_sample),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
