@@ -178,7 +178,7 @@ static int list_dir(const char *dir_path, mode_t kind, size_t max, name_list *ou
             break;
         }
     }
-    if (!rc)
+    if (!rc && out->n > 1)
         qsort(out->v, out->n, sizeof(out->v[0]), cmp_names);
 out:
     if (d)
