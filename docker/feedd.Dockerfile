@@ -1,0 +1,26 @@
+# feedd: the preprocessing server, for CPU hosts.
+#   docker build -f docker/feedd.Dockerfile -t feedd .
+#   docker run -p 7878:7878 -p 9100:9100 -v /data/imagenet:/data:ro feedd \
+#       --dataset imagenet=/data/train --metrics-listen 0.0.0.0:9100
+FROM debian:bookworm-slim AS build
+RUN apt-get update && apt-get install -y --no-install-recommends \
+        build-essential cmake pkg-config libjpeg-dev libgrpc-dev protobuf-c-compiler \
+        libprotobuf-c-dev libmicrohttpd-dev \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY CMakeLists.txt ./
+COPY proto proto
+COPY common common
+COPY server server
+RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DFEED_CUDA=OFF -DFEED_BUILD_TESTS=OFF \
+    && cmake --build /build -j"$(nproc)" --target feedd feed-pack feed-gen-dataset
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends \
+        libjpeg62-turbo libgrpc29 libprotobuf-c1 libmicrohttpd12 \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=build /build/server/feedd /build/server/tools/feed-pack \
+     /build/server/tools/feed-gen-dataset /usr/local/bin/
+USER nobody
+EXPOSE 7878 9100
+ENTRYPOINT ["feedd", "--listen", "0.0.0.0:7878"]
