@@ -1,0 +1,125 @@
+/*
+ * The remote source: libfeedclient streaming from feedd servers. On a GPU the
+ * client delivers fp32 NCHW batches already normalised on the device, with a
+ * ready event the step waits on; on the CPU it delivers uint8 NHWC in host
+ * memory, and the CPU step normalises as it pools. The epoch is planned by
+ * the client from the same seed; at the end of one the source starts the next.
+ *
+ * Owned and called by the training thread; the loader runs its own threads.
+ */
+#include "source.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "feed/client.h"
+#include "feed/errors.h"
+
+typedef struct remote_source {
+    bench_source base;
+    feed_loader *loader;
+    bench_step *step;
+    uint32_t epoch;
+} remote_source;
+
+static void client_log(void *user, int level, const char *message)
+{
+    (void)user;
+    if (level <= 1) /* errors and warnings */
+        fprintf(stderr, "feed-bench: client: %s\n", message);
+}
+
+static int remote_next(bench_source *base, bench_batch *b)
+{
+    remote_source *s = (remote_source *)base;
+    feed_batch *fb = NULL;
+    int rc = feed_loader_next(s->loader, &fb);
+    if (rc == FEED_EEOF) {
+        rc = feed_loader_set_epoch(s->loader, ++s->epoch, 0);
+        if (rc == 0)
+            rc = feed_loader_next(s->loader, &fb);
+    }
+    if (rc)
+        return rc;
+    memset(b, 0, sizeof *b);
+    if (s->step->info.on_gpu) {
+        b->device_data = fb->data;
+        b->device_labels = fb->labels_device;
+        b->ready_event = fb->ready_event;
+    } else {
+        b->pixels = fb->data;
+        b->labels = fb->labels;
+    }
+    b->n = fb->n;
+    b->bad_samples = fb->substituted;
+    b->handle = fb;
+    return 0;
+}
+
+static void remote_release(bench_source *base, bench_batch *b)
+{
+    remote_source *s = (remote_source *)base;
+    int rc = feed_loader_release(s->loader, b->handle, s->step->ops->stream(s->step));
+    if (rc)
+        fprintf(stderr, "feed-bench: remote: release: %s\n", feed_strerror(rc));
+}
+
+static void remote_close(bench_source *base)
+{
+    remote_source *s = (remote_source *)base;
+    feed_loader_close(s->loader);
+    free(s);
+}
+
+static const source_ops remote_ops = {remote_next, remote_release, remote_close};
+
+int source_remote_open(const source_config *cfg, bench_source **out, char *err, size_t err_cap)
+{
+    int rc = FEED_ENOMEM;
+    feed_loader_config lc;
+    remote_source *s = calloc(1, sizeof *s);
+    if (!s)
+        goto out;
+    s->base.ops = &remote_ops;
+    s->base.name = "remote";
+    s->step = cfg->step;
+
+    feed_loader_config_default(&lc);
+    lc.targets = cfg->targets;
+    lc.num_targets = cfg->num_targets;
+    lc.dataset = cfg->dataset_name;
+    lc.transform = cfg->transform;
+    lc.batch_size = cfg->batch;
+    lc.seed = cfg->seed;
+    lc.epoch = 0;
+    lc.drop_last = true;
+    lc.ordered = true;
+    if (cfg->window)
+        lc.window_per_server = cfg->window;
+    if (cfg->prefetch)
+        lc.prefetch = cfg->prefetch;
+    memcpy(lc.mean, cfg->mean, sizeof lc.mean);
+    memcpy(lc.std, cfg->std, sizeof lc.std);
+    if (cfg->step->info.on_gpu) {
+        lc.device = cfg->device;
+        lc.dtype = FEED_DTYPE_FP32;
+        lc.layout = FEED_LAYOUT_NCHW;
+    } else {
+        lc.device = FEED_DEVICE_HOST;
+        lc.dtype = FEED_DTYPE_UINT8;
+        lc.layout = FEED_LAYOUT_NHWC;
+    }
+    lc.log_fn = client_log;
+    rc = feed_loader_open(&lc, &s->loader);
+    if (rc) {
+        snprintf(err, err_cap, "remote: feed_loader_open: %s", feed_strerror(rc));
+        goto out;
+    }
+    *out = &s->base;
+    s = NULL;
+out:
+    if (s)
+        remote_close(&s->base);
+    return rc;
+}

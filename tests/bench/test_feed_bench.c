@@ -1,0 +1,247 @@
+/*
+ * Smoke test of feed-bench for CI: a tiny generated dataset, the CPU step, a
+ * few batches from each source (sync, local, and remote through a real feedd
+ * the benchmark spawns on 127.0.0.1 port 0). Checks that the outputs exist
+ * with the expected fields and that every source delivered exactly the
+ * images asked for, with labels in range and no failed samples. No timings.
+ *
+ * argv: feed-bench, feedd, feed-gen-dataset (paths from CMake).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_FILE (4u << 20)
+#define BATCH 4
+#define STEPS 3
+#define WARMUP 1
+
+static const char *bench_bin, *feedd_bin, *gen_bin;
+static char work[256], data[300], out[300];
+
+static int run_argv(const char *const *argv, const char *log_path)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        if (log_path) {
+            FILE *f = freopen(log_path, "w", stdout);
+            if (!f || dup2(fileno(stdout), STDERR_FILENO) < 0)
+                _exit(126);
+        }
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+/* Whole file as a NUL-terminated string (caller frees), capped at MAX_FILE. */
+static char *slurp(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    char *buf = malloc(MAX_FILE + 1);
+    size_t n = buf ? fread(buf, 1, MAX_FILE, f) : 0;
+    fclose(f);
+    if (buf)
+        buf[n] = '\0';
+    return buf;
+}
+
+static void dump(const char *path)
+{
+    char *s = slurp(path, "");
+    if (s)
+        fprintf(stderr, "---- %s ----\n%s\n", path, s);
+    free(s);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(work, sizeof work, "%s/feed-bench-test.XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(work))
+        return -1;
+    snprintf(data, sizeof data, "%s/data", work);
+    snprintf(out, sizeof out, "%s/out", work);
+    const char *argv[] = {gen_bin, data, "--classes", "3", "--per-class", "8", NULL};
+    return run_argv(argv, NULL) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (work[0] && strncmp(work, "/", 1) == 0 && strstr(work, "feed-bench-test."))
+        nftw(work, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return 0;
+}
+
+/* Index of column `name` in a CSV header line, or -1. */
+static int column(const char *header, const char *name)
+{
+    int idx = 0;
+    size_t len = strlen(name);
+    for (const char *p = header; *p && *p != '\n'; idx++) {
+        size_t w = strcspn(p, ",\n");
+        if (w == len && strncmp(p, name, len) == 0)
+            return idx;
+        p += w;
+        if (*p == ',')
+            p++;
+    }
+    return -1;
+}
+
+/* Field `col` of the line at p, copied into buf. */
+static void field(const char *p, int col, char *buf, size_t cap)
+{
+    for (int i = 0; i < col; i++) {
+        p += strcspn(p, ",\n");
+        if (*p == ',')
+            p++;
+    }
+    size_t w = strcspn(p, ",\n");
+    if (w >= cap)
+        w = cap - 1;
+    memcpy(buf, p, w);
+    buf[w] = '\0';
+}
+
+static void test_three_sources_deliver_everything(void **state)
+{
+    (void)state;
+    char log[512], steps[16], batch[16], warmup[16];
+    snprintf(log, sizeof log, "%s/bench.log", work);
+    snprintf(steps, sizeof steps, "%d", STEPS);
+    snprintf(batch, sizeof batch, "%d", BATCH);
+    snprintf(warmup, sizeof warmup, "%d", WARMUP);
+    const char *argv[] = {bench_bin, "--device", "cpu", "--data", data, "--out", out, "--batch",
+                          batch, "--steps", steps, "--seconds", "0", "--warmup", warmup,
+                          "--local-threads", "2", "--spawn-servers", "1", "--server-threads",
+                          "1", "--feedd", feedd_bin, NULL};
+    int rc = run_argv(argv, log);
+    if (rc != 0)
+        dump(log);
+    assert_int_equal(rc, 0);
+
+    char *csv = slurp(out, "summary.csv");
+    assert_non_null(csv);
+    static const char *const fields[] = {
+        "source", "device", "status", "batches", "images", "total_images", "images_per_s",
+        "gpu_busy", "nvml_util_mean", "pcie_rx_mbps_mean", "wait_p50_ms", "wait_p99_ms",
+        "wait_max_ms", "loader_cores", "server_cores", "loss_first", "loss_last",
+        "bad_samples", "bad_labels"};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        if (column(csv, fields[i]) < 0)
+            fail_msg("summary.csv lacks column %s", fields[i]);
+    }
+    int c_src = column(csv, "source"), c_dev = column(csv, "device"),
+        c_st = column(csv, "status"), c_img = column(csv, "images"),
+        c_tot = column(csv, "total_images"), c_bs = column(csv, "bad_samples"),
+        c_bl = column(csv, "bad_labels"), c_nv = column(csv, "nvml_util_mean"),
+        c_loss = column(csv, "loss_first");
+    const char *want[] = {"sync", "local", "remote"};
+    const char *line = strchr(csv, '\n') + 1;
+    for (int i = 0; i < 3; i++) {
+        char buf[64];
+        assert_true(*line != '\0');
+        field(line, c_src, buf, sizeof buf);
+        assert_string_equal(buf, want[i]);
+        field(line, c_dev, buf, sizeof buf);
+        assert_string_equal(buf, "cpu");
+        field(line, c_st, buf, sizeof buf);
+        assert_string_equal(buf, "ok");
+        field(line, c_img, buf, sizeof buf);
+        assert_int_equal(atoi(buf), STEPS * BATCH);
+        field(line, c_tot, buf, sizeof buf);
+        assert_int_equal(atoi(buf), (STEPS + WARMUP) * BATCH);
+        field(line, c_bs, buf, sizeof buf);
+        assert_int_equal(atoi(buf), 0);
+        field(line, c_bl, buf, sizeof buf);
+        assert_int_equal(atoi(buf), 0);
+        field(line, c_nv, buf, sizeof buf);
+        assert_string_equal(buf, ""); /* no GPU: no NVML number, nothing made up */
+        field(line, c_loss, buf, sizeof buf);
+        assert_true(atof(buf) > 0.0); /* a real cross-entropy over 3 classes */
+        line = strchr(line, '\n');
+        assert_non_null(line);
+        line++;
+    }
+    free(csv);
+
+    char *json = slurp(out, "summary.json");
+    assert_non_null(json);
+    assert_non_null(strstr(json, "\"device\": \"cpu\""));
+    assert_non_null(strstr(json, "\"nvml_absent_reason\": \"no GPU (CPU step)\""));
+    assert_non_null(strstr(json, "\"source\": \"remote\""));
+    assert_non_null(strstr(json, "\"wait_p99_ms\""));
+    assert_non_null(strstr(json, "\"images\": 12,"));
+    free(json);
+
+    char *batches = slurp(out, "batches.csv");
+    assert_non_null(batches);
+    int rows = 0;
+    for (const char *p = strchr(batches, '\n'); p && p[1]; p = strchr(p + 1, '\n'))
+        rows++;
+    assert_int_equal(rows, 3 * (STEPS + WARMUP));
+    free(batches);
+
+    char *nvml = slurp(out, "nvml.csv");
+    assert_non_null(nvml);
+    assert_non_null(strstr(nvml, "source,t_s,gpu_util"));
+    free(nvml);
+}
+
+static void test_bad_option_is_refused(void **state)
+{
+    (void)state;
+    char log[512];
+    snprintf(log, sizeof log, "%s/bad.log", work);
+    const char *argv[] = {bench_bin, "--device", "cpu", "--batch", "many", NULL};
+    assert_int_equal(run_argv(argv, log), 2);
+    const char *argv2[] = {bench_bin, "--device", "cpu", "--data", data, "--out", out,
+                           "--source", "nowhere", "--steps", "1", NULL};
+    assert_int_equal(run_argv(argv2, log), 1);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: test_feed_bench FEED_BENCH FEEDD FEED_GEN_DATASET\n");
+        return 2;
+    }
+    bench_bin = argv[1];
+    feedd_bin = argv[2];
+    gen_bin = argv[3];
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_three_sources_deliver_everything),
+        cmocka_unit_test(test_bad_option_is_refused),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
