@@ -1,0 +1,172 @@
+#!/usr/bin/python3
+"""Interop test: a real feedd against Debian's python3-grpcio, which shares no
+code with the project. Stubs are generated at test time from proto/*.proto
+with grpc_tools.protoc; the dataset comes from feed-gen-dataset; labels are
+derived here from the directory listing and the CRC32C is computed here.
+
+usage: interop_feedd.py FEEDD GEN_DATASET PROTO_DIR
+Exits 0 on success, 1 with a message on failure.
+"""
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import grpc
+from grpc_tools import protoc
+
+
+def crc32c(data, crc=0):
+    table = crc32c.table
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def _table():
+    t = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        t.append(c)
+    return t
+
+
+crc32c.table = _table()
+
+
+def expected_labels(root):
+    """ImageFolder labels by the documented rule: classes and files sorted by
+    byte order, dot-names skipped, .jpg/.jpeg in any case."""
+    labels = []
+    classes = sorted(n for n in os.listdir(os.fsencode(root))
+                     if not n.startswith(b".") and os.path.isdir(os.path.join(os.fsencode(root), n)))
+    for label, c in enumerate(classes):
+        d = os.path.join(os.fsencode(root), c)
+        for f in sorted(os.listdir(d)):
+            low = f.lower()
+            if f.startswith(b".") or not (low.endswith(b".jpg") or low.endswith(b".jpeg")):
+                continue
+            labels.append(label)
+    return [c.decode() for c in classes], labels
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def main():
+    feedd, gen, proto_dir = sys.argv[1:4]
+    tmp = tempfile.mkdtemp(prefix="feedd-interop-py.")
+    proc = None
+    try:
+        rc = protoc.main(["protoc", "-I" + proto_dir, "--python_out=" + tmp,
+                          "--grpc_python_out=" + tmp, os.path.join(proto_dir, "feed.proto"),
+                          os.path.join(proto_dir, "health.proto")])
+        check(rc == 0, "grpc_tools.protoc failed")
+        sys.path.insert(0, tmp)
+        import feed_pb2
+        import health_pb2
+
+        ds = os.path.join(tmp, "ds")
+        subprocess.run([gen, ds, "--classes", "3", "--per-class", "5", "--seed", "4"], check=True,
+                       stdout=subprocess.DEVNULL)
+        class_names, labels = expected_labels(ds)
+        port_file = os.path.join(tmp, "port")
+        proc = subprocess.Popen([feedd, "--listen", "127.0.0.1:0", "--port-file", port_file,
+                                 "--dataset", "d=" + ds, "--threads", "2", "--log-level", "warn"])
+        for _ in range(6000):
+            if os.path.exists(port_file) or proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        check(os.path.exists(port_file), "feedd did not write its port file")
+        port = int(open(port_file).read())
+        channel = grpc.insecure_channel("127.0.0.1:%d" % port,
+                                        options=[("grpc.max_receive_message_length", -1)])
+
+        describe = channel.unary_unary("/feed.v1.Feed/Describe",
+                                       request_serializer=feed_pb2.DescribeRequest.SerializeToString,
+                                       response_deserializer=feed_pb2.DescribeResponse.FromString)
+        info = describe(feed_pb2.DescribeRequest(), timeout=30)
+        check(info.protocol_version == 1, "protocol_version")
+        check(len(info.datasets) == 1 and info.datasets[0].name == "d", "datasets")
+        check(info.datasets[0].num_samples == len(labels), "num_samples")
+        check(list(info.datasets[0].class_names) == class_names, "class_names")
+        check(info.server_threads == 2, "server_threads")
+        try:
+            describe(feed_pb2.DescribeRequest(dataset="nope"), timeout=30)
+            check(False, "Describe(nope) should fail")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.NOT_FOUND, "Describe(nope) -> NOT_FOUND")
+
+        health = channel.unary_unary("/grpc.health.v1.Health/Check",
+                                     request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+                                     response_deserializer=health_pb2.HealthCheckResponse.FromString)
+        check(health(health_pb2.HealthCheckRequest(), timeout=30).status ==
+              health_pb2.HealthCheckResponse.SERVING, "health SERVING")
+
+        stream = channel.stream_stream("/feed.v1.Feed/Stream",
+                                       request_serializer=feed_pb2.BatchRequest.SerializeToString,
+                                       response_deserializer=feed_pb2.Batch.FromString)
+        n = len(labels)
+        side, per, nbatch, window = 56, 4, 6, 2
+        plan = [[(b * per + i * 7) % n for i in range(per)] for b in range(nbatch)]
+        outbox = queue.Queue()
+
+        def requests():
+            while True:
+                r = outbox.get()
+                if r is None:
+                    return
+                yield r
+
+        spec = feed_pb2.TransformSpec(mode=feed_pb2.TRANSFORM_MODE_TRAIN, out_height=side,
+                                      out_width=side, flip_prob=0.5)
+        opener = feed_pb2.SessionOpen(dataset="d", transform=spec, seed=77, window=window,
+                                      protocol_version=1, client_name="interop-python")
+        for b in range(window):
+            outbox.put(feed_pb2.BatchRequest(open=opener if b == 0 else None, batch_id=b, epoch=1,
+                                             indices=plan[b]))
+        sent, seen = window, set()
+        for batch in stream(requests(), timeout=120):
+            b = batch.batch_id
+            check(0 <= b < nbatch and b not in seen, "batch_id %d" % b)
+            seen.add(b)
+            check(list(batch.indices) == plan[b], "indices echoed")
+            check(list(batch.labels) == [labels[i] for i in plan[b]], "labels")
+            check(list(batch.status) == [feed_pb2.SAMPLE_OK] * per, "status")
+            check((batch.height, batch.width, batch.channels) == (side, side, 3), "shape")
+            check(len(batch.data) == per * side * side * 3, "data length")
+            check(crc32c(batch.data) == batch.crc32c, "crc32c")
+            check(any(batch.data), "pixels not all zero")
+            if sent < nbatch:
+                outbox.put(feed_pb2.BatchRequest(batch_id=sent, epoch=1, indices=plan[sent]))
+                sent += 1
+            elif len(seen) == nbatch:
+                outbox.put(None)
+        check(len(seen) == nbatch, "all batches arrived (%d of %d)" % (len(seen), nbatch))
+        channel.close()
+
+        proc.send_signal(signal.SIGTERM)
+        check(proc.wait(timeout=60) == 0, "feedd exit status after SIGTERM")
+        proc = None
+        print("interop python: Describe, Health and %d batches OK" % nbatch)
+        return 0
+    except Exception as e:  # report, do not crash with a traceback only
+        print("interop python: FAILED: %r" % (e,), file=sys.stderr)
+        return 1
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        subprocess.run(["rm", "-rf", tmp])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
