@@ -2,10 +2,11 @@
  * libfeedclient against real feedd processes over real gRPC on 127.0.0.1:
  * a whole epoch over one and over three servers (every sample exactly once,
  * in plan order, right labels, identical bytes), rank partitions, kill -9 of
- * a server mid-epoch, a server that comes up after open, every server dead
- * (FEED_EUNAVAILABLE, no hang), resume from a cursor, ordered = false, host
- * normalisation end to end, and both bad-sample policies on a dataset with
- * corrupt files. Skips (saying so) when feedd has not been built.
+ * a server mid-epoch, a stopped (SIGSTOP) server caught by the batch
+ * deadline, a server that comes up after open, a "dns:///localhost:PORT"
+ * target, every server dead (FEED_EUNAVAILABLE, no hang), resume from a
+ * cursor, ordered = false, host normalisation end to end, and both
+ * bad-sample policies on a dataset with corrupt files. Skips (saying so) when feedd has not been built.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -561,6 +562,76 @@ static void test_bad_samples(void **state)
     stop_servers(s, 1);
 }
 
+static void test_stalled_server_deadline(void **state)
+{
+    (void)state;
+    NEED_FEEDD();
+    assert_int_equal(g_ref.count, 10);
+    feed_test_server s[2];
+    assert_int_equal(start_servers(s, 2, g_good_arg), 0);
+    const char *targets[2] = {s[0].target, s[1].target};
+    feed_loader_config c;
+    feed_loader *l = NULL;
+    base_cfg(&c, targets, 2, 10);
+    c.window_per_server = 1;
+    c.batch_deadline_ms = 1000;
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    run *r = calloc(1, sizeof(*r));
+    assert_int_equal(take(l, r), 0);
+    /* A stopped process keeps its socket open: only the deadline can notice. */
+    assert_int_equal(feed_test_server_signal(&s[0], SIGSTOP), 0);
+    collect_all(l, r);
+    feed_loader_stats st;
+    assert_int_equal(feed_loader_get_stats(l, &st), 0);
+    print_message("SIGSTOP: failovers %llu, reissued %llu\n", (unsigned long long)st.failovers,
+                  (unsigned long long)st.reissued);
+    assert_true(st.failovers >= 1);
+    assert_true(st.reissued >= 1);
+    feed_loader_close(l);
+    check_plan_order(r, 0, 1, 10, 0);
+    check_same_bytes(&g_ref, 0, r);
+    feed_test_server_signal(&s[0], SIGCONT);
+    run_free(r);
+    free(r);
+    stop_servers(s, 2);
+}
+
+static void test_dns_target(void **state)
+{
+    (void)state;
+    NEED_FEEDD();
+    assert_int_equal(g_ref.count, 10);
+    feed_test_server s[1];
+    assert_int_equal(start_servers(s, 1, g_good_arg), 0);
+    char target[64];
+    snprintf(target, sizeof target, "dns:///localhost:%d", s[0].port);
+    const char *targets[1] = {target};
+    feed_loader_config c;
+    feed_loader *l = NULL;
+    base_cfg(&c, targets, 1, 10);
+    c.resolve_interval_ms = 50; /* several re-resolutions during the epoch */
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    run *r = calloc(1, sizeof(*r));
+    collect_all(l, r);
+    feed_loader_stats st;
+    assert_int_equal(feed_loader_get_stats(l, &st), 0);
+    /* localhost gives 127.0.0.1 and perhaps ::1 (where nothing listens). */
+    assert_true(st.servers_known >= 1 && st.servers_known <= 2);
+    bool found_v4 = false;
+    for (uint32_t i = 0; i < st.servers_known; i++) {
+        feed_server_stats ss;
+        assert_int_equal(feed_loader_server_stats(l, i, &ss), 0);
+        if (strncmp(ss.target, "ipv4:127.0.0.1:", 15) == 0)
+            found_v4 = ss.batches == 10;
+    }
+    assert_true(found_v4);
+    feed_loader_close(l);
+    check_same_bytes(&g_ref, 0, r);
+    run_free(r);
+    free(r);
+    stop_servers(s, 1);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -621,6 +692,8 @@ int main(void)
         cmocka_unit_test(test_resume),
         cmocka_unit_test(test_unordered_and_normalised),
         cmocka_unit_test(test_bad_samples),
+        cmocka_unit_test(test_stalled_server_deadline),
+        cmocka_unit_test(test_dns_target),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

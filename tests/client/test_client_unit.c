@@ -20,6 +20,7 @@
 #include "norm_ref.h"
 #include "normalize.h"
 #include "plan.h"
+#include "loader_impl.h"
 #include "wire.h"
 
 /* Independent Fisher-Yates over 64-bit indices, straight from the RNG contract. */
@@ -278,12 +279,12 @@ static void test_wire_batch(void **state)
     /* Unpack lands the pixels in the target buffer. */
     wire_arena a;
     assert_int_equal(wire_arena_init(&a, 65536), 0);
-    uint8_t *slot = calloc(1, 3 * 4 * 6 * 3);
-    wire_arena_reset(&a, slot, 3 * 4 * 6 * 3);
+    uint8_t *dst = calloc(1, 3 * 4 * 6 * 3);
+    wire_arena_reset(&a, dst, 3 * 4 * 6 * 3);
     Feed__V1__Batch *b = feed__v1__batch__unpack(&a.pa, len, msg);
     assert_non_null(b);
-    assert_ptr_equal(b->data.data, slot);
-    assert_int_equal(slot[0], 0x5A);
+    assert_ptr_equal(b->data.data, dst);
+    assert_int_equal(dst[0], 0x5A);
     wire_expect e = {.batch_id = 0x123456789ull, .epoch = 2, .indices = idx, .n = 3, .h = 4,
                      .w = 6, .num_classes = 10};
     char why[128];
@@ -302,7 +303,7 @@ static void test_wire_batch(void **state)
     free(msg);
 
     msg = pack_batch(7, idx, 3, 4, 6, 0x11, 1, &len);
-    wire_arena_reset(&a, slot, 3 * 4 * 6 * 3);
+    wire_arena_reset(&a, dst, 3 * 4 * 6 * 3);
     b = feed__v1__batch__unpack(&a.pa, len, msg);
     assert_non_null(b);
     e.batch_id = 7;
@@ -311,10 +312,10 @@ static void test_wire_batch(void **state)
 
     /* A message larger than the arena and not matching the target fails to unpack. */
     msg = pack_batch(8, idx, 3, 128, 128, 0, 0, &len);
-    wire_arena_reset(&a, slot, 3 * 4 * 6 * 3);
+    wire_arena_reset(&a, dst, 3 * 4 * 6 * 3);
     assert_null(feed__v1__batch__unpack(&a.pa, len, msg));
     free(msg);
-    free(slot);
+    free(dst);
     wire_arena_free(&a);
 }
 
@@ -359,6 +360,27 @@ static void test_config_validation(void **state)
     feed_loader_close(NULL);
 }
 
+static void test_resolve_parse(void **state)
+{
+    (void)state;
+    char h[64], p[16];
+    assert_int_equal(resolve_parse("dns:///feedd.ns.svc:7878", h, sizeof h, p, sizeof p), 0);
+    assert_string_equal(h, "feedd.ns.svc");
+    assert_string_equal(p, "7878");
+    assert_int_equal(resolve_parse("dns:///[::1]:99", h, sizeof h, p, sizeof p), 0);
+    assert_string_equal(h, "::1");
+    assert_string_equal(p, "99");
+    assert_int_equal(resolve_parse("dns:///host", h, sizeof h, p, sizeof p), FEED_EINVAL);
+    assert_int_equal(resolve_parse("dns:///host:", h, sizeof h, p, sizeof p), FEED_EINVAL);
+    assert_int_equal(resolve_parse("dns:///:80", h, sizeof h, p, sizeof p), FEED_EINVAL);
+    assert_int_equal(resolve_parse("dns:///h:8x", h, sizeof h, p, sizeof p), FEED_EINVAL);
+    assert_int_equal(resolve_parse("dns:///[::1]99", h, sizeof h, p, sizeof p), FEED_EINVAL);
+    assert_int_equal(resolve_parse("host:80", h, sizeof h, p, sizeof p), FEED_EINVAL);
+    char small[4];
+    assert_int_equal(resolve_parse("dns:///longname:1", small, sizeof small, p, sizeof p),
+                     FEED_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -366,6 +388,7 @@ int main(void)
         cmocka_unit_test(test_plan_ranks),        cmocka_unit_test(test_plan_invalid),
         cmocka_unit_test(test_f16_bf16_rounding), cmocka_unit_test(test_normalize_host_all),
         cmocka_unit_test(test_wire_batch),        cmocka_unit_test(test_config_validation),
+        cmocka_unit_test(test_resolve_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
