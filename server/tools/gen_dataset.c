@@ -2,7 +2,7 @@
  * feed-gen-dataset OUT_DIR [--classes N] [--per-class M] [--seed S]
  *
  * Writes the project's default dataset: synthetic JPEGs in ImageFolder layout
- * (OUT_DIR/cNNN/imgNNNNN.jpg), made with libjpeg from nothing but the seed, so
+ * (OUT_DIR/class_NNN/img_NNNNN.jpg), made with libjpeg from nothing but the seed, so
  * the benchmark and the tests never need external files.
  *
  * What varies, so the server meets what real data throws at it: sides from 64
@@ -290,7 +290,7 @@ int main(int argc, char **argv)
     for (uint32_t c = 0; c < classes; c++) {
         class_look lk;
         make_look(c, classes, &lk);
-        snprintf(path, sizeof(path), "%s/c%03u", out_dir, c);
+        snprintf(path, sizeof(path), "%s/class_%03u", out_dir, c);
         if (make_dir(path))
             goto out;
         for (uint32_t j = 0; j < per_class; j++) {
@@ -300,7 +300,7 @@ int main(int argc, char **argv)
             sample_plan p;
             plan_sample(&r, j, &p);
             paint(&r, &lk, &p, px, lut);
-            snprintf(path, sizeof(path), "%s/c%03u/img%05u.%s", out_dir, c, j, p.ext);
+            snprintf(path, sizeof(path), "%s/class_%03u/img_%05u.%s", out_dir, c, j, p.ext);
             if (write_jpeg(path, &p, px))
                 goto out;
             struct stat st;

@@ -16,7 +16,7 @@ mkdir -p "$work"
 "$gen" "$work/again" --classes 4 --per-class 25 --seed 7
 diff -r "$work/tree" "$work/again" >/dev/null || fail "same seed, different files"
 "$gen" "$work/other" --classes 4 --per-class 25 --seed 8
-cmp -s "$work/tree/c000/img00000.jpg" "$work/other/c000/img00000.jpg" &&
+cmp -s "$work/tree/class_000/img_00000.jpg" "$work/other/class_000/img_00000.jpg" &&
     fail "different seeds, same image"
 "$gen" "$work/default"
 n=$(find "$work/default" -type f | wc -l)
