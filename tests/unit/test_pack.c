@@ -521,10 +521,16 @@ static void put64(uint8_t *p, uint64_t v)
     put32(p + 4, (uint32_t)(v >> 32));
 }
 
-/* Recomputes the CRC, so a test reaches the checks behind it. */
-static void reseal(uint8_t *img)
+/*
+ * Recomputes the CRC over [0, data_offset) as the header of img (len bytes)
+ * states it, so a test reaches the checks behind the CRC. A data offset
+ * beyond the image is left alone: the reader refuses it before the CRC.
+ */
+static void reseal(uint8_t *img, size_t len)
 {
     uint64_t data_off = get64(img + FEED_PACK_OFF_DATA);
+    if (data_off > len || data_off < FEED_PACK_HEADER_BYTES)
+        return;
     put32(img + FEED_PACK_OFF_CRC, 0);
     put32(img + FEED_PACK_OFF_CRC, feed_crc32c(0, img, (size_t)data_off));
 }
@@ -610,7 +616,7 @@ static void test_corrupt_packs(void **state)
 
     memcpy(img, good, len);
     put32(img + FEED_PACK_OFF_VERSION, 2);
-    reseal(img);
+    reseal(img, len);
     expect_refused(img, len, FEED_EUNSUPPORTED, "pack version 2");
 
     /* One bit flipped in the index, the names or the stored CRC: the CRC catches it. */
@@ -626,20 +632,20 @@ static void test_corrupt_packs(void **state)
      * data. */
     memcpy(img, good, len);
     put64(img + entry1 + FEED_PACK_ENTRY_OFF_OFFSET, len - 4);
-    reseal(img);
+    reseal(img, len);
     expect_refused(img, len, FEED_ECORRUPT, "index entry 1 (offset");
     memcpy(img, good, len);
     put64(img + entry1 + FEED_PACK_ENTRY_OFF_OFFSET, UINT64_MAX - 3);
-    reseal(img);
+    reseal(img, len);
     expect_refused(img, len, FEED_ECORRUPT, "lies outside the data section");
     memcpy(img, good, len);
     put64(img + entry1 + FEED_PACK_ENTRY_OFF_OFFSET, 0);
-    reseal(img);
+    reseal(img, len);
     expect_refused(img, len, FEED_ECORRUPT, "lies outside the data section");
     /* A label beyond the class count. */
     memcpy(img, good, len);
     put32(img + entry1 + FEED_PACK_ENTRY_OFF_LABEL, 2);
-    reseal(img);
+    reseal(img, len);
     expect_refused(img, len, FEED_ECORRUPT, "has label 2");
     /* A sample count whose index size overflows 64 bits (under a limit that lets it through). */
     feed_dataset_limits lim;
@@ -647,24 +653,81 @@ static void test_corrupt_packs(void **state)
     lim.max_samples = UINT64_MAX;
     memcpy(img, good, len);
     put64(img + FEED_PACK_OFF_COUNT, UINT64_MAX / 8);
-    reseal(img);
+    reseal(img, len);
     assert_int_equal(open_image(img, len, &lim, err, sizeof(err)), FEED_ECORRUPT);
     assert_non_null(strstr(err, "overflow"));
     /* A count that disagrees with the section offsets. */
     memcpy(img, good, len);
     put64(img + FEED_PACK_OFF_COUNT, 2);
-    reseal(img);
+    reseal(img, len);
     expect_refused(img, len, FEED_ECORRUPT, "not contiguous");
     /* A class-name table whose NULs do not match the class count. */
     memcpy(img, good, len);
     img[names_off + strlen("first")] = 'x';
-    reseal(img);
+    reseal(img, len);
     expect_refused(img, len, FEED_ECORRUPT, "class-name table");
     /* More samples than the caller allows. */
     lim.max_samples = 2;
     assert_int_equal(open_image(good, len, &lim, err, sizeof(err)), FEED_ETOOBIG);
     assert_non_null(strstr(err, "max_samples"));
 
+    free(img);
+    free(good);
+}
+
+/*
+ * Random damage to header, index and names, resealed so it passes the CRC:
+ * every pack either opens or is refused, and one that opens reads only
+ * inside the file (AddressSanitizer and the bound checks below watch that).
+ */
+static void test_mutation_sweep(void **state)
+{
+    (void)state;
+    size_t len;
+    uint8_t *good = good_pack(&len);
+    uint8_t *img = malloc(len);
+    assert_non_null(img);
+    const size_t meta = (size_t)get64(good + FEED_PACK_OFF_DATA);
+    uint32_t x = 2463534242u;
+    int opened = 0;
+    char p[1024], err[512];
+    path_in(p, sizeof(p), "bad.pack");
+    for (int iter = 0; iter < 600; iter++) {
+        memcpy(img, good, len);
+        int flips = 1 + iter % 4;
+        for (int f = 0; f < flips; f++) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            size_t at = FEED_PACK_OFF_COUNT + x % (meta - FEED_PACK_OFF_COUNT);
+            img[at] = (uint8_t)(x >> 24);
+        }
+        reseal(img, len);
+        feed_dataset *ds = NULL;
+        if (open_image(img, len, NULL, err, sizeof(err)) != 0)
+            continue;
+        assert_int_equal(feed_dataset_open(p, NULL, &ds, err, sizeof(err)), 0);
+        opened++;
+        feed_buf scratch;
+        feed_buf_init(&scratch, 16);
+        for (uint64_t i = 0; i < feed_dataset_count(ds); i++) {
+            const uint8_t *data;
+            size_t n;
+            assert_true(feed_dataset_label(ds, i) < feed_dataset_num_classes(ds));
+            if (feed_dataset_read(ds, i, &scratch, &data, &n) != 0)
+                continue;
+            unsigned sum = 0;
+            for (size_t k = 0; k < n; k++)
+                sum += data[k];
+            (void)sum;
+        }
+        for (uint32_t c = 0; c < feed_dataset_num_classes(ds); c++)
+            assert_true(strlen(feed_dataset_class_name(ds, c)) >= 1);
+        feed_buf_free(&scratch);
+        feed_dataset_close(ds);
+    }
+    /* Some damage is harmless (an offset moved inside the data, a label swapped). */
+    assert_true(opened > 0);
     free(img);
     free(good);
 }
@@ -758,6 +821,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tool_round_trip, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_tool_reencode, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_corrupt_packs, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_mutation_sweep, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_pack_read_limits, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_writer_misuse, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_imagenet_sample_repack, setup_tmp, teardown_tmp),
