@@ -18,7 +18,18 @@
  * where said.
  * fork(): a loader must not be used in a forked child; open a new one there.
  * The library never exits, never prints, never installs signal handlers; it
- * logs through cfg.log_fn.
+ * logs through cfg.log_fn, which is called from any of the loader's threads
+ * (never two at once for one loader) and must not call back into the loader.
+ *
+ * Plan: the epoch permutation is Fisher-Yates over the RNG stream (seed,
+ * epoch, FEED_RNG_PERMUTATION_STREAM); for world > 1 it is padded by wrapping
+ * around to a multiple of world, as PyTorch's DistributedSampler does with
+ * drop_last=False (every rank gets ceil(n/world) samples, so ranks stay in
+ * step; the first few samples appear twice in an epoch), and rank r takes
+ * positions r, r+world, ... drop_last then drops this rank's short last batch.
+ * Memory: delivery slots hold a batch from request to release; at most
+ * prefetch + window_per_server x (servers up, at least 1) are in use, at most
+ * 512 are ever allocated, and each holds batch_size samples (pinned on a GPU).
  *
  * Every function returns 0 or a negative FEED_E code (feed/errors.h).
  */
@@ -54,7 +65,10 @@ typedef enum feed_layout {
 
 typedef enum feed_bad_sample_policy {
     /* A failed sample is replaced by a good sample of the same batch (pixels
-     * and label), counted in stats and in feed_batch.substituted. */
+     * and label; the next good position after it, cyclically), counted in
+     * stats and in feed_batch.substituted. indices and status keep what was
+     * asked and what the server said. A batch with no good sample at all is
+     * handed out with FEED_EBADSAMPLE as under FEED_BAD_SAMPLE_FAIL. */
     FEED_BAD_SAMPLE_SUBSTITUTE = 0,
     /* feed_loader_next() returns FEED_EBADSAMPLE; the batch is still handed
      * out so the caller can read feed_batch.status. */
@@ -144,8 +158,10 @@ void feed_loader_close(feed_loader *l);
 
 /* Next batch of the epoch. FEED_EEOF after the last one (call set_epoch to go
  * on), FEED_EUNAVAILABLE when no server answered for unavailable_timeout_ms,
- * FEED_EBADSAMPLE under the fail policy, FEED_ESTATE if prefetch batches are
- * held unreleased. */
+ * FEED_EBADSAMPLE under the fail policy (*out is set: release it too),
+ * FEED_ESTATE if prefetch batches are held unreleased. On the GPU path the
+ * data may still be in flight: make the training stream wait on
+ * b->ready_event (cudaStreamWaitEvent) before using data or labels_device. */
 int feed_loader_next(feed_loader *l, feed_batch **out);
 /* The caller is done with b once `stream` (a cudaStream_t, or NULL: now) has
  * passed this point. */
