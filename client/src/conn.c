@@ -85,14 +85,17 @@ static int channel_ensure(loader *l, server *s)
         return 0;
     int max_msg = l->max_message > 0x7FFFFFFF ? 0x7FFFFFFF : (int)l->max_message;
     grpc_arg args[6] = {
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
          .value.integer = max_msg},
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, .value.integer = 1},
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_KEEPALIVE_TIME_MS, .value.integer = 10000},
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_KEEPALIVE_TIMEOUT_MS, .value.integer = 5000},
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
          .value.integer = CLIENT_BACKOFF_FIRST_MS},
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
          .value.integer = CLIENT_BACKOFF_MAX_MS},
     };
     grpc_channel_args ca = {.num_args = 6, .args = args};
@@ -401,8 +404,8 @@ static void on_stream_tag(loader *l, call_tag *t, bool ok)
     case TAG_STATUS:
         if (c->srv) {
             char *d = grpc_slice_to_c_string(c->details);
-            client_log(l, FEED_LOG_WARN, "server %s: stream ended (status %d: %s)",
-                       c->srv->target, (int)c->status, d ? d : "");
+            client_log(l, FEED_LOG_WARN, "server %s: stream ended (status %d: %s)", c->srv->target,
+                       (int)c->status, d ? d : "");
             gpr_free(d);
             sched_fail_server(l, c->srv, "stream closed");
         }

@@ -224,10 +224,9 @@ extern "C" int client_gpu_slot_host_wait(client_gpu_slot *s)
     return cudaEventSynchronize(s->ready) == cudaSuccess ? 0 : FEED_ECUDA;
 }
 
-extern "C" int client_gpu_slot_submit(client_gpu *g, client_gpu_slot *s,
-                                      const uint8_t *raw_pinned, const int64_t *labels_pinned,
-                                      uint32_t n, feed_layout layout, const float mean[3],
-                                      const float std[3])
+extern "C" int client_gpu_slot_submit(client_gpu *g, client_gpu_slot *s, const uint8_t *raw_pinned,
+                                      const int64_t *labels_pinned, uint32_t n, feed_layout layout,
+                                      const float mean[3], const float std[3])
 {
     if (n > s->max_n)
         return FEED_EINVAL;

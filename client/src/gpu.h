@@ -40,8 +40,8 @@ int client_gpu_host_alloc(client_gpu *g, size_t bytes, void **out);
 void client_gpu_host_free(void *p); /* accepts NULL */
 
 /* Device buffers for up to max_n samples of h x w x 3, output in dtype. */
-int client_gpu_slot_create(client_gpu *g, uint32_t max_n, uint32_t h, uint32_t w,
-                           feed_dtype dtype, client_gpu_slot **out);
+int client_gpu_slot_create(client_gpu *g, uint32_t max_n, uint32_t h, uint32_t w, feed_dtype dtype,
+                           client_gpu_slot **out);
 void client_gpu_slot_destroy(client_gpu_slot *s); /* accepts NULL */
 /* Blocks until the slot's last copy has read its pinned host buffers. */
 int client_gpu_slot_host_wait(client_gpu_slot *s);

@@ -50,8 +50,8 @@ void client_gpu_host_free(void *p)
     (void)p;
 }
 
-int client_gpu_slot_create(client_gpu *g, uint32_t max_n, uint32_t h, uint32_t w,
-                           feed_dtype dtype, client_gpu_slot **out)
+int client_gpu_slot_create(client_gpu *g, uint32_t max_n, uint32_t h, uint32_t w, feed_dtype dtype,
+                           client_gpu_slot **out)
 {
     (void)g;
     (void)max_n;

@@ -54,22 +54,22 @@ typedef enum slot_state {
 } slot_state;
 
 typedef struct slot {
-    slot_state state;        /* [mu] */
-    uint64_t batch_number;   /* [mu] */
-    uint64_t request_id;     /* [mu] batch_id of the live request */
-    uint32_t n;              /* [mu] */
-    server *server;          /* [mu] while INFLIGHT/LANDING */
-    uint64_t sent_ns;        /* [mu] */
-    uint64_t ready_seq;      /* [mu] arrival order, for ordered=false */
-    int result;              /* 0 or FEED_EBADSAMPLE, returned by next() */
+    slot_state state;      /* [mu] */
+    uint64_t batch_number; /* [mu] */
+    uint64_t request_id;   /* [mu] batch_id of the live request */
+    uint32_t n;            /* [mu] */
+    server *server;        /* [mu] while INFLIGHT/LANDING */
+    uint64_t sent_ns;      /* [mu] */
+    uint64_t ready_seq;    /* [mu] arrival order, for ordered=false */
+    int result;            /* 0 or FEED_EBADSAMPLE, returned by next() */
     /* Buffers sized for batch_size samples; pinned on the GPU path. */
     uint64_t *indices;
     int64_t *labels;
     uint8_t *status;
-    uint8_t *raw;            /* n x h x w x 3 uint8 as received */
-    void *out;               /* host path: normalised output (may be raw) */
+    uint8_t *raw; /* n x h x w x 3 uint8 as received */
+    void *out;    /* host path: normalised output (may be raw) */
     client_gpu_slot *gpu;
-    feed_batch batch;        /* what next() hands out */
+    feed_batch batch; /* what next() hands out */
 } slot;
 
 typedef enum call_kind { CALL_DESCRIBE, CALL_STREAM } call_kind;
@@ -86,10 +86,10 @@ typedef struct call_tag {
 /* One gRPC call. Freed by the receiver thread once no op is in flight. */
 struct call_ctx {
     loader *l;
-    server *srv;             /* [mu] NULL once detached (failed, cancelled) */
+    server *srv; /* [mu] NULL once detached (failed, cancelled) */
     call_kind kind;
     grpc_call *call;
-    int ops;                 /* [mu] batches in flight */
+    int ops; /* [mu] batches in flight */
     grpc_metadata_array md_initial, md_trailing;
     grpc_status_code status;
     grpc_slice details;
@@ -105,20 +105,20 @@ typedef enum server_state { SRV_DOWN, SRV_DESCRIBE, SRV_UP } server_state;
 
 struct server {
     char target[CLIENT_TARGET_MAX + 1];
-    int dns_target;          /* index into cfg targets for DNS-found servers, else -1 */
-    bool removed;            /* [mu] vanished from DNS */
-    bool seen;               /* [mu] scratch for applying a DNS result */
+    int dns_target; /* index into cfg targets for DNS-found servers, else -1 */
+    bool removed;   /* [mu] vanished from DNS */
+    bool seen;      /* [mu] scratch for applying a DNS result */
     bool ever_tried;
-    bool quiet;              /* [mu] Describe failure already logged for this outage */
-    server_state state;      /* [mu] */
-    grpc_channel *channel;   /* [mu] */
-    call_ctx *describe;      /* [mu] */
-    call_ctx *stream;        /* [mu] */
-    uint32_t window;         /* [mu] */
-    uint32_t outstanding;    /* [mu] requests sent on the live stream, not yet answered */
-    uint64_t retry_at_ns;    /* [mu] */
-    uint32_t backoff_ms;     /* [mu] */
-    uint64_t batches;        /* [mu] */
+    bool quiet;            /* [mu] Describe failure already logged for this outage */
+    server_state state;    /* [mu] */
+    grpc_channel *channel; /* [mu] */
+    call_ctx *describe;    /* [mu] */
+    call_ctx *stream;      /* [mu] */
+    uint32_t window;       /* [mu] */
+    uint32_t outstanding;  /* [mu] requests sent on the live stream, not yet answered */
+    uint64_t retry_at_ns;  /* [mu] */
+    uint32_t backoff_ms;   /* [mu] */
+    uint64_t batches;      /* [mu] */
 };
 
 /* One "dns:///host:port" target and its latest resolution. */
@@ -127,56 +127,56 @@ typedef struct dns_target {
     char host[CLIENT_TARGET_MAX + 1];
     char port[16];
     char (*addrs)[CLIENT_TARGET_MAX + 1]; /* [mu] CLIENT_MAX_SERVERS entries */
-    uint32_t num_addrs;      /* [mu] */
-    uint64_t gen;            /* [mu] bumped on each successful resolution */
-    uint64_t applied_gen;    /* receiver thread only */
+    uint32_t num_addrs;                   /* [mu] */
+    uint64_t gen;                         /* [mu] bumped on each successful resolution */
+    uint64_t applied_gen;                 /* receiver thread only */
 } dns_target;
 
 struct feed_loader {
-    feed_loader_config cfg;  /* immutable; strings below are our copies */
+    feed_loader_config cfg; /* immutable; strings below are our copies */
     char *dataset;
     char **targets;
 
     pthread_mutex_t mu;
-    pthread_cond_t cond;     /* [mu] any slot/server change */
-    bool stop;               /* [mu] */
+    pthread_cond_t cond; /* [mu] any slot/server change */
+    bool stop;           /* [mu] */
 
     grpc_completion_queue *cq;
     pthread_t io_thread;
     bool io_started;
-    int live_calls;          /* [mu] call_ctx not yet freed */
+    int live_calls; /* [mu] call_ctx not yet freed */
 
     server servers[CLIENT_MAX_SERVERS]; /* [mu] */
-    uint32_t num_servers;    /* [mu] */
+    uint32_t num_servers;               /* [mu] */
 
-    dns_target *dns;         /* cfg order among DNS targets */
+    dns_target *dns; /* cfg order among DNS targets */
     uint32_t num_dns;
     pthread_t dns_thread;
     bool dns_started;
-    pthread_mutex_t dns_mu;  /* guards dns_stop for the resolver's timed wait */
+    pthread_mutex_t dns_mu; /* guards dns_stop for the resolver's timed wait */
     pthread_cond_t dns_cond;
     bool dns_stop;
 
     /* Dataset, learned from Describe. */
-    uint64_t num_samples;    /* [mu] 0 until known */
-    uint32_t num_classes;    /* [mu] */
-    bool notfound_seen;      /* [mu] */
-    uint32_t describe_done;  /* [mu] Describe calls finished, any outcome */
+    uint64_t num_samples;   /* [mu] 0 until known */
+    uint32_t num_classes;   /* [mu] */
+    bool notfound_seen;     /* [mu] */
+    uint32_t describe_done; /* [mu] Describe calls finished, any outcome */
 
     /* The epoch. */
-    client_plan plan;        /* [mu] */
-    uint32_t epoch;          /* [mu] */
-    uint64_t next_assign;    /* [mu] next batch number to put in a slot */
-    uint64_t next_deliver;   /* [mu] ordered: next batch number next() returns */
-    uint64_t delivered;      /* [mu] this epoch */
-    uint64_t to_deliver;     /* [mu] batches - start_batch */
-    uint64_t request_seq;    /* [mu] last batch_id used */
-    uint64_t ready_seq;      /* [mu] */
-    int fatal;               /* [mu] error next() must report */
+    client_plan plan;      /* [mu] */
+    uint32_t epoch;        /* [mu] */
+    uint64_t next_assign;  /* [mu] next batch number to put in a slot */
+    uint64_t next_deliver; /* [mu] ordered: next batch number next() returns */
+    uint64_t delivered;    /* [mu] this epoch */
+    uint64_t to_deliver;   /* [mu] batches - start_batch */
+    uint64_t request_seq;  /* [mu] last batch_id used */
+    uint64_t ready_seq;    /* [mu] */
+    int fatal;             /* [mu] error next() must report */
 
     slot slots[CLIENT_MAX_SLOTS]; /* [mu] */
-    uint32_t num_slots;      /* [mu] allocated */
-    uint32_t handed;         /* [mu] */
+    uint32_t num_slots;           /* [mu] allocated */
+    uint32_t handed;              /* [mu] */
 
     uint64_t last_up_ns;     /* [mu] last time some server was up */
     feed_loader_stats stats; /* [mu] */
@@ -186,8 +186,8 @@ struct feed_loader {
     wire_arena arena;
     size_t max_message;
 
-    client_gpu *gpu;         /* NULL on the host path */
-    size_t out_bytes;        /* per slot output size at batch_size samples */
+    client_gpu *gpu;  /* NULL on the host path */
+    size_t out_bytes; /* per slot output size at batch_size samples */
 };
 
 void client_log(loader *l, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -202,15 +202,15 @@ void sched_free_slots(loader *l);
 int sched_reset_epoch(loader *l, uint32_t epoch, uint64_t start_batch);
 
 /* conn.c */
-int conn_start(loader *l);   /* starts the receiver thread */
-void conn_stop(loader *l);   /* stops it, cancels and frees every call */
+int conn_start(loader *l); /* starts the receiver thread */
+void conn_stop(loader *l); /* stops it, cancels and frees every call */
 int conn_add_server(loader *l, const char *target, int dns_index); /* mu held; index or <0 */
-bool conn_send(loader *l, server *s, grpc_byte_buffer *bb); /* mu held; takes bb */
+bool conn_send(loader *l, server *s, grpc_byte_buffer *bb);        /* mu held; takes bb */
 /* Detach c from its server and cancel it; its remaining tags free it. mu held. */
 void conn_abandon(call_ctx *c);
 
 /* resolve.c */
-int resolve_init(loader *l);   /* parses dns targets, resolves once */
+int resolve_init(loader *l); /* parses dns targets, resolves once */
 int resolve_start(loader *l);
 void resolve_stop(loader *l);
 void resolve_free(loader *l);

@@ -80,9 +80,8 @@ static size_t out_offset(feed_layout layout, uint32_t h, uint32_t w, size_t s, u
     return (s * plane + (size_t)y * w + x) * 3 + c;
 }
 
-void client_normalize_host(const uint8_t *raw, uint32_t n, uint32_t h, uint32_t w,
-                           feed_dtype dtype, feed_layout layout, const float mean[3],
-                           const float std[3], void *out)
+void client_normalize_host(const uint8_t *raw, uint32_t n, uint32_t h, uint32_t w, feed_dtype dtype,
+                           feed_layout layout, const float mean[3], const float std[3], void *out)
 {
     union {
         uint8_t u8[3][256];

@@ -30,8 +30,7 @@ static inline float client_normalize_value(uint8_t p, float mean, float std)
  * layout). For FEED_DTYPE_UINT8 only the layout changes (mean/std unused).
  * raw and out must not overlap.
  */
-void client_normalize_host(const uint8_t *raw, uint32_t n, uint32_t h, uint32_t w,
-                           feed_dtype dtype, feed_layout layout, const float mean[3],
-                           const float std[3], void *out);
+void client_normalize_host(const uint8_t *raw, uint32_t n, uint32_t h, uint32_t w, feed_dtype dtype,
+                           feed_layout layout, const float mean[3], const float std[3], void *out);
 
 #endif

@@ -14,9 +14,9 @@
 #define CLIENT_PLAN_MAX_SAMPLES ((uint64_t)UINT32_MAX)
 
 typedef struct client_plan {
-    uint32_t *samples;   /* this rank's samples in delivery order */
-    uint64_t count;      /* entries in samples */
-    uint64_t batches;    /* batches this rank gets */
+    uint32_t *samples; /* this rank's samples in delivery order */
+    uint64_t count;    /* entries in samples */
+    uint64_t batches;  /* batches this rank gets */
     uint32_t batch_size;
 } client_plan;
 

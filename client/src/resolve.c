@@ -89,7 +89,7 @@ static int lookup(const dns_target *d, char (*out)[CLIENT_TARGET_MAX + 1], uint3
 
 static void resolve_all(loader *l)
 {
-    char (*tmp)[CLIENT_TARGET_MAX + 1] = malloc(CLIENT_MAX_SERVERS * sizeof(*tmp));
+    char(*tmp)[CLIENT_TARGET_MAX + 1] = malloc(CLIENT_MAX_SERVERS * sizeof(*tmp));
     if (!tmp)
         return;
     for (uint32_t i = 0; i < l->num_dns; i++) {

@@ -43,8 +43,8 @@ static int slot_alloc(loader *l, slot *sl)
             rc = client_gpu_host_alloc(l->gpu, bs * sizeof(int64_t), &labels);
         sl->labels = labels;
         if (!rc)
-            rc = client_gpu_slot_create(l->gpu, bs, l->cfg.transform.out_h,
-                                        l->cfg.transform.out_w, l->cfg.dtype, &sl->gpu);
+            rc = client_gpu_slot_create(l->gpu, bs, l->cfg.transform.out_h, l->cfg.transform.out_w,
+                                        l->cfg.dtype, &sl->gpu);
         return rc;
     }
     sl->labels = calloc(bs, sizeof(*sl->labels));
@@ -214,16 +214,16 @@ void sched_fail_server(loader *l, server *s, const char *why)
     l->stats.reissued += moved;
     if (was_up) {
         l->stats.failovers++;
-        client_log(l, FEED_LOG_WARN, "server %s failed (%s); %u batches re-issued", s->target,
-                   why, moved);
+        client_log(l, FEED_LOG_WARN, "server %s failed (%s); %u batches re-issued", s->target, why,
+                   moved);
     } else {
         client_log(l, FEED_LOG_DEBUG, "server %s: %s", s->target, why);
     }
     s->state = SRV_DOWN;
     s->outstanding = 0;
     s->retry_at_ns = feed_now_ns() + (uint64_t)s->backoff_ms * 1000000u;
-    s->backoff_ms = s->backoff_ms * 2 > CLIENT_BACKOFF_MAX_MS ? CLIENT_BACKOFF_MAX_MS
-                                                              : s->backoff_ms * 2;
+    s->backoff_ms =
+        s->backoff_ms * 2 > CLIENT_BACKOFF_MAX_MS ? CLIENT_BACKOFF_MAX_MS : s->backoff_ms * 2;
     if (s->channel) {
         grpc_channel_destroy(s->channel);
         s->channel = NULL;
@@ -331,8 +331,8 @@ void sched_on_batch(loader *l, server *s, const uint8_t *msg, size_t len)
         s->outstanding--;
     slot *sl = find_request(l, s, id);
     if (!sl) {
-        client_log(l, FEED_LOG_DEBUG, "server %s: dropping reply %llu (no live request)",
-                   s->target, (unsigned long long)id);
+        client_log(l, FEED_LOG_DEBUG, "server %s: dropping reply %llu (no live request)", s->target,
+                   (unsigned long long)id);
         return;
     }
     sl->state = SLOT_LANDING;
@@ -385,8 +385,8 @@ void sched_on_batch(loader *l, server *s, const uint8_t *msg, size_t len)
 int sched_reset_epoch(loader *l, uint32_t epoch, uint64_t start_batch)
 {
     client_plan plan;
-    int rc = client_plan_build(&plan, l->num_samples, l->cfg.seed, epoch, l->cfg.rank,
-                               l->cfg.world, l->cfg.batch_size, l->cfg.drop_last);
+    int rc = client_plan_build(&plan, l->num_samples, l->cfg.seed, epoch, l->cfg.rank, l->cfg.world,
+                               l->cfg.batch_size, l->cfg.drop_last);
     if (rc)
         return rc;
     if (start_batch > plan.batches) {

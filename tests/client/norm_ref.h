@@ -90,8 +90,8 @@ static inline uint16_t ref_bf16(float f)
  */
 static inline size_t ref_normalize_compare(const uint8_t *raw, uint32_t n, uint32_t h, uint32_t w,
                                            feed_dtype dtype, feed_layout layout,
-                                           const float mean[3], const float std[3],
-                                           const void *got, size_t *first_bad)
+                                           const float mean[3], const float std[3], const void *got,
+                                           size_t *first_bad)
 {
     size_t bad = 0;
     size_t plane = (size_t)h * w;

@@ -91,8 +91,8 @@ static void test_normalize_kernel(void **state)
             size_t esize = dt == FEED_DTYPE_FP32 ? 4 : (dt == FEED_DTYPE_UINT8 ? 1 : 2);
             CK(cudaMemcpy(host, client_gpu_slot_data(s), count * esize, cudaMemcpyDeviceToHost));
             size_t first;
-            size_t bad = ref_normalize_compare(raw, n, h, w, (feed_dtype)dt, (feed_layout)lay,
-                                               mean, std, host, &first);
+            size_t bad = ref_normalize_compare(raw, n, h, w, (feed_dtype)dt, (feed_layout)lay, mean,
+                                               std, host, &first);
             if (bad)
                 print_error("dtype %d layout %d: %zu mismatches, first at %zu\n", dt, lay, bad,
                             first);
@@ -256,8 +256,8 @@ static void test_loader_on_gpu(void **state)
         CK(cudaStreamWaitEvent(step, (cudaEvent_t)bg->ready_event, 0));
         CK(cudaMemcpyAsync(host, bg->data, bg->bytes, cudaMemcpyDeviceToHost, step));
         int64_t lab[16];
-        CK(cudaMemcpyAsync(lab, bg->labels_device, bg->n * sizeof(int64_t),
-                           cudaMemcpyDeviceToHost, step));
+        CK(cudaMemcpyAsync(lab, bg->labels_device, bg->n * sizeof(int64_t), cudaMemcpyDeviceToHost,
+                           step));
         CK(cudaStreamSynchronize(step));
         assert_memory_equal(host, bh->data, bh->bytes);
         assert_memory_equal(lab, bh->labels, bh->n * sizeof(int64_t));

@@ -6,7 +6,8 @@
  * deadline, a server that comes up after open, a "dns:///localhost:PORT"
  * target, every server dead (FEED_EUNAVAILABLE, no hang), resume from a
  * cursor, ordered = false, host normalisation end to end, and both
- * bad-sample policies on a dataset with corrupt files. Skips (saying so) when feedd has not been built.
+ * bad-sample policies on a dataset with corrupt files. Skips (saying so) when feedd has not been
+ * built.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -365,8 +366,8 @@ static void test_server_started_mid_epoch(void **state)
     assert_int_equal(feed_loader_server_stats(l, 1, &ss), 0);
     assert_false(ss.up);
 
-    const char *args[] = {"--dataset", g_good_arg, "--threads", "1", "--listen", listen_arg,
-                          "--log-level", "warn", NULL};
+    const char *args[] = {"--dataset", g_good_arg,    "--threads", "1", "--listen",
+                          listen_arg,  "--log-level", "warn",      NULL};
     assert_int_equal(feed_test_server_start(args, &s[1]), 0);
     /* Keep training until the late server has made batches (bounded by epochs). */
     uint64_t late_batches = 0;
@@ -485,11 +486,10 @@ static void test_unordered_and_normalised(void **state)
             assert_int_equal(take(l, r), 0);
             feed_loader_close(l);
             size_t first;
-            assert_int_equal(r->r[0].bytes,
-                             g_ref.r[0].bytes * (dt == 3 ? 4 : (dt == 0 ? 1 : 2)));
-            assert_int_equal(ref_normalize_compare(g_ref.r[0].data, 10, SIDE, SIDE,
-                                                   (feed_dtype)dt, (feed_layout)lay, c.mean,
-                                                   c.std, r->r[0].data, &first),
+            assert_int_equal(r->r[0].bytes, g_ref.r[0].bytes * (dt == 3 ? 4 : (dt == 0 ? 1 : 2)));
+            assert_int_equal(ref_normalize_compare(g_ref.r[0].data, 10, SIDE, SIDE, (feed_dtype)dt,
+                                                   (feed_layout)lay, c.mean, c.std, r->r[0].data,
+                                                   &first),
                              0);
             run_free(r);
         }

@@ -161,8 +161,8 @@ static void test_f16_bf16_rounding(void **state)
     assert_int_equal(client_f32_to_f16(INFINITY), 0x7C00);
     assert_int_equal(client_f32_to_f16(-INFINITY), 0xFC00);
     assert_true((client_f32_to_f16(NAN) & 0x7C00) == 0x7C00 && (client_f32_to_f16(NAN) & 0x3FF));
-    assert_int_equal(client_f32_to_f16(0x1p-24f), 0x0001);  /* smallest subnormal */
-    assert_int_equal(client_f32_to_f16(0x1p-25f), 0x0000);  /* tie → even (zero) */
+    assert_int_equal(client_f32_to_f16(0x1p-24f), 0x0001);   /* smallest subnormal */
+    assert_int_equal(client_f32_to_f16(0x1p-25f), 0x0000);   /* tie → even (zero) */
     assert_int_equal(client_f32_to_f16(0x1.8p-24f), 0x0002); /* tie → even (2) */
     /* 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to even gives 1. */
     assert_int_equal(client_f32_to_f16(1.0f + 0x1p-11f), 0x3C00);
@@ -205,8 +205,8 @@ static void test_normalize_host_all(void **state)
             memset(out, 0xAB, count * 4);
             client_normalize_host(raw, n, h, w, (feed_dtype)dt, (feed_layout)lay, mean, std, out);
             size_t first;
-            size_t bad = ref_normalize_compare(raw, n, h, w, (feed_dtype)dt, (feed_layout)lay,
-                                               mean, std, out, &first);
+            size_t bad = ref_normalize_compare(raw, n, h, w, (feed_dtype)dt, (feed_layout)lay, mean,
+                                               std, out, &first);
             if (bad)
                 print_error("dtype %d layout %d: %zu mismatches, first at %zu\n", dt, lay, bad,
                             first);
@@ -285,8 +285,13 @@ static void test_wire_batch(void **state)
     assert_non_null(b);
     assert_ptr_equal(b->data.data, dst);
     assert_int_equal(dst[0], 0x5A);
-    wire_expect e = {.batch_id = 0x123456789ull, .epoch = 2, .indices = idx, .n = 3, .h = 4,
-                     .w = 6, .num_classes = 10};
+    wire_expect e = {.batch_id = 0x123456789ull,
+                     .epoch = 2,
+                     .indices = idx,
+                     .n = 3,
+                     .h = 4,
+                     .w = 6,
+                     .num_classes = 10};
     char why[128];
     assert_int_equal(wire_check_batch(b, &e, why, sizeof why), 0);
     e.h = 5;
