@@ -191,7 +191,8 @@ static int group_setup(void **state)
     if (n < 100 || feed_test_write_file(path, buf, n / 2) < 0)
         return -1;
     grpc_init();
-    static const char *const extra[] = {"--threads", "2", "--max-batch", "64", NULL};
+    static const char *const extra[] = {"--threads", "2", "--max-batch", "64", "--cq-threads", "2",
+                                        NULL};
     if (start_server(&srv, extra) < 0)
         return -1;
     chan = feedtest_channel(srv.target);

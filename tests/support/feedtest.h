@@ -22,7 +22,7 @@ typedef struct feed_test_server {
 } feed_test_server;
 
 /*
- * Spawn ${FEED_BUILD_DIR}/server/feedd --listen 127.0.0.1:0 --port-file F
+ * Spawn ${FEED_FEEDD} if set, else ${FEED_BUILD_DIR}/server/feedd --listen 127.0.0.1:0 --port-file F
  * --metrics-listen 127.0.0.1:0 --metrics-port-file G [extra_args...]
  * (extra_args NULL-terminated, may be NULL) and wait up to 60 s for both
  * port files. FEED_EIO if feedd exits first or never writes them.

@@ -136,9 +136,20 @@ int feedtest_stream_writes_done(feedtest_stream *s)
 
 int feedtest_stream_recv_raw(feedtest_stream *s, uint8_t **data, size_t *len)
 {
-    grpc_op ops[2];
     grpc_byte_buffer *bb = NULL;
+    int rc = feedtest_stream_recv_bb(s, &bb);
+    if (rc != 1)
+        return rc;
+    rc = read_byte_buffer(bb, data, len);
+    grpc_byte_buffer_destroy(bb);
+    return rc < 0 ? rc : 1;
+}
+
+int feedtest_stream_recv_bb(feedtest_stream *s, grpc_byte_buffer **bb)
+{
+    grpc_op ops[2];
     size_t n = 0;
+    *bb = NULL;
     memset(ops, 0, sizeof ops);
     if (!s->initial_md_received) {
         ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
@@ -147,19 +158,15 @@ int feedtest_stream_recv_raw(feedtest_stream *s, uint8_t **data, size_t *len)
         s->initial_md_received = 1;
     }
     ops[n].op = GRPC_OP_RECV_MESSAGE;
-    ops[n].data.recv_message.recv_message = &bb;
+    ops[n].data.recv_message.recv_message = bb;
     n++;
     if (grpc_call_start_batch(s->call, ops, n, &tag_recv, NULL) != GRPC_CALL_OK)
         return FEED_EIO;
-    if (pluck(s->cq, &tag_recv) < 0 || !bb) {
+    if (pluck(s->cq, &tag_recv) < 0 || !*bb) {
         s->ended = 1;
         return 0;
     }
-    int rc = read_byte_buffer(bb, data, len);
-    grpc_byte_buffer_destroy(bb);
-    if (rc < 0)
-        return rc;
-    s->bytes_received += *len;
+    s->bytes_received += grpc_byte_buffer_length(*bb);
     return 1;
 }
 

@@ -105,9 +105,13 @@ int feed_test_server_start(const char *const *extra_args, feed_test_server *out)
     out->exit_status = -1;
 
     const char *bdir = getenv("FEED_BUILD_DIR");
-    if (!bdir)
+    const char *feedd = getenv("FEED_FEEDD");
+    if (feedd && feedd[0])
+        snprintf(exe, sizeof exe, "%s", feedd);
+    else if (bdir)
+        snprintf(exe, sizeof exe, "%s/server/feedd", bdir);
+    else
         return FEED_EINVAL;
-    snprintf(exe, sizeof exe, "%s/server/feedd", bdir);
     if (access(exe, X_OK) != 0)
         return FEED_ENOTFOUND;
     rc = feed_test_tmpdir("feedd-test", out->workdir, sizeof out->workdir);

@@ -1,0 +1,291 @@
+/*
+ * Unit tests of feedd's parts without gRPC: the configuration table (bounds,
+ * defaults, file + command line), the sample cache (bounded, evicts, keys by
+ * every field) and the worker pool's round-robin fairness across streams.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cache.h"
+#include "config.h"
+#include "feed/dataset.h"
+#include "feed/errors.h"
+#include "feedtest.h"
+#include "metrics.h"
+#include "pool.h"
+
+static int parse(char *err, size_t cap, feedd_config *cfg, int argc, const char **argv)
+{
+    return feedd_config_parse(argc, (char **)argv, cfg, err, cap);
+}
+
+static void test_config_defaults_and_bounds(void **state)
+{
+    (void)state;
+    static feedd_config cfg;
+    char err[1200];
+    const char *a1[] = {"feedd", "--dataset", "x=/tmp"};
+    assert_int_equal(parse(err, sizeof err, &cfg, 3, a1), 0);
+    assert_string_equal(cfg.listen, "0.0.0.0:7878");
+    assert_true(cfg.threads >= 1);
+    assert_true(cfg.cq_threads >= 1 && cfg.cq_threads <= 4);
+    assert_int_equal(cfg.max_memory, 1ull << 30);
+    assert_int_equal(cfg.max_batch, 1024);
+    assert_int_equal(cfg.n_datasets, 1);
+    assert_string_equal(cfg.datasets[0].name, "x");
+    assert_string_equal(cfg.datasets[0].path, "/tmp");
+    assert_string_equal(cfg.metrics_listen, "");
+
+    const char *a2[] = {"feedd", "--dataset=x=/tmp", "--max-memory=2G", "--max-batch", "7",
+                        "--log-level", "debug", "--cache-bytes", "64K"};
+    assert_int_equal(parse(err, sizeof err, &cfg, 9, a2), 0);
+    assert_int_equal(cfg.max_memory, 2ull << 30);
+    assert_int_equal(cfg.max_batch, 7);
+    assert_int_equal(cfg.log_level, 3);
+    assert_int_equal(cfg.cache_bytes, 64 << 10);
+
+    const char *bad[][3] = {
+        {"feedd", "--max-batch", "0"},      {"feedd", "--max-batch", "70000"},
+        {"feedd", "--max-memory", "12Q"},   {"feedd", "--threads", "-1"},
+        {"feedd", "--log-level", "loud"},   {"feedd", "--nope", "1"},
+        {"feedd", "--dataset", "noequals"},
+    };
+    const char *want[] = {"max-batch", "max-batch", "max-memory", "threads",
+                          "log-level", "--nope",    "dataset"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *args[5] = {bad[i][0], bad[i][1], bad[i][2], "--dataset", "y=/tmp"};
+        err[0] = '\0';
+        assert_int_equal(parse(err, sizeof err, &cfg, 5, args), FEED_EINVAL);
+        if (!strstr(err, want[i]))
+            fail_msg("case %zu: '%s' does not name %s", i, err, want[i]);
+    }
+    const char *none[] = {"feedd"};
+    assert_int_equal(parse(err, sizeof err, &cfg, 1, none), FEED_EINVAL);
+    assert_non_null(strstr(err, "dataset"));
+    const char *dup[] = {"feedd", "--dataset", "a=/x", "--dataset", "a=/y"};
+    assert_int_equal(parse(err, sizeof err, &cfg, 5, dup), FEED_EINVAL);
+
+    uint64_t v;
+    assert_int_equal(feedd_parse_bytes("512M", &v), 0);
+    assert_int_equal(v, 512ull << 20);
+    assert_int_equal(feedd_parse_bytes("3GiB", &v), 0);
+    assert_int_equal(v, 3ull << 30);
+    assert_int_equal(feedd_parse_bytes("", &v), FEED_EINVAL);
+    assert_int_equal(feedd_parse_bytes("1T", &v), FEED_EINVAL);
+    assert_int_equal(feedd_parse_bytes("99999999999999999999", &v), FEED_EINVAL);
+}
+
+static void test_config_file_and_example(void **state)
+{
+    (void)state;
+    static feedd_config cfg;
+    char err[1200], dir[256], path[512];
+    assert_int_equal(feed_test_tmpdir("feedd-cfg", dir, sizeof dir), 0);
+    snprintf(path, sizeof path, "%s/a.conf", dir);
+    const char *text = "  # comment\n\nmax-window = 5\nthreads=3 # trailing\ndataset = f=/data\n";
+    assert_int_equal(feed_test_write_file(path, text, strlen(text)), 0);
+    const char *a[] = {"feedd", "--threads", "9", "--config", path};
+    assert_int_equal(parse(err, sizeof err, &cfg, 5, a), 0);
+    assert_int_equal(cfg.max_window, 5);
+    assert_int_equal(cfg.threads, 9); /* the command line wins, wherever --config is */
+    assert_string_equal(cfg.datasets[0].name, "f");
+
+    text = "max-window = 5\nbogus = 1\n";
+    assert_int_equal(feed_test_write_file(path, text, strlen(text)), 0);
+    assert_int_equal(parse(err, sizeof err, &cfg, 5, a), FEED_EINVAL);
+    assert_non_null(strstr(err, ":2: unknown key 'bogus'"));
+
+    /* The documented example parses as it is. */
+    const char *data = getenv("FEED_TEST_DATA");
+    assert_non_null(data);
+    snprintf(path, sizeof path, "%s/../../server/feedd.conf.example", data);
+    const char *b[] = {"feedd", "--config", path};
+    if (parse(err, sizeof err, &cfg, 3, b) != 0)
+        fail_msg("feedd.conf.example: %s", err);
+    assert_int_equal(cfg.max_memory, 1ull << 30);
+    assert_int_equal(cfg.drain_timeout_ms, 10000);
+    feed_test_rmtree(dir);
+}
+
+static void test_cache_bounded_lru(void **state)
+{
+    (void)state;
+    feedd_cache *c = NULL;
+    const size_t len = 1000;
+    /* 16 shards x 4 KiB: each shard holds 3 entries of ~1 KiB. */
+    assert_int_equal(feedd_cache_new(16 * 4096, &c), 0);
+    feed_transform t, t2;
+    feed_transform_default_train(&t);
+    t2 = t;
+    t2.flip_prob = 0.0;
+    uint8_t in[1000], out[1000];
+    for (uint64_t i = 0; i < 500; i++) {
+        memset(in, (int)(i & 0xff), len);
+        feedd_cache_key k = {0, 1, 7, i, &t};
+        feedd_cache_put(c, &k, in, len);
+    }
+    assert_true(atomic_load(&feedd_m.cache_bytes) <= 16 * 4096);
+    assert_true(atomic_load(&feedd_m.cache_evictions) > 0);
+    /* The most recent one is there; every field of the key matters. */
+    feedd_cache_key k = {0, 1, 7, 499, &t};
+    assert_true(feedd_cache_get(c, &k, out, len));
+    assert_int_equal(out[0], 499 & 0xff);
+    feedd_cache_key other[] = {{1, 1, 7, 499, &t}, {0, 2, 7, 499, &t}, {0, 1, 8, 499, &t},
+                               {0, 1, 7, 499, &t2}};
+    for (size_t i = 0; i < 4; i++)
+        assert_false(feedd_cache_get(c, &other[i], out, len));
+    assert_false(feedd_cache_get(c, &k, out, len - 1)); /* size must match */
+    /* The oldest were evicted. */
+    feedd_cache_key old = {0, 1, 7, 0, &t};
+    assert_false(feedd_cache_get(c, &old, out, len));
+    /* An entry larger than a shard is not kept. */
+    static uint8_t big[8192];
+    feedd_cache_key kb = {0, 1, 7, 100000, &t};
+    feedd_cache_put(c, &kb, big, sizeof big);
+    assert_false(feedd_cache_get(c, &kb, big, sizeof big));
+    feedd_cache_free(c);
+    assert_int_equal(atomic_load(&feedd_m.cache_bytes), 0);
+}
+
+/* ---- pool fairness ---- */
+
+enum { A_JOBS = 10, PER_JOB = 4 };
+
+typedef struct fair_ctx {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int order[A_JOBS + 1]; /* job ids in completion order; B is id 100 */
+    int n_done;
+    feedd_pool *pool;
+    feedd_queue qb;
+    feedd_job *job_b;
+} fair_ctx;
+
+static fair_ctx fair;
+
+static void fair_done(feedd_job *job)
+{
+    int id = (int)(intptr_t)job->user;
+    pthread_mutex_lock(&fair.mu);
+    fair.order[fair.n_done++] = id;
+    pthread_cond_broadcast(&fair.cv);
+    pthread_mutex_unlock(&fair.mu);
+    /* A's first job, on the only worker, starts stream B while A has 9 jobs queued. */
+    if (id == 0)
+        feedd_pool_submit(fair.pool, &fair.qb, fair.job_b);
+}
+
+static void cancel_done(feedd_job *job)
+{
+    (void)job;
+    pthread_mutex_lock(&fair.mu);
+    fair.n_done++;
+    pthread_cond_broadcast(&fair.cv);
+    pthread_mutex_unlock(&fair.mu);
+}
+
+static void test_pool_round_robin(void **state)
+{
+    (void)state;
+    char dir[256], ds_dir[300], err[256];
+    assert_int_equal(feed_test_tmpdir("feedd-pool", dir, sizeof dir), 0);
+    snprintf(ds_dir, sizeof ds_dir, "%s/ds", dir);
+    assert_int_equal(feed_test_make_imagefolder(ds_dir, 2, 4, 3), 0);
+    feed_dataset *ds = NULL;
+    assert_int_equal(feed_dataset_open(ds_dir, NULL, &ds, err, sizeof err), 0);
+    feed_transform t;
+    feed_transform_default_train(&t);
+    t.out_h = t.out_w = 16;
+    const size_t sb = 16 * 16 * 3;
+
+    pthread_mutex_init(&fair.mu, NULL);
+    pthread_cond_init(&fair.cv, NULL);
+    assert_int_equal(feedd_pool_new(1, NULL, 64 << 20, NULL, PER_JOB, &fair.pool), 0);
+    static feedd_job jobs[A_JOBS + 1];
+    static uint64_t idx[PER_JOB] = {0, 3, 5, 7};
+    static uint8_t data[A_JOBS + 1][PER_JOB * 16 * 16 * 3];
+    static feed_sample_status st[A_JOBS + 1][PER_JOB];
+    static char msgs[A_JOBS + 1][PER_JOB][FEEDD_SAMPLE_MSG_MAX + 1];
+    for (int j = 0; j <= A_JOBS; j++) {
+        feedd_job *jb = &jobs[j];
+        memset(jb, 0, sizeof *jb);
+        jb->ds = ds;
+        jb->tf = &t;
+        jb->seed = 1;
+        jb->indices = idx;
+        jb->n = PER_JOB;
+        jb->data = data[j];
+        jb->sample_bytes = sb;
+        jb->status = st[j];
+        jb->errors = msgs[j];
+        jb->done = fair_done;
+        jb->user = (void *)(intptr_t)(j == A_JOBS ? 100 : j);
+    }
+    fair.job_b = &jobs[A_JOBS];
+    static feedd_queue qa;
+    memset(&qa, 0, sizeof qa);
+    memset(&fair.qb, 0, sizeof fair.qb);
+    for (int j = 0; j < A_JOBS; j++)
+        feedd_pool_submit(fair.pool, &qa, &jobs[j]);
+    pthread_mutex_lock(&fair.mu);
+    while (fair.n_done < A_JOBS + 1)
+        pthread_cond_wait(&fair.cv, &fair.mu);
+    pthread_mutex_unlock(&fair.mu);
+    /* FIFO would finish B last (position 10); round-robin right after A's next job. */
+    int pos_b = -1;
+    for (int i = 0; i <= A_JOBS; i++)
+        if (fair.order[i] == 100)
+            pos_b = i;
+    if (pos_b > 2)
+        fail_msg("stream B's only batch finished at position %d of %d", pos_b, A_JOBS + 1);
+    for (int j = 0; j <= A_JOBS; j++)
+        for (int i = 0; i < PER_JOB; i++)
+            assert_int_equal(st[j][i], FEED_SAMPLE_OK);
+    assert_memory_equal(data[0], data[1], sizeof data[0]); /* same indices, seed and epoch */
+
+    /*
+     * Cancel drops what no worker holds and hands those jobs back; the job a
+     * worker is in gets its done call. Every job is accounted for exactly once.
+     */
+    static feedd_queue qc;
+    memset(&qc, 0, sizeof qc);
+    fair.n_done = 0;
+    for (int j = 0; j < A_JOBS; j++) {
+        jobs[j].done = cancel_done;
+        feedd_pool_submit(fair.pool, &qc, &jobs[j]);
+    }
+    int returned = 0;
+    for (feedd_job *j = feedd_pool_cancel(fair.pool, &qc); j; j = j->qnext)
+        returned++;
+    pthread_mutex_lock(&fair.mu);
+    while (returned + fair.n_done < A_JOBS)
+        pthread_cond_wait(&fair.cv, &fair.mu);
+    assert_int_equal(returned + fair.n_done, A_JOBS);
+    pthread_mutex_unlock(&fair.mu);
+    assert_null(qc.head);
+    assert_false(qc.linked);
+    feedd_pool_free(fair.pool);
+    feed_dataset_close(ds);
+    pthread_cond_destroy(&fair.cv);
+    pthread_mutex_destroy(&fair.mu);
+    feed_test_rmtree(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config_defaults_and_bounds),
+        cmocka_unit_test(test_config_file_and_example),
+        cmocka_unit_test(test_cache_bounded_lru),
+        cmocka_unit_test(test_pool_round_robin),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
