@@ -1251,7 +1251,8 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
         cq_thread *c = &svc->cqts[i];
         c->svc = svc;
         c->cq = grpc_completion_queue_create_for_next(NULL);
-        c->arena.cap = 4 * (size_t)cfg->max_request_bytes + 65536;
+        /* Packed varints expand up to 8x into uint64 arrays; the rest is small. */
+        c->arena.cap = 9 * (size_t)cfg->max_request_bytes + 65536;
         c->arena.base = malloc(c->arena.cap);
         c->rbuf = malloc((size_t)cfg->max_request_bytes);
         if (!c->arena.base || !c->rbuf)
