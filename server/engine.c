@@ -296,7 +296,7 @@ static int pipeline_init(pipeline *p, feed_engine *e, uint8_t *out)
     p->e = e;
     p->out = out;
     p->out_stride = (size_t)e->hx.out * 3;
-    p->ring_stride = (p->out_stride + 1 + 63) & ~(size_t)63;
+    p->ring_stride = (p->out_stride + 4 + 63) & ~(size_t)63;
     /* A window of taps rows plus the row being written never collide: see
      * pipeline_push. */
     p->ring_rows = e->vy.taps + 1;
@@ -315,7 +315,7 @@ static int pipeline_init(pipeline *p, feed_engine *e, uint8_t *out)
 }
 
 /*
- * One source row (RGBX, readable for hx.in_size + hx.taps pixels) in; every
+ * One source row (RGBX, readable for hx.in_size + FEED_RESIZE_HSLACK pixels) in; every
  * output row whose window is now complete out. Row r goes to ring slot
  * r % ring_rows; the oldest row a pending output still needs is at least
  * r + 1 - taps, so with ring_rows > taps nothing needed is overwritten.
@@ -564,7 +564,7 @@ static feed_sample_status run_fast(feed_engine *e, const uint8_t *jpeg, size_t l
     if (feed_resize_axis_plan(&e->hx, bx0 - c0, bx1 - c0, c1 - c0, t->out_w, plan.flip) ||
         feed_resize_axis_plan(&e->vy, by0 - r0, by1 - r0, r1 - r0, t->out_h, false))
         goto nomem;
-    size_t row_stride = (((size_t)cw + e->hx.taps) * 4 + 63) & ~(size_t)63;
+    size_t row_stride = (((size_t)cw + FEED_RESIZE_HSLACK(&e->hx)) * 4 + 63) & ~(size_t)63;
     if (grow(&e->rows, &e->rows_cap, row_stride * BATCH_ROWS))
         goto nomem;
     for (int i = 0; i < BATCH_ROWS; i++)
@@ -666,7 +666,7 @@ static feed_sample_status run_reference(feed_engine *e, const uint8_t *jpeg, siz
     if (feed_resize_axis_plan(&e->hx, 0.0, plan.crop.w, plan.crop.w, t->out_w, plan.flip) ||
         feed_resize_axis_plan(&e->vy, 0.0, plan.crop.h, plan.crop.h, t->out_h, false))
         goto nomem;
-    size_t stride = ((size_t)w + e->hx.taps) * 4;
+    size_t stride = ((size_t)w + FEED_RESIZE_HSLACK(&e->hx)) * 4;
     e->ref_full = calloc(h, stride);
     if (!e->ref_full)
         goto nomem;

@@ -54,6 +54,7 @@ void feed_resize_axis_free(feed_resize_axis *ax)
     free(ax->start);
     free(ax->count);
     free(ax->w);
+    free(ax->pairs);
     memset(ax, 0, sizeof *ax);
 }
 
@@ -81,6 +82,19 @@ static int reserve(feed_resize_axis *ax, uint32_t out, uint32_t taps)
     return 0;
 }
 
+static int reserve_pairs(feed_resize_axis *ax, uint32_t in_size, uint32_t taps)
+{
+    size_t n = ((size_t)in_size + taps + 4) * 8;
+    if (n > ax->cap_pairs) {
+        int16_t *p = realloc(ax->pairs, n * sizeof *p);
+        if (!p)
+            return FEED_ENOMEM;
+        ax->pairs = p;
+        ax->cap_pairs = n;
+    }
+    return 0;
+}
+
 static double triangle(double x)
 {
     x = fabs(x);
@@ -93,19 +107,22 @@ int feed_resize_axis_plan(feed_resize_axis *ax, double in0, double in1, uint32_t
     double scale = (in1 - in0) / out;
     double fscale = scale < 1.0 ? 1.0 : scale;
     double support = fscale; /* the triangle's support is 1 */
-    /* Widest window Pillow's rule can give, padded to a multiple of 4. */
+    /* Widest window Pillow's rule can give; the real widest is found below
+     * and the stride shrinks to it, rounded up to a whole pair of taps. */
     uint32_t taps = (uint32_t)ceil(support) * 2 + 1;
     if (taps > in_size)
         taps = in_size;
-    taps = (taps + 3) & ~3u;
+    taps = (taps + 1) & ~1u;
     int rc = reserve(ax, out, taps);
+    if (!rc)
+        rc = reserve_pairs(ax, in_size, taps);
     if (rc)
         return rc;
     ax->out = out;
     ax->in_size = in_size;
-    ax->taps = taps;
     memset(ax->w, 0, (size_t)out * taps * sizeof *ax->w);
 
+    int widest = 1;
     for (uint32_t i = 0; i < out; i++) {
         double center = in0 + (i + 0.5) * scale;
         /* (int) truncates like Pillow's precompute_coeffs; clamped below. */
@@ -146,7 +163,14 @@ int feed_resize_axis_plan(feed_resize_axis *ax, double in0, double in1, uint32_t
         }
         ax->start[dst] = xmin;
         ax->count[dst] = n;
+        if (n > widest)
+            widest = n;
     }
+    /* Repack the weights to the narrower stride. */
+    uint32_t used = ((uint32_t)widest + 1) & ~1u;
+    for (uint32_t i = 1; i < out && used < taps; i++)
+        memmove(ax->w + (size_t)i * used, ax->w + (size_t)i * taps, used * sizeof *ax->w);
+    ax->taps = used;
     return 0;
 }
 
@@ -187,33 +211,96 @@ static void vrow_scalar(const uint8_t *const *rows, const int16_t *w, int n, uin
 
 #ifdef HAVE_AVX2_KERNELS
 /*
- * Four taps per step: 4 RGBX pixels are shuffled to (r0 r1 g0 g1 b0 b1 x0 x1 |
- * r2 r3 ...), widened to 16 bits, and multiplied with the weight pairs
- * (w0 w1) in the low lane and (w2 w3) in the high lane by vpmaddwd.
+ * The horizontal pass runs in two steps so that its inner loop needs no
+ * shuffles (one shuffle port is the bottleneck on most x86 cores):
+ *  1. widen the row once into overlapping pairs: position i holds the int16s
+ *     (r_i r_i+1 g_i g_i+1 b_i b_i+1 x_i x_i+1);
+ *  2. each output pixel is then, per pair of taps, one load, one broadcast of
+ *     the weight pair (w_k, w_k+1) and one vpmaddwd giving (r g b x) sums.
  */
-__attribute__((target("avx2"))) static void hrow_avx2(const feed_resize_axis *ax,
-                                                      const uint8_t *src, uint8_t *dst)
+__attribute__((target("avx2"))) static void widen_pairs_avx2(const uint8_t *src, uint32_t n,
+                                                             int16_t *pairs)
 {
-    const __m128i shuf = _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
-    const __m256i pick = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-    const __m128i half = _mm_set1_epi32(HALF);
-    uint32_t taps = ax->taps;
-    for (uint32_t x = 0; x < ax->out; x++) {
-        const uint8_t *p = src + (size_t)ax->start[x] * 4;
-        const int16_t *w = ax->w + (size_t)x * taps;
-        __m256i acc = _mm256_setzero_si256();
-        for (uint32_t k = 0; k < taps; k += 4) {
-            __m128i px = _mm_loadu_si128((const __m128i *)(const void *)(p + 4 * k));
-            __m256i v = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(px, shuf));
-            __m128i w4 = _mm_loadl_epi64((const __m128i *)(const void *)(w + k));
-            __m256i wv = _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(w4), pick);
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(v, wv));
+    uint32_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(src + 4 * (size_t)i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + 4 * (size_t)i + 4));
+        __m256i lo = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, b));
+        __m256i hi = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(a, b));
+        _mm256_storeu_si256((__m256i *)(void *)(pairs + 8 * (size_t)i), lo);
+        _mm256_storeu_si256((__m256i *)(void *)(pairs + 8 * (size_t)i + 16), hi);
+    }
+    for (; i < n; i++)
+        for (int c = 0; c < 4; c++) {
+            pairs[8 * (size_t)i + 2 * c] = src[4 * (size_t)i + c];
+            pairs[8 * (size_t)i + 2 * c + 1] = src[4 * (size_t)i + 4 + c];
         }
-        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-        s = _mm_srai_epi32(_mm_add_epi32(s, half), FEED_RESIZE_BITS);
-        s = _mm_packus_epi16(_mm_packs_epi32(s, s), s);
-        uint32_t rgbx = (uint32_t)_mm_cvtsi128_si32(s);
-        memcpy(dst + 3 * (size_t)x, &rgbx, 4); /* the 4th byte is overwritten next */
+}
+
+__attribute__((target("avx2"), always_inline)) static inline __m128i
+hpixel_avx2(const int16_t *p, const int16_t *w, uint32_t taps)
+{
+    __m128i acc = _mm_set1_epi32(HALF);
+    for (uint32_t k = 0; k < taps; k += 2) {
+        /* vbroadcastss from memory is a load only; a register broadcast would
+         * compete for the shuffle port. */
+        __m128i wk = _mm_castps_si128(_mm_broadcast_ss((const float *)(const void *)(w + k)));
+        __m128i px = _mm_loadu_si128((const __m128i *)(const void *)(p + 8 * (size_t)k));
+        acc = _mm_add_epi32(acc, _mm_madd_epi16(px, wk));
+    }
+    return _mm_srai_epi32(acc, FEED_RESIZE_BITS);
+}
+
+/* The body, inlined once per common tap count so the tap loop unrolls. */
+__attribute__((target("avx2"), always_inline)) static inline void
+hrow_avx2_body(const feed_resize_axis *ax, const int16_t *pairs, uint8_t *dst, uint32_t taps)
+{
+    uint32_t out = ax->out;
+    const int32_t *start = ax->start;
+    const int16_t *w = ax->w;
+    /* RGBX RGBX RGBX RGBX → RGB RGB RGB RGB and 4 bytes of don't-care. */
+    const __m128i to_rgb = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+    uint32_t x = 0;
+    for (; x + 4 <= out; x += 4) {
+        __m128i p0 = hpixel_avx2(pairs + 8 * (size_t)start[x], w + (size_t)x * taps, taps);
+        __m128i p1 =
+            hpixel_avx2(pairs + 8 * (size_t)start[x + 1], w + (size_t)(x + 1) * taps, taps);
+        __m128i p2 =
+            hpixel_avx2(pairs + 8 * (size_t)start[x + 2], w + (size_t)(x + 2) * taps, taps);
+        __m128i p3 =
+            hpixel_avx2(pairs + 8 * (size_t)start[x + 3], w + (size_t)(x + 3) * taps, taps);
+        __m128i v = _mm_packus_epi16(_mm_packs_epi32(p0, p1), _mm_packs_epi32(p2, p3));
+        _mm_storeu_si128((__m128i *)(void *)(dst + 3 * (size_t)x), _mm_shuffle_epi8(v, to_rgb));
+    }
+    for (; x < out; x++) {
+        __m128i p = hpixel_avx2(pairs + 8 * (size_t)start[x], w + (size_t)x * taps, taps);
+        p = _mm_packus_epi16(_mm_packs_epi32(p, p), p);
+        uint32_t rgbx = (uint32_t)_mm_cvtsi128_si32(p);
+        memcpy(dst + 3 * (size_t)x, &rgbx, 4);
+    }
+}
+
+__attribute__((target("avx2"))) static void hrow_avx2(feed_resize_axis *ax, const uint8_t *src,
+                                                      uint8_t *dst)
+{
+    uint32_t taps = ax->taps;
+    widen_pairs_avx2(src, ax->in_size + taps, ax->pairs);
+    switch (taps) {
+    case 2:
+        hrow_avx2_body(ax, ax->pairs, dst, 2);
+        break;
+    case 4:
+        hrow_avx2_body(ax, ax->pairs, dst, 4);
+        break;
+    case 6:
+        hrow_avx2_body(ax, ax->pairs, dst, 6);
+        break;
+    case 8:
+        hrow_avx2_body(ax, ax->pairs, dst, 8);
+        break;
+    default:
+        hrow_avx2_body(ax, ax->pairs, dst, taps);
+        break;
     }
 }
 
@@ -259,7 +346,7 @@ __attribute__((target("avx2"))) static size_t vrow_avx2(const uint8_t *const *ro
 }
 #endif
 
-void feed_resize_hrow(const feed_resize_axis *ax, const uint8_t *src_rgbx, uint8_t *dst_rgb)
+void feed_resize_hrow(feed_resize_axis *ax, const uint8_t *src_rgbx, uint8_t *dst_rgb)
 {
 #ifdef HAVE_AVX2_KERNELS
     if (use_avx2()) {

@@ -26,11 +26,12 @@
 typedef struct feed_resize_axis {
     uint32_t out;     /* output samples */
     uint32_t in_size; /* valid input range [0, in_size) */
-    uint32_t taps;    /* weights per output (a multiple of 4; zero-padded) */
+    uint32_t taps;    /* weights per output: the widest window, rounded up to even */
     int32_t *start;   /* [out] first input index of each window */
     int32_t *count;   /* [out] window length before padding */
     int16_t *w;       /* [out * taps] */
-    size_t cap_out, cap_w; /* allocated entries */
+    int16_t *pairs;   /* horizontal-pass scratch: 8 int16 per input position */
+    size_t cap_out, cap_w, cap_pairs; /* allocated entries */
 } feed_resize_axis;
 
 void feed_resize_axis_init(feed_resize_axis *ax);
@@ -44,12 +45,15 @@ void feed_resize_axis_free(feed_resize_axis *ax);
 int feed_resize_axis_plan(feed_resize_axis *ax, double in0, double in1, uint32_t in_size,
                           uint32_t out, bool reverse);
 
+/* Pixels past in_size that the horizontal pass may read (with zero weights). */
+#define FEED_RESIZE_HSLACK(ax) ((ax)->taps + 8)
+
 /*
- * Horizontal pass: one RGBX row (it must stay readable for ax->taps pixels
- * past every window start, i.e. in_size + taps pixels) into ax->out RGB pixels
- * at dst (dst must have one spare byte past 3 * out).
+ * Horizontal pass: one RGBX row, readable for in_size + FEED_RESIZE_HSLACK
+ * pixels (the slack must hold defined bytes), into ax->out RGB pixels at dst,
+ * which must have 4 spare bytes past 3 * out. Uses ax->pairs as scratch.
  */
-void feed_resize_hrow(const feed_resize_axis *ax, const uint8_t *src_rgbx, uint8_t *dst_rgb);
+void feed_resize_hrow(feed_resize_axis *ax, const uint8_t *src_rgbx, uint8_t *dst_rgb);
 
 /* Vertical pass for one output row: n source rows with weights w, nbytes wide. */
 void feed_resize_vrow(const uint8_t *const *rows, const int16_t *w, int n, uint8_t *dst,
