@@ -341,24 +341,6 @@ out:
     feed_buf_free(&buf);
 }
 
-/* Copies a received message into the receiver's buffer; false if beyond the cap. */
-static bool flatten(loader *l, grpc_byte_buffer *bb)
-{
-    grpc_byte_buffer_reader rd;
-    grpc_slice sl;
-    bool fits = true;
-    l->rbuf.len = 0;
-    if (!grpc_byte_buffer_reader_init(&rd, bb))
-        return false;
-    while (grpc_byte_buffer_reader_next(&rd, &sl)) {
-        if (fits)
-            fits = feed_buf_append(&l->rbuf, GRPC_SLICE_START_PTR(sl), GRPC_SLICE_LENGTH(sl)) == 0;
-        grpc_slice_unref(sl);
-    }
-    grpc_byte_buffer_reader_destroy(&rd);
-    return fits;
-}
-
 static void on_stream_tag(loader *l, call_tag *t, bool ok)
 {
     call_ctx *c = t->call;
@@ -383,11 +365,7 @@ static void on_stream_tag(loader *l, call_tag *t, bool ok)
             if (c->srv)
                 sched_fail_server(l, c->srv, "stream ended");
         } else if (c->srv) {
-            server *s = c->srv;
-            if (!flatten(l, bb))
-                sched_fail_server(l, s, "message beyond the size cap");
-            else
-                sched_on_batch(l, s, l->rbuf.data, l->rbuf.len);
+            sched_on_batch(l, c->srv, bb);
         }
         if (bb)
             grpc_byte_buffer_destroy(bb);

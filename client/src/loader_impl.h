@@ -182,7 +182,7 @@ struct feed_loader {
     feed_loader_stats stats; /* [mu] */
 
     /* Receiver thread only. */
-    feed_buf rbuf;
+    feed_buf rbuf; /* a Batch's fields other than its pixels */
     wire_arena arena;
     size_t max_message;
 
@@ -197,7 +197,7 @@ void sched_dispatch(loader *l);
 void sched_fail_server(loader *l, server *s, const char *why);
 void sched_check_deadlines(loader *l, uint64_t now);
 /* Receiver thread, mu held on entry and exit (dropped while landing). */
-void sched_on_batch(loader *l, server *s, const uint8_t *msg, size_t len);
+void sched_on_batch(loader *l, server *s, grpc_byte_buffer *bb);
 void sched_free_slots(loader *l);
 int sched_reset_epoch(loader *l, uint32_t epoch, uint64_t start_batch);
 

@@ -70,15 +70,28 @@ uint16_t client_f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
-/* Output element offset of (sample, y, x, channel). */
-static size_t out_offset(feed_layout layout, uint32_t h, uint32_t w, size_t s, uint32_t y,
-                         uint32_t x, uint32_t c)
-{
-    size_t plane = (size_t)h * w;
-    if (layout == FEED_LAYOUT_NCHW)
-        return s * 3 * plane + c * plane + (size_t)y * w + x;
-    return (s * plane + (size_t)y * w + x) * 3 + c;
-}
+/*
+ * One sample's plane of pixels through a per-channel table into `out` of
+ * element type T: NCHW writes three planes, NHWC interleaves. Each output
+ * location is written once, in order, so the loops stream.
+ */
+#define NORMALIZE_SAMPLE(T, table, src, out, plane, layout)                                        \
+    do {                                                                                           \
+        T *o_ = (T *)(out);                                                                        \
+        if ((layout) == FEED_LAYOUT_NCHW) {                                                        \
+            for (size_t p_ = 0; p_ < (plane); p_++) {                                              \
+                o_[p_] = (table)[0][(src)[3 * p_]];                                                \
+                o_[(plane) + p_] = (table)[1][(src)[3 * p_ + 1]];                                  \
+                o_[2 * (plane) + p_] = (table)[2][(src)[3 * p_ + 2]];                              \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (size_t p_ = 0; p_ < (plane); p_++) {                                              \
+                o_[3 * p_] = (table)[0][(src)[3 * p_]];                                            \
+                o_[3 * p_ + 1] = (table)[1][(src)[3 * p_ + 1]];                                    \
+                o_[3 * p_ + 2] = (table)[2][(src)[3 * p_ + 2]];                                    \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
 
 void client_normalize_host(const uint8_t *raw, uint32_t n, uint32_t h, uint32_t w, feed_dtype dtype,
                            feed_layout layout, const float mean[3], const float std[3], void *out)
@@ -108,23 +121,16 @@ void client_normalize_host(const uint8_t *raw, uint32_t n, uint32_t h, uint32_t 
             }
         }
     }
+    size_t plane = (size_t)h * w;
     size_t esize = client_dtype_size(dtype);
-    uint8_t *dst = out;
-    const uint8_t *src = raw;
-    for (size_t s = 0; s < n; s++) {
-        for (uint32_t y = 0; y < h; y++) {
-            for (uint32_t x = 0; x < w; x++) {
-                for (uint32_t c = 0; c < 3; c++) {
-                    uint8_t p = *src++;
-                    size_t o = out_offset(layout, h, w, s, y, x, c) * esize;
-                    if (esize == 1)
-                        dst[o] = lut.u8[c][p];
-                    else if (esize == 2)
-                        memcpy(dst + o, &lut.u16[c][p], 2);
-                    else
-                        memcpy(dst + o, &lut.f32[c][p], 4);
-                }
-            }
-        }
+    for (size_t sample = 0; sample < n; sample++) {
+        const uint8_t *src = raw + sample * plane * 3;
+        uint8_t *dst = (uint8_t *)out + sample * plane * 3 * esize;
+        if (esize == 1)
+            NORMALIZE_SAMPLE(uint8_t, lut.u8, src, dst, plane, layout);
+        else if (esize == 2)
+            NORMALIZE_SAMPLE(uint16_t, lut.u16, src, dst, plane, layout);
+        else
+            NORMALIZE_SAMPLE(float, lut.f32, src, dst, plane, layout);
     }
 }

@@ -320,23 +320,30 @@ static slot *find_request(loader *l, const server *s, uint64_t id)
     return NULL;
 }
 
-void sched_on_batch(loader *l, server *s, const uint8_t *msg, size_t len)
+void sched_on_batch(loader *l, server *s, grpc_byte_buffer *bb)
 {
-    uint64_t id;
-    if (wire_peek_batch_id(msg, len, &id)) {
-        sched_fail_server(l, s, "malformed Batch");
+    wire_batch_reader r;
+    if (wire_batch_reader_init(&r, bb, &l->rbuf)) {
+        sched_fail_server(l, s, "unreadable Batch");
         return;
+    }
+    /* Only the fields before data are read under mu: batch_id comes first. */
+    int rc = wire_batch_reader_id(&r);
+    if (rc) {
+        sched_fail_server(l, s,
+                          rc == FEED_ETOOBIG ? "Batch beyond the size cap" : "malformed Batch");
+        goto out;
     }
     if (s->outstanding)
         s->outstanding--;
-    slot *sl = find_request(l, s, id);
+    slot *sl = find_request(l, s, r.id);
     if (!sl) {
         client_log(l, FEED_LOG_DEBUG, "server %s: dropping reply %llu (no live request)", s->target,
-                   (unsigned long long)id);
-        return;
+                   (unsigned long long)r.id);
+        goto out;
     }
     sl->state = SLOT_LANDING;
-    wire_expect e = {.batch_id = id,
+    wire_expect e = {.batch_id = r.id,
                      .epoch = l->epoch,
                      .indices = sl->indices,
                      .n = sl->n,
@@ -348,13 +355,21 @@ void sched_on_batch(loader *l, server *s, const uint8_t *msg, size_t len)
     char why[160] = "malformed Batch";
 
     pthread_mutex_unlock(&l->mu);
-    wire_arena_reset(&l->arena, sl->raw, raw_bytes);
-    Feed__V1__Batch *b = feed__v1__batch__unpack(&l->arena.pa, len, msg);
-    int rc = b ? wire_check_batch(b, &e, why, sizeof(why)) : FEED_EPROTO;
+    rc = wire_batch_reader_finish(&r, sl->raw, raw_bytes);
     if (rc == 0) {
-        if (b->data.data != sl->raw)
+        /* Data already in the slot, or (out of order) in rbuf: then unpack lands it there. */
+        wire_arena_reset(&l->arena, r.data_direct ? NULL : sl->raw, raw_bytes);
+        Feed__V1__Batch *b = feed__v1__batch__unpack(&l->arena.pa, l->rbuf.len, l->rbuf.data);
+        if (b && r.data_direct) {
+            b->data.data = sl->raw;
+            b->data.len = r.data_len;
+        }
+        rc = b ? wire_check_batch(b, &e, r.data_direct ? &r.data_crc : NULL, why, sizeof(why))
+               : FEED_EPROTO;
+        if (rc == 0 && b->data.data != sl->raw)
             memcpy(sl->raw, b->data.data, raw_bytes);
-        rc = land(l, sl, b, counts);
+        if (rc == 0)
+            rc = land(l, sl, b, counts);
     }
     pthread_mutex_lock(&l->mu);
 
@@ -365,7 +380,7 @@ void sched_on_batch(loader *l, server *s, const uint8_t *msg, size_t len)
         l->stats.bytes_received += raw_bytes;
         for (int k = 1; k < FEED_SAMPLE_STATUS_COUNT; k++)
             l->stats.sample_errors[k] += counts[k];
-        return;
+        goto out;
     }
     sl->state = SLOT_PENDING;
     sl->server = NULL;
@@ -380,6 +395,8 @@ void sched_on_batch(loader *l, server *s, const uint8_t *msg, size_t len)
         client_log(l, FEED_LOG_WARN, "server %s: %s", s->target, why);
         sched_fail_server(l, s, "protocol error");
     }
+out:
+    wire_batch_reader_destroy(&r);
 }
 
 int sched_reset_epoch(loader *l, uint32_t epoch, uint64_t start_batch)

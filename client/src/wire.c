@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <grpc/byte_buffer.h>
 #include <grpc/slice.h>
 
 #include "feed/crc32c.h"
@@ -62,13 +61,53 @@ void wire_arena_reset(wire_arena *a, void *target, size_t target_size)
     a->target_taken = 0;
 }
 
-static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+/* Makes the current slice non-empty; false at the end of the message. */
+static bool rd_fill(wire_batch_reader *r)
+{
+    while (!r->have_cur || r->off == GRPC_SLICE_LENGTH(r->cur)) {
+        if (r->have_cur) {
+            grpc_slice_unref(r->cur);
+            r->have_cur = false;
+        }
+        if (!grpc_byte_buffer_reader_next(&r->rd, &r->cur))
+            return false;
+        r->have_cur = true;
+        r->off = 0;
+    }
+    return true;
+}
+
+/* n bytes: to dst (with *crc updated) and/or appended to echo. */
+static int rd_bytes(wire_batch_reader *r, uint64_t n, uint8_t *dst, feed_buf *echo, uint32_t *crc)
+{
+    while (n) {
+        if (!rd_fill(r))
+            return FEED_EPROTO;
+        size_t avail = GRPC_SLICE_LENGTH(r->cur) - r->off;
+        size_t k = n < avail ? (size_t)n : avail;
+        const uint8_t *p = GRPC_SLICE_START_PTR(r->cur) + r->off;
+        if (dst) {
+            memcpy(dst, p, k);
+            *crc = feed_crc32c(*crc, dst, k);
+            dst += k;
+        }
+        if (echo && feed_buf_append(echo, p, k))
+            return FEED_ETOOBIG;
+        r->off += k;
+        n -= k;
+    }
+    return 0;
+}
+
+static int rd_varint(wire_batch_reader *r, uint64_t *v, feed_buf *echo)
 {
     uint64_t x = 0;
     for (unsigned shift = 0; shift < 64; shift += 7) {
-        if (*p == end)
+        if (!rd_fill(r))
             return FEED_EPROTO;
-        uint8_t byte = *(*p)++;
+        uint8_t byte = GRPC_SLICE_START_PTR(r->cur)[r->off++];
+        if (echo && feed_buf_append(echo, &byte, 1))
+            return FEED_ETOOBIG;
         x |= (uint64_t)(byte & 0x7F) << shift;
         if (!(byte & 0x80)) {
             *v = x;
@@ -78,44 +117,85 @@ static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
     return FEED_EPROTO;
 }
 
-int wire_peek_batch_id(const uint8_t *p, size_t len, uint64_t *id)
+/* One top-level field; data (12) goes to dst once batch_id is known and dst is given. */
+static int rd_field(wire_batch_reader *r, uint8_t *dst, size_t dst_len)
 {
-    const uint8_t *end = p + len;
-    *id = 0;
-    while (p < end) {
-        uint64_t key, v;
-        if (read_varint(&p, end, &key))
-            return FEED_EPROTO;
-        uint64_t field = key >> 3;
-        switch (key & 7) {
-        case 0:
-            if (read_varint(&p, end, &v))
-                return FEED_EPROTO;
-            if (field == 1) {
-                *id = v;
-                return 0;
-            }
-            break;
-        case 1:
-            if ((size_t)(end - p) < 8)
-                return FEED_EPROTO;
-            p += 8;
-            break;
-        case 2:
-            if (read_varint(&p, end, &v) || v > (uint64_t)(end - p))
-                return FEED_EPROTO;
-            p += v;
-            break;
-        case 5:
-            if ((size_t)(end - p) < 4)
-                return FEED_EPROTO;
-            p += 4;
-            break;
-        default:
-            return FEED_EPROTO;
+    uint64_t key, v;
+    size_t mark = r->rest->len;
+    int rc = rd_varint(r, &key, r->rest);
+    if (rc)
+        return rc;
+    uint64_t field = key >> 3;
+    switch (key & 7) {
+    case 0:
+        rc = rd_varint(r, &v, r->rest);
+        if (!rc && field == 1) {
+            r->have_id = true;
+            r->id = v;
         }
+        return rc;
+    case 1:
+        return rd_bytes(r, 8, NULL, r->rest, NULL);
+    case 2:
+        if (field == 12 && r->have_id && dst) {
+            r->rest->len = mark; /* the key goes with the data, not into rest */
+            rc = rd_varint(r, &v, NULL);
+            if (rc)
+                return rc;
+            if (r->data_direct || v != dst_len)
+                return FEED_EPROTO;
+            r->data_direct = true;
+            r->data_len = dst_len;
+            r->data_crc = 0;
+            return rd_bytes(r, v, dst, NULL, &r->data_crc);
+        }
+        rc = rd_varint(r, &v, r->rest);
+        if (rc)
+            return rc;
+        if (v > r->rest->limit)
+            return FEED_ETOOBIG;
+        return rd_bytes(r, v, NULL, r->rest, NULL);
+    case 5:
+        return rd_bytes(r, 4, NULL, r->rest, NULL);
+    default:
+        return FEED_EPROTO;
     }
-    return FEED_EPROTO;
+}
+
+int wire_batch_reader_init(wire_batch_reader *r, grpc_byte_buffer *bb, feed_buf *rest)
+{
+    memset(r, 0, sizeof(*r));
+    r->rest = rest;
+    rest->len = 0;
+    return grpc_byte_buffer_reader_init(&r->rd, bb) ? 0 : FEED_EPROTO;
+}
+
+int wire_batch_reader_id(wire_batch_reader *r)
+{
+    while (!r->have_id && rd_fill(r)) {
+        int rc = rd_field(r, NULL, 0);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int wire_batch_reader_finish(wire_batch_reader *r, uint8_t *dst, size_t dst_len)
+{
+    while (rd_fill(r)) {
+        int rc = rd_field(r, dst, dst_len);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+void wire_batch_reader_destroy(wire_batch_reader *r)
+{
+    if (r->have_cur)
+        grpc_slice_unref(r->cur);
+    r->have_cur = false;
+    grpc_byte_buffer_reader_destroy(&r->rd);
 }
 
 void *wire_pack_request(const wire_open *open, uint64_t batch_id, uint32_t epoch,
@@ -157,7 +237,8 @@ void *wire_pack_request(const wire_open *open, uint64_t batch_id, uint32_t epoch
     return bb;
 }
 
-int wire_check_batch(const Feed__V1__Batch *b, const wire_expect *e, char *msg, size_t msg_cap)
+int wire_check_batch(const Feed__V1__Batch *b, const wire_expect *e, const uint32_t *data_crc,
+                     char *msg, size_t msg_cap)
 {
     const char *why = NULL;
     if (b->batch_id != e->batch_id)
@@ -184,7 +265,8 @@ int wire_check_batch(const Feed__V1__Batch *b, const wire_expect *e, char *msg, 
         snprintf(msg, msg_cap, "batch %llu: unexpected %s", (unsigned long long)e->batch_id, why);
         return FEED_EPROTO;
     }
-    if (feed_crc32c(0, b->data.data, b->data.len) != b->crc32c) {
+    uint32_t crc = data_crc ? *data_crc : feed_crc32c(0, b->data.data, b->data.len);
+    if (crc != b->crc32c) {
         snprintf(msg, msg_cap, "batch %llu: CRC32C mismatch", (unsigned long long)e->batch_id);
         return FEED_ECORRUPT;
     }

@@ -8,12 +8,16 @@
 #ifndef FEED_CLIENT_WIRE_H
 #define FEED_CLIENT_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
 #include <protobuf-c/protobuf-c.h>
 
 #include "feed.pb-c.h"
+#include "feed/buf.h"
 #include "feed/transform.h"
 
 /*
@@ -37,10 +41,33 @@ void wire_arena_free(wire_arena *a);
 void wire_arena_reset(wire_arena *a, void *target, size_t target_size);
 
 /*
- * Finds field 1 (batch_id) of a serialized Batch without unpacking it. 0 with
- * *id set, or FEED_EPROTO (malformed, or no batch_id field: then it is 0).
+ * Reads a serialized Batch straight from a gRPC byte buffer's slices, so its
+ * pixels are copied once: from the network slices into the slot, with the
+ * CRC32C computed on the way while the bytes are hot. Every other field is
+ * copied unchanged into `rest`, which then unpacks (protobuf-c) as a Batch
+ * without data. Should data come before batch_id (no serializer we know does
+ * that), it goes into rest like any field. Owned by one thread.
  */
-int wire_peek_batch_id(const uint8_t *p, size_t len, uint64_t *id);
+typedef struct wire_batch_reader {
+    grpc_byte_buffer_reader rd;
+    grpc_slice cur;
+    size_t off;
+    bool have_cur;
+    feed_buf *rest;
+    bool have_id;
+    uint64_t id;      /* batch_id; 0 if the message has none */
+    bool data_direct; /* data went to dst */
+    size_t data_len;
+    uint32_t data_crc; /* CRC32C of data, when data_direct */
+} wire_batch_reader;
+
+/* rest is emptied; 0 or FEED_EPROTO (unreadable buffer). */
+int wire_batch_reader_init(wire_batch_reader *r, grpc_byte_buffer *bb, feed_buf *rest);
+/* Reads up to and including batch_id. 0, FEED_EPROTO or FEED_ETOOBIG (rest's limit). */
+int wire_batch_reader_id(wire_batch_reader *r);
+/* Reads the rest; data of exactly dst_len bytes goes to dst, other sizes are FEED_EPROTO. */
+int wire_batch_reader_finish(wire_batch_reader *r, uint8_t *dst, size_t dst_len);
+void wire_batch_reader_destroy(wire_batch_reader *r);
 
 /* Serialized BatchRequest as a grpc-ready byte buffer (grpc_byte_buffer *). */
 typedef struct wire_open {
@@ -67,8 +94,10 @@ typedef struct wire_expect {
 /*
  * 0 if b matches e (ids, indices, counts, shape, dtype, layout, data size,
  * label range); FEED_ECORRUPT if only the CRC32C is wrong; FEED_EPROTO with a
- * reason in msg otherwise.
+ * reason in msg otherwise. data_crc: the data's CRC32C if already known, or
+ * NULL to compute it here.
  */
-int wire_check_batch(const Feed__V1__Batch *b, const wire_expect *e, char *msg, size_t msg_cap);
+int wire_check_batch(const Feed__V1__Batch *b, const wire_expect *e, const uint32_t *data_crc,
+                     char *msg, size_t msg_cap);
 
 #endif

@@ -7,7 +7,8 @@
  *
  *   feed-client-probe --target HOST:PORT [--target ...] --dataset NAME
  *       [--batch 256] [--size 224] [--batches 200] [--window 4] [--prefetch 4]
- *       [--device host|N] [--dtype u8|fp16|bf16|fp32] [--same-epoch] [--step-us 0]
+ *       [--device host|N] [--dtype u8|fp16|bf16|fp32] [--layout nchw|nhwc]
+ *       [--same-epoch] [--step-us 0]
  *
  * --same-epoch repeats epoch 0 (so a server's --cache-bytes cache serves it
  * and the client side is what is measured); --step-us sleeps that long per
@@ -54,8 +55,8 @@ static int usage(void)
 {
     fprintf(stderr, "usage: feed-client-probe --target HOST:PORT [--target ...] --dataset NAME\n"
                     "  [--batch N] [--size S] [--batches K] [--window W] [--prefetch P]\n"
-                    "  [--device host|N] [--dtype u8|fp16|bf16|fp32] [--same-epoch] "
-                    "[--step-us U]\n");
+                    "  [--device host|N] [--dtype u8|fp16|bf16|fp32] [--layout nchw|nhwc]\n"
+                    "  [--same-epoch] [--step-us U]\n");
     return 2;
 }
 
@@ -95,6 +96,8 @@ int main(int argc, char **argv)
             c.prefetch = (uint32_t)strtoul(v, NULL, 10);
         else if (!strcmp(a, "--device"))
             c.device = !strcmp(v, "host") ? FEED_DEVICE_HOST : atoi(v);
+        else if (!strcmp(a, "--layout"))
+            c.layout = !strcmp(v, "nhwc") ? FEED_LAYOUT_NHWC : FEED_LAYOUT_NCHW;
         else if (!strcmp(a, "--step-us"))
             step_us = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--dtype"))
