@@ -148,7 +148,8 @@ int main(int argc, char **argv)
             goto out;
     }
     FEED_LOGI("feedd %s listening on %s (port %d), %u workers, %u cq threads, max-memory %llu, "
-              "cache %llu", FEED_VERSION, cfg.listen, port, cfg.threads, cfg.cq_threads,
+              "cache %llu",
+              FEED_VERSION, cfg.listen, port, cfg.threads, cfg.cq_threads,
               (unsigned long long)cfg.max_memory, (unsigned long long)cfg.cache_bytes);
     if (cfg.port_file[0] && write_port_file(cfg.port_file, port) < 0)
         goto out;

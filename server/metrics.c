@@ -179,8 +179,8 @@ int feedd_metrics_start(const char *addr, feedd_metrics_server **out, int *port)
     feedd_metrics_server *m = calloc(1, sizeof *m);
     if (!m)
         return FEED_ENOMEM;
-    m->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
-                                 (uint16_t)pv, NULL, NULL, handle, NULL, MHD_OPTION_SOCK_ADDR,
+    m->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)pv,
+                                 NULL, NULL, handle, NULL, MHD_OPTION_SOCK_ADDR,
                                  (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT, 64u,
                                  MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
     if (!m->daemon) {

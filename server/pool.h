@@ -41,7 +41,7 @@ struct feedd_job {
     uint32_t n;
     uint8_t *data; /* n * sample_bytes */
     size_t sample_bytes;
-    feed_sample_status *status; /* n entries, written by workers */
+    feed_sample_status *status;               /* n entries, written by workers */
     char (*errors)[FEEDD_SAMPLE_MSG_MAX + 1]; /* n entries; "" unless the sample failed */
     void (*done)(feedd_job *job);
     void *user;

@@ -278,10 +278,10 @@ static void arm_slot(req_slot *slot)
         e = grpc_server_request_call(svc->server, &slot->call, &slot->details, &slot->md,
                                      slot->cqt->cq, slot->cqt->cq, &slot->t);
     } else {
-        e = grpc_server_request_registered_call(
-            svc->server, svc->methods[slot->m], &slot->call, &slot->deadline, &slot->md,
-            slot->m == METHOD_STREAM ? NULL : &slot->payload, slot->cqt->cq, slot->cqt->cq,
-            &slot->t);
+        e = grpc_server_request_registered_call(svc->server, svc->methods[slot->m], &slot->call,
+                                                &slot->deadline, &slot->md,
+                                                slot->m == METHOD_STREAM ? NULL : &slot->payload,
+                                                slot->cqt->cq, slot->cqt->cq, &slot->t);
     }
     if (e != GRPC_CALL_OK)
         FEED_LOGE("request_call failed: %d", (int)e);
@@ -440,8 +440,7 @@ static void handle_health(cq_thread *cqt, grpc_call *call, grpc_byte_buffer *pay
     if (service[0] && strcmp(service, "feed.v1.Feed") != 0) {
         unary_finish(svc, call, NULL, GRPC_STATUS_NOT_FOUND, "service: unknown service");
     } else {
-        Grpc__Health__V1__HealthCheckResponse resp =
-            GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+        Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
         resp.status = atomic_load(&svc->draining)
                           ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
                           : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
@@ -584,7 +583,7 @@ typedef struct slice_sink {
     const uint8_t *pixels;
     size_t pixels_len;
     batch_mem *mem;
-    grpc_slice meta;     /* everything but the pixels, written in order */
+    grpc_slice meta; /* everything but the pixels, written in order */
     size_t meta_len, meta_cut;
     grpc_slice out[4];
     size_t n_out;
@@ -664,7 +663,9 @@ static grpc_byte_buffer *pack_batch(stream *s, batch_job *bj)
     m.server_busy_ns = atomic_load(&bj->job.busy_ns);
 
     size_t total = feed__v1__batch__get_packed_size(&m);
-    slice_sink k = {.base = {sink_append}, .pixels = bj->mem->data, .pixels_len = bj->mem->bytes,
+    slice_sink k = {.base = {sink_append},
+                    .pixels = bj->mem->data,
+                    .pixels_len = bj->mem->bytes,
                     .mem = bj->mem};
     k.meta = grpc_slice_malloc(total - bj->mem->bytes);
     bj->mem = NULL;
@@ -933,8 +934,7 @@ static void handle_request_locked(stream *s, const uint8_t *buf, size_t len)
             return;
         }
     } else if (!s->opened) {
-        fail_locked(s, GRPC_STATUS_INVALID_ARGUMENT,
-                    "open: the first request must open a session");
+        fail_locked(s, GRPC_STATUS_INVALID_ARGUMENT, "open: the first request must open a session");
         return;
     }
     if (r->n_indices == 0) {
@@ -961,8 +961,10 @@ static void handle_request_locked(stream *s, const uint8_t *buf, size_t len)
     size_t sample_bytes = (size_t)s->tf.out_h * s->tf.out_w * 3;
     uint64_t bytes = (uint64_t)r->n_indices * sample_bytes;
     if (bytes > cfg->max_batch_bytes) {
-        snprintf(msg, sizeof msg, "indices: %zu samples of %ux%u are %llu bytes > max_batch_bytes "
-                 "%llu", r->n_indices, s->tf.out_h, s->tf.out_w, (unsigned long long)bytes,
+        snprintf(msg, sizeof msg,
+                 "indices: %zu samples of %ux%u are %llu bytes > max_batch_bytes "
+                 "%llu",
+                 r->n_indices, s->tf.out_h, s->tf.out_w, (unsigned long long)bytes,
                  (unsigned long long)cfg->max_batch_bytes);
         fail_locked(s, GRPC_STATUS_INVALID_ARGUMENT, msg);
         return;
@@ -975,8 +977,7 @@ static void handle_request_locked(stream *s, const uint8_t *buf, size_t len)
     }
     if (s->mem + bytes > cfg->max_stream_memory) {
         snprintf(msg, sizeof msg, "memory: stream would hold %llu bytes > max-stream-memory %llu",
-                 (unsigned long long)(s->mem + bytes),
-                 (unsigned long long)cfg->max_stream_memory);
+                 (unsigned long long)(s->mem + bytes), (unsigned long long)cfg->max_stream_memory);
         fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
         return;
     }
@@ -1066,7 +1067,7 @@ static void on_stream_close(stream *s)
               s->close_cancelled ? " (cancelled)" : "", s->client_name,
               (unsigned long long)s->requests, (unsigned long long)s->batches_sent,
               (unsigned long long)s->bytes_sent);
-    s->refs--; /* the open call's reference */
+    s->refs--;              /* the open call's reference */
     stream_unref_unlock(s); /* the RECV_CLOSE op's */
     feedd_gauge(&feedd_m.active_streams, -1);
     pthread_mutex_lock(&svc->mu);
@@ -1118,8 +1119,7 @@ static void start_stream(cq_thread *cqt, grpc_call *call)
     FEED_LOGI("stream %s: connected", s->peer);
     if (too_many) {
         char msg[128];
-        snprintf(msg, sizeof msg, "streams: %u streams open (max-streams)",
-                 svc->cfg->max_streams);
+        snprintf(msg, sizeof msg, "streams: %u streams open (max-streams)", svc->cfg->max_streams);
         fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
     } else if (!s->draining) {
         arm_recv_locked(s);
@@ -1234,14 +1234,23 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
     atomic_init(&svc->draining, false);
     atomic_init(&svc->mem_used, 0);
 
-    grpc_arg args[4];
-    args[0] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+    /*
+     * No SO_REUSEPORT: a second feedd on a taken port must fail, not share it.
+     * Keepalive: the server pings idle connections so a vanished client's
+     * streams (and their batch memory) go within 40 s; clients may ping every
+     * 5 s (libfeedclient pings every 10 s) without being told off.
+     */
+    grpc_arg args[6];
+    args[0] = (grpc_arg){GRPC_ARG_INTEGER,
+                         GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
                          {.integer = (int)cfg->max_request_bytes}};
     args[1] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = -1}};
     args[2] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_ALLOW_REUSEPORT, {.integer = 0}};
-    args[3] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-                         {.integer = 10000}};
-    grpc_channel_args ca = {4, args};
+    args[3] = (grpc_arg){
+        GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, {.integer = 5000}};
+    args[4] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIME_MS, {.integer = 30000}};
+    args[5] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIMEOUT_MS, {.integer = 10000}};
+    grpc_channel_args ca = {6, args};
     svc->server = grpc_server_create(&ca, NULL);
     svc->n_cqts = cfg->cq_threads;
     svc->cqts = calloc(svc->n_cqts, sizeof *svc->cqts);
@@ -1372,8 +1381,9 @@ void feedd_service_stop(feedd_service *svc)
         if (c->started)
             pthread_join(c->thread, NULL);
         else
-            while (grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
-                       .type != GRPC_QUEUE_SHUTDOWN)
+            while (
+                grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+                GRPC_QUEUE_SHUTDOWN)
                 ;
         grpc_completion_queue_destroy(c->cq);
         c->cq = NULL;

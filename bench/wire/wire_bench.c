@@ -76,27 +76,28 @@ typedef struct client {
 
 static void usage(void)
 {
-    fprintf(stderr,
-            "usage: feed-wire-bench [options]\n"
-            "  --servers N            spawn N feedd servers on 127.0.0.1 (default 1)\n"
-            "  --target HOST:PORT     use a running server instead (repeatable; its dataset\n"
-            "                         must be named 'bench' and, for cache mode, have a cache)\n"
-            "  --threads LIST         server worker threads per row, e.g. 1,2,4,8,16 (default 1,2)\n"
-            "  --mode LIST            cache,preproc (default both)\n"
-            "  --streams N            streams (connections) per server (default 2)\n"
-            "  --batch N              samples per batch (default 64)\n"
-            "  --side PX              output side (default 224: 150,528 bytes a sample)\n"
-            "  --window N             batches outstanding per stream (default 4)\n"
-            "  --working-set N        distinct samples in cache mode (default 256)\n"
-            "  --cq-threads N         feedd --cq-threads (default: feedd's)\n"
-            "  --seconds S            measured time per row (default 5)\n"
-            "  --warmup S             unmeasured time first (default 2)\n"
-            "  --dataset PATH         ImageFolder or pack (default $FEED_SAMPLE_DIR, else the\n"
-            "                         ImageNet sample, else one made by feed-gen-dataset)\n"
-            "  --feedd PATH           feedd binary (default: next to this build)\n"
-            "  --gen PATH             feed-gen-dataset binary (default: next to this build)\n"
-            "  --verify               unpack every batch and check its CRC32C\n"
-            "  --csv FILE             append rows as CSV\n");
+    fprintf(
+        stderr,
+        "usage: feed-wire-bench [options]\n"
+        "  --servers N            spawn N feedd servers on 127.0.0.1 (default 1)\n"
+        "  --target HOST:PORT     use a running server instead (repeatable; its dataset\n"
+        "                         must be named 'bench' and, for cache mode, have a cache)\n"
+        "  --threads LIST         server worker threads per row, e.g. 1,2,4,8,16 (default 1,2)\n"
+        "  --mode LIST            cache,preproc (default both)\n"
+        "  --streams N            streams (connections) per server (default 2)\n"
+        "  --batch N              samples per batch (default 64)\n"
+        "  --side PX              output side (default 224: 150,528 bytes a sample)\n"
+        "  --window N             batches outstanding per stream (default 4)\n"
+        "  --working-set N        distinct samples in cache mode (default 256)\n"
+        "  --cq-threads N         feedd --cq-threads (default: feedd's)\n"
+        "  --seconds S            measured time per row (default 5)\n"
+        "  --warmup S             unmeasured time first (default 2)\n"
+        "  --dataset PATH         ImageFolder or pack (default $FEED_SAMPLE_DIR, else the\n"
+        "                         ImageNet sample, else one made by feed-gen-dataset)\n"
+        "  --feedd PATH           feedd binary (default: next to this build)\n"
+        "  --gen PATH             feed-gen-dataset binary (default: next to this build)\n"
+        "  --verify               unpack every batch and check its CRC32C\n"
+        "  --csv FILE             append rows as CSV\n");
 }
 
 static int parse_list(const char *s, unsigned *out, int cap)
@@ -209,8 +210,8 @@ static int parse_args(int argc, char **argv, options *o)
         o->servers = o->n_targets;
     if (o->servers < 1 || o->servers > MAX_SERVERS || o->streams_per_server < 1 ||
         o->servers * o->streams_per_server > MAX_STREAMS || o->n_threads <= 0 || o->batch < 1 ||
-        o->side < 8 || o->side > 2048 || o->window < 1 || o->working_set < 1 ||
-        o->seconds <= 0 || (!o->mode_cache && !o->mode_preproc)) {
+        o->side < 8 || o->side > 2048 || o->window < 1 || o->working_set < 1 || o->seconds <= 0 ||
+        (!o->mode_cache && !o->mode_preproc)) {
         fprintf(stderr, "feed-wire-bench: bad option values (see --help)\n");
         return -1;
     }
@@ -313,8 +314,8 @@ static void *client_main(void *arg)
         char details[256];
         feedtest_stream_cancel(&s);
         grpc_status_code code = feedtest_stream_finish(&s, details, sizeof details);
-        snprintf(c->error, sizeof c->error, "stream to %.64s ended early: status %d %.120s", c->target,
-                 (int)code, details);
+        snprintf(c->error, sizeof c->error, "stream to %.64s ended early: status %d %.120s",
+                 c->target, (int)code, details);
         c->failed = 1;
         goto out;
     }
@@ -425,8 +426,8 @@ static int run_row(const options *o, bool cache_mode, unsigned threads, row *out
         Feed__V1__DescribeResponse *d = feedtest_describe(ch, "bench", &code);
         grpc_channel_destroy(ch);
         if (!d || d->n_datasets != 1) {
-            fprintf(stderr, "feed-wire-bench: %s: Describe(bench) failed (status %d)\n",
-                    targets[0], (int)code);
+            fprintf(stderr, "feed-wire-bench: %s: Describe(bench) failed (status %d)\n", targets[0],
+                    (int)code);
             goto out;
         }
         num_samples = d->datasets[0]->num_samples;

@@ -112,7 +112,8 @@ static void make_open(Feed__V1__SessionOpen *o, Feed__V1__TransformSpec *t, cons
     o->client_name = (char *)"test_feedd";
 }
 
-/* Open a stream, send one first request; expect the stream to end with `code`, message containing `needle`. */
+/* Open a stream, send one first request; expect the stream to end with `code`, message containing
+ * `needle`. */
 static void expect_stream_error(grpc_channel *ch, Feed__V1__SessionOpen *open, const uint64_t *idx,
                                 size_t n, grpc_status_code code, const char *needle)
 {
@@ -164,7 +165,8 @@ static int group_setup(void **state)
     snprintf(bad_dir, sizeof bad_dir, "%s/bad", tmp_root);
     if (feed_test_make_imagefolder(good_dir, CLASSES, PER_CLASS, 11) < 0)
         return -1;
-    /* bad/: class a has two good images, class b the broken ones (sorted: empty, garbage, trunc). */
+    /* bad/: class a has two good images, class b the broken ones (sorted: empty, garbage, trunc).
+     */
     snprintf(path, sizeof path, "%s", bad_dir);
     if (feed_test_make_imagefolder(path, 1, 2, 5) < 0)
         return -1;
@@ -191,8 +193,8 @@ static int group_setup(void **state)
     if (n < 100 || feed_test_write_file(path, buf, n / 2) < 0)
         return -1;
     grpc_init();
-    static const char *const extra[] = {"--threads", "2", "--max-batch", "64", "--cq-threads", "2",
-                                        NULL};
+    static const char *const extra[] = {"--threads",    "2", "--max-batch", "64",
+                                        "--cq-threads", "2", NULL};
     if (start_server(&srv, extra) < 0)
         return -1;
     chan = feedtest_channel(srv.target);
@@ -255,8 +257,8 @@ static void test_health_and_unimplemented(void **state)
     uint8_t *resp = NULL;
     size_t len = 0;
     char details[256];
-    assert_int_equal(feedtest_unary(chan, "/feed.v1.Feed/NoSuchMethod", &req.base, 30, &resp,
-                                    &len, &code, details, sizeof details),
+    assert_int_equal(feedtest_unary(chan, "/feed.v1.Feed/NoSuchMethod", &req.base, 30, &resp, &len,
+                                    &code, details, sizeof details),
                      0);
     free(resp);
     assert_int_equal(code, GRPC_STATUS_UNIMPLEMENTED);
@@ -318,8 +320,7 @@ static void test_bytes_match_engine(void **state)
             assert_int_equal(
                 feed_engine_run(e, jpeg, len, &t, seed, 2 + (uint32_t)b, idx[b][i], want, NULL),
                 FEED_SAMPLE_OK);
-            assert_memory_equal(r->data.data + (size_t)i * side * side * 3, want,
-                                side * side * 3);
+            assert_memory_equal(r->data.data + (size_t)i * side * side * 3, want, side * side * 3);
         }
         feed__v1__batch__free_unpacked(r, NULL);
     }
@@ -412,8 +413,7 @@ static void test_error_statuses(void **state)
 
     make_open(&open, &spec, "good", 1, 1);
     open.protocol_version = 9;
-    expect_stream_error(chan, &open, idx, 2, GRPC_STATUS_INVALID_ARGUMENT,
-                        "open.protocol_version");
+    expect_stream_error(chan, &open, idx, 2, GRPC_STATUS_INVALID_ARGUMENT, "open.protocol_version");
 
     /* No open in the first request. */
     feedtest_stream s;
@@ -639,8 +639,8 @@ static void test_resource_exhausted(void **state)
 {
     (void)state;
     feed_test_server s2;
-    static const char *const extra[] = {"--threads", "2", "--max-memory", "64M",
-                                        "--max-stream-memory", "48M", NULL};
+    static const char *const extra[] = {
+        "--threads", "2", "--max-memory", "64M", "--max-stream-memory", "48M", NULL};
     assert_int_equal(start_server(&s2, extra), 0);
     grpc_channel *ch = feedtest_channel(s2.target);
     grpc_channel *ch2 = feedtest_channel(s2.target);
@@ -667,7 +667,8 @@ static void test_resource_exhausted(void **state)
         assert_int_equal(send_batch(&a, k == 0 ? &open : NULL, (uint64_t)k, 0, idx, 48), 0);
     drain_and_expect(&a, GRPC_STATUS_RESOURCE_EXHAUSTED, "memory: stream");
 
-    /* Server memory: stream a holds 42 MB; stream c's second 21 MB passes its own cap but not 64 MB. */
+    /* Server memory: stream a holds 42 MB; stream c's second 21 MB passes its own cap but not 64
+     * MB. */
     double before = scrape(&s2, "feedd_requests_total");
     assert_int_equal(feedtest_stream_open(ch, 60, &a), 0);
     assert_int_equal(send_batch(&a, &open, 1, 0, idx, 48), 0);
@@ -758,8 +759,7 @@ static void test_graceful_shutdown(void **state)
     }
     assert_int_equal(got, 3);
     char details[256];
-    assert_int_equal(feedtest_stream_finish(&a, details, sizeof details),
-                     GRPC_STATUS_UNAVAILABLE);
+    assert_int_equal(feedtest_stream_finish(&a, details, sizeof details), GRPC_STATUS_UNAVAILABLE);
     grpc_channel_destroy(ch);
     assert_int_equal(feed_test_server_wait(&s2, 60000), 0);
     assert_int_equal(s2.exit_status, 0);
@@ -898,20 +898,13 @@ static void test_imagenet_sample(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_describe),
-        cmocka_unit_test(test_health_and_unimplemented),
-        cmocka_unit_test(test_bytes_match_engine),
-        cmocka_unit_test(test_two_servers_identical),
-        cmocka_unit_test(test_error_statuses),
-        cmocka_unit_test(test_oversized_request),
-        cmocka_unit_test(test_corrupt_samples),
-        cmocka_unit_test(test_cancel_mid_stream),
-        cmocka_unit_test(test_many_streams),
-        cmocka_unit_test(test_resource_exhausted),
-        cmocka_unit_test(test_max_streams),
-        cmocka_unit_test(test_graceful_shutdown),
-        cmocka_unit_test(test_metrics_endpoint),
-        cmocka_unit_test(test_config_file),
+        cmocka_unit_test(test_describe),           cmocka_unit_test(test_health_and_unimplemented),
+        cmocka_unit_test(test_bytes_match_engine), cmocka_unit_test(test_two_servers_identical),
+        cmocka_unit_test(test_error_statuses),     cmocka_unit_test(test_oversized_request),
+        cmocka_unit_test(test_corrupt_samples),    cmocka_unit_test(test_cancel_mid_stream),
+        cmocka_unit_test(test_many_streams),       cmocka_unit_test(test_resource_exhausted),
+        cmocka_unit_test(test_max_streams),        cmocka_unit_test(test_graceful_shutdown),
+        cmocka_unit_test(test_metrics_endpoint),   cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_imagenet_sample),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

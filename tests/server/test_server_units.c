@@ -44,8 +44,9 @@ static void test_config_defaults_and_bounds(void **state)
     assert_string_equal(cfg.datasets[0].path, "/tmp");
     assert_string_equal(cfg.metrics_listen, "");
 
-    const char *a2[] = {"feedd", "--dataset=x=/tmp", "--max-memory=2G", "--max-batch", "7",
-                        "--log-level", "debug", "--cache-bytes", "64K"};
+    const char *a2[] = {"feedd", "--dataset=x=/tmp", "--max-memory=2G", "--max-batch",
+                        "7",     "--log-level",      "debug",           "--cache-bytes",
+                        "64K"};
     assert_int_equal(parse(err, sizeof err, &cfg, 9, a2), 0);
     assert_int_equal(cfg.max_memory, 2ull << 30);
     assert_int_equal(cfg.max_batch, 7);
@@ -138,8 +139,8 @@ static void test_cache_bounded_lru(void **state)
     feedd_cache_key k = {0, 1, 7, 499, &t};
     assert_true(feedd_cache_get(c, &k, out, len));
     assert_int_equal(out[0], 499 & 0xff);
-    feedd_cache_key other[] = {{1, 1, 7, 499, &t}, {0, 2, 7, 499, &t}, {0, 1, 8, 499, &t},
-                               {0, 1, 7, 499, &t2}};
+    feedd_cache_key other[] = {
+        {1, 1, 7, 499, &t}, {0, 2, 7, 499, &t}, {0, 1, 8, 499, &t}, {0, 1, 7, 499, &t2}};
     for (size_t i = 0; i < 4; i++)
         assert_false(feedd_cache_get(c, &other[i], out, len));
     assert_false(feedd_cache_get(c, &k, out, len - 1)); /* size must match */

@@ -97,8 +97,7 @@ static int run_gen_tool(const char *tool, const char *dir, unsigned classes, uns
     return 0;
 }
 
-int feed_test_make_imagefolder(const char *dir, unsigned classes, unsigned per_class,
-                               unsigned seed)
+int feed_test_make_imagefolder(const char *dir, unsigned classes, unsigned per_class, unsigned seed)
 {
     char tool[512], path[1024];
     const char *bdir = getenv("FEED_BUILD_DIR");

@@ -14,15 +14,16 @@
 
 typedef struct feed_test_server {
     pid_t pid;
-    int port;            /* gRPC port feedd bound */
-    int metrics_port;    /* Prometheus endpoint, always enabled by the helper */
-    char target[64];     /* "127.0.0.1:PORT" */
-    char workdir[256];   /* holds the port files; removed by stop/kill */
-    int exit_status;     /* after stop: exit code, or 128+signal */
+    int port;          /* gRPC port feedd bound */
+    int metrics_port;  /* Prometheus endpoint, always enabled by the helper */
+    char target[64];   /* "127.0.0.1:PORT" */
+    char workdir[256]; /* holds the port files; removed by stop/kill */
+    int exit_status;   /* after stop: exit code, or 128+signal */
 } feed_test_server;
 
 /*
- * Spawn ${FEED_FEEDD} if set, else ${FEED_BUILD_DIR}/server/feedd --listen 127.0.0.1:0 --port-file F
+ * Spawn ${FEED_FEEDD} if set, else ${FEED_BUILD_DIR}/server/feedd --listen 127.0.0.1:0 --port-file
+ * F
  * --metrics-listen 127.0.0.1:0 --metrics-port-file G [extra_args...]
  * (extra_args NULL-terminated, may be NULL) and wait up to 60 s for both
  * port files. FEED_EIO if feedd exits first or never writes them.

@@ -28,7 +28,7 @@ typedef struct feedtest_stream {
     grpc_slice details;
     int status_armed;
     int initial_md_received;
-    int ended;            /* a RECV_MESSAGE returned no message */
+    int ended; /* a RECV_MESSAGE returned no message */
     uint64_t bytes_received;
 } feedtest_stream;
 
@@ -47,7 +47,8 @@ int feedtest_stream_writes_done(feedtest_stream *s);
 int feedtest_stream_recv_raw(feedtest_stream *s, uint8_t **data, size_t *len);
 /* As recv_raw without the copy: *bb is the caller's (grpc_byte_buffer_destroy). */
 int feedtest_stream_recv_bb(feedtest_stream *s, grpc_byte_buffer **bb);
-/* As recv_raw, unpacked: NULL at end of stream or on error. Free with feed__v1__batch__free_unpacked(b, NULL). */
+/* As recv_raw, unpacked: NULL at end of stream or on error. Free with
+ * feed__v1__batch__free_unpacked(b, NULL). */
 Feed__V1__Batch *feedtest_stream_recv(feedtest_stream *s);
 /* Cancel from the client side. */
 void feedtest_stream_cancel(feedtest_stream *s);

@@ -204,8 +204,9 @@ grpc_status_code feedtest_stream_finish(feedtest_stream *s, char *details, size_
     grpc_metadata_array_destroy(&s->md_trailing);
     grpc_call_unref(s->call);
     grpc_completion_queue_shutdown(s->cq);
-    while (grpc_completion_queue_pluck(s->cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
-           GRPC_QUEUE_SHUTDOWN)
+    while (
+        grpc_completion_queue_pluck(s->cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+        GRPC_QUEUE_SHUTDOWN)
         ;
     grpc_completion_queue_destroy(s->cq);
     memset(s, 0, sizeof *s);
