@@ -39,6 +39,7 @@
 #include "engine.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -52,6 +53,7 @@
 #include <jerror.h>
 
 #include "feed/timeutil.h"
+#include "jmem.h"
 #include "resize.h"
 
 /* Rows decoded per batch before they go through the horizontal pass. */
@@ -62,8 +64,10 @@
  * allowed pixel (max_pixels): 128 MiB at the defaults, which holds a 4:2:0
  * progressive image of 44 Mpx or a 4:4:4 one of 22 Mpx. */
 #define COEF_BYTES_PER_MAX_PIXEL 2u
-/* libjpeg's own buffers besides the coefficients. */
+/* libjpeg's own buffers besides the coefficients (row buffers, tables):
+ * a few MiB for the widest image max_side allows. */
 #define JPEG_MEM_SLACK (32u << 20)
+#define JMEM_LIMIT JPEG_MEM_SLACK
 
 typedef struct engine_err {
     struct jpeg_error_mgr pub;
@@ -75,6 +79,7 @@ struct feed_engine {
     struct jpeg_decompress_struct dec;
     engine_err err;
     struct jpeg_progress_mgr progress;
+    feed_jmem jmem; /* libjpeg's per-image allocations */
     feed_sample_status status; /* of the run in progress; set before a longjmp */
     char msg[256];
 
@@ -92,9 +97,11 @@ struct feed_engine {
 
 /* ---- errors ---------------------------------------------------------------------------- */
 
+/* client_data belongs to the arena (jmem.h); the engine is found from the
+ * error manager it embeds. */
 static feed_engine *engine_of(j_common_ptr c)
 {
-    return (feed_engine *)c->client_data;
+    return (feed_engine *)(void *)((char *)c->err - offsetof(feed_engine, err));
 }
 
 static void set_msg(feed_engine *e, feed_sample_status st, const char *fmt, ...)
@@ -226,7 +233,6 @@ int feed_engine_new(const feed_engine_limits *lim, feed_engine **out)
     e->err.pub.error_exit = on_error_exit;
     e->err.pub.emit_message = on_emit_message;
     e->err.pub.output_message = on_output_message;
-    e->dec.client_data = e;
     if (setjmp(e->err.jump)) {
         /* jpeg_create_decompress fails only when out of memory. */
         jpeg_destroy_decompress(&e->dec);
@@ -234,7 +240,7 @@ int feed_engine_new(const feed_engine_limits *lim, feed_engine **out)
         return FEED_ENOMEM;
     }
     jpeg_create_decompress(&e->dec);
-    e->dec.client_data = e; /* create clears everything but err and client_data; be sure */
+    feed_jmem_install((j_common_ptr)&e->dec, &e->jmem, JMEM_LIMIT);
     e->progress.progress_monitor = on_progress;
     e->dec.progress = &e->progress;
     *out = e;

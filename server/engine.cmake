@@ -2,6 +2,7 @@
 # by feedd, the benchmarks and the tests.
 add_library(feedengine STATIC
   ${CMAKE_CURRENT_LIST_DIR}/engine.c
+  ${CMAKE_CURRENT_LIST_DIR}/jmem.c
   ${CMAKE_CURRENT_LIST_DIR}/resize.c)
 target_include_directories(feedengine PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(feedengine PUBLIC feedcommon PkgConfig::JPEG m)
