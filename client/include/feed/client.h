@@ -11,8 +11,10 @@
  * training stream when a batch is ready, so the loader never blocks it.
  *
  * Threads: feed_loader_next() and feed_loader_release() are called from one
- * thread (the training loop). feed_loader_stats() may be called from any
- * thread. The loader runs its own receiver threads.
+ * thread (the training loop). feed_loader_get_stats() and
+ * feed_loader_server_stats() may be called from any thread. The loader runs
+ * its own threads: one receiver (gRPC completion queue) and, for dns:///
+ * targets, one resolver.
  * Memory: the loader owns every feed_batch and everything it points to; a
  * batch stays valid until it is released. Pass NULL pointers nowhere except
  * where said.
@@ -166,7 +168,8 @@ int feed_loader_next(feed_loader *l, feed_batch **out);
 /* The caller is done with b once `stream` (a cudaStream_t, or NULL: now) has
  * passed this point. */
 int feed_loader_release(feed_loader *l, feed_batch *b, void *stream);
-/* Start another epoch (or resume one) at start_batch. Drops batches not yet handed out. */
+/* Start another epoch (or resume one) at start_batch. Drops batches not yet
+ * handed out; batches the caller holds stay valid until released. */
 int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch);
 /* Batches this rank gets per epoch, and samples in the dataset. */
 uint64_t feed_loader_batches_per_epoch(const feed_loader *l);
