@@ -1,9 +1,10 @@
 /*
  * gRPC for the loader: one channel and one bidi Stream call per server, a
- * unary Describe before each stream, all on one completion queue run by the
- * receiver thread. Call contexts are owned by the receiver thread's queue
- * loop: a context is freed only when none of its ops is in flight, so a
- * late tag never touches freed memory. A context is detached (srv = NULL)
+ * unary Describe before each stream, all on one completion queue that 2 to 4
+ * receiver threads run (one can poll gRPC while others copy pixels). A call
+ * context is freed by the receiver that finishes its last op in flight (an
+ * op counts until its handler returns), so a late tag never touches freed
+ * memory. A context is detached (srv = NULL)
  * when its server is failed; whatever it still delivers is dropped, which is
  * what makes re-issued batches exactly-once.
  */
@@ -341,8 +342,9 @@ out:
     feed_buf_free(&buf);
 }
 
-static void on_stream_tag(loader *l, call_tag *t, bool ok)
+static void on_stream_tag(receiver *rx, call_tag *t, bool ok)
 {
+    loader *l = rx->l;
     call_ctx *c = t->call;
     switch (t->kind) {
     case TAG_START:
@@ -364,19 +366,25 @@ static void on_stream_tag(loader *l, call_tag *t, bool ok)
         if (!ok || !bb) {
             if (c->srv)
                 sched_fail_server(l, c->srv, "stream ended");
-        } else if (c->srv) {
-            sched_on_batch(l, c->srv, bb);
+            if (bb)
+                grpc_byte_buffer_destroy(bb);
+            break;
         }
-        if (bb)
-            grpc_byte_buffer_destroy(bb);
-        if (c->srv && c->srv->stream == c) {
+        server *s = c->srv;
+        /* Ask for the next message first, so another receiver can take it while this one lands. */
+        if (s && s->stream == c) {
             grpc_op op;
             memset(&op, 0, sizeof(op));
             op.op = GRPC_OP_RECV_MESSAGE;
             op.data.recv_message.recv_message = &c->recv_bb;
-            if (start_batch(c, &op, 1, &c->t_recv))
-                sched_fail_server(l, c->srv, "receive failed");
+            if (start_batch(c, &op, 1, &c->t_recv)) {
+                sched_fail_server(l, s, "receive failed");
+                s = NULL;
+            }
         }
+        if (s)
+            sched_on_batch(rx, s, c, bb);
+        grpc_byte_buffer_destroy(bb);
         break;
     }
     case TAG_STATUS:
@@ -423,8 +431,8 @@ static void tick(loader *l, uint64_t now)
 
 static void *io_main(void *arg)
 {
-    loader *l = arg;
-    uint64_t last_tick = 0;
+    receiver *rx = arg;
+    loader *l = rx->l;
     if (l->gpu)
         client_gpu_bind_thread(l->gpu);
     pthread_mutex_lock(&l->mu);
@@ -448,17 +456,19 @@ static void *io_main(void *arg)
         if (ev.type == GRPC_OP_COMPLETE) {
             call_tag *t = ev.tag;
             call_ctx *c = t->call;
-            c->ops--;
+            /* The op counts as in flight until handled: another receiver must not free c
+             * while this one lands a batch from it with mu dropped. */
             if (c->kind == CALL_DESCRIBE)
                 on_describe(l, c, ev.success != 0);
             else
-                on_stream_tag(l, t, ev.success != 0);
+                on_stream_tag(rx, t, ev.success != 0);
+            c->ops--;
             if (c->ops == 0 && (!c->srv || c->kind == CALL_DESCRIBE))
                 call_free(c);
         }
         uint64_t now = feed_now_ns();
-        if (now - last_tick >= CLIENT_TICK_MS * 1000000ull) {
-            last_tick = now;
+        if (now - l->last_tick_ns >= CLIENT_TICK_MS * 1000000ull) {
+            l->last_tick_ns = now;
             tick(l, now);
         }
         sched_dispatch(l);
@@ -474,21 +484,38 @@ int conn_start(loader *l)
     l->cq = grpc_completion_queue_create_for_next(NULL);
     if (!l->cq)
         return FEED_ENOMEM;
-    if (pthread_create(&l->io_thread, NULL, io_main, l))
-        return FEED_ENOMEM;
-    l->io_started = true;
+    uint32_t n = l->num_servers + 1;
+    n = n < CLIENT_MIN_RECEIVERS ? CLIENT_MIN_RECEIVERS : n;
+    n = n > CLIENT_MAX_RECEIVERS ? CLIENT_MAX_RECEIVERS : n;
+    for (uint32_t i = 0; i < n; i++) {
+        receiver *rx = &l->receivers[i];
+        rx->l = l;
+        feed_buf_init(&rx->rbuf, l->max_message);
+        l->num_receivers++;
+        int rc = wire_arena_init(&rx->arena, 65536 + (size_t)l->cfg.batch_size * 1024);
+        if (rc)
+            return rc;
+        if (pthread_create(&rx->thread, NULL, io_main, rx))
+            return FEED_ENOMEM;
+        rx->started = true;
+    }
     return 0;
 }
 
 void conn_stop(loader *l)
 {
-    if (l->io_started) {
-        pthread_mutex_lock(&l->mu);
-        l->stop = true;
-        pthread_mutex_unlock(&l->mu);
-        pthread_join(l->io_thread, NULL);
-        l->io_started = false;
+    pthread_mutex_lock(&l->mu);
+    l->stop = true;
+    pthread_mutex_unlock(&l->mu);
+    for (uint32_t i = 0; i < l->num_receivers; i++) {
+        receiver *rx = &l->receivers[i];
+        if (rx->started)
+            pthread_join(rx->thread, NULL);
+        rx->started = false;
+        wire_arena_free(&rx->arena);
+        feed_buf_free(&rx->rbuf);
     }
+    l->num_receivers = 0;
     for (uint32_t i = 0; i < l->num_servers; i++) {
         if (l->servers[i].channel)
             grpc_channel_destroy(l->servers[i].channel);

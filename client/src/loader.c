@@ -1,7 +1,7 @@
 /*
  * libfeedclient's public API (feed/client.h): configuration, open/close, and
  * the training thread's side of delivery (next/release/set_epoch/stats). The
- * receiver thread (conn.c) and the scheduler (sched.c) do the rest; the
+ * receiver threads (conn.c) and the scheduler (sched.c) do the rest; the
  * locking rules are in loader_impl.h.
  */
 #include <stdarg.h>
@@ -215,10 +215,6 @@ int feed_loader_open(const feed_loader_config *cfg, feed_loader **out)
     l->out_bytes = sample * bs * client_dtype_size(cfg->dtype);
     /* Pixels plus per-sample fields and error strings, with room for framing. */
     l->max_message = sample * bs + (size_t)bs * 512 + 65536;
-    feed_buf_init(&l->rbuf, l->max_message);
-    rc = wire_arena_init(&l->arena, 65536 + (size_t)bs * 1024);
-    if (rc)
-        goto out;
 
     if (cfg->device != FEED_DEVICE_HOST) {
         char err[160] = "";
@@ -267,8 +263,6 @@ void feed_loader_close(feed_loader *l)
     sched_free_slots(l);
     client_gpu_close(l->gpu);
     client_plan_free(&l->plan);
-    wire_arena_free(&l->arena);
-    feed_buf_free(&l->rbuf);
     if (l->targets) {
         for (size_t i = 0; i < l->cfg.num_targets; i++)
             free(l->targets[i]);

@@ -1,14 +1,15 @@
 /*
  * The loader's internal state, shared by loader.c (public API, training
  * thread), sched.c (slots, dispatch, failover, landing), conn.c (gRPC calls
- * and the receiver thread) and resolve.c (the DNS thread).
+ * and the receiver threads) and resolve.c (the DNS thread).
  *
- * Threads: the training thread (next/release/set_epoch/stats), one receiver
- * thread that runs the completion queue, and a resolver thread when a target
- * is "dns:///...". One mutex, `mu`, guards everything marked [mu]. The
- * receiver thread drops `mu` only while it lands a batch into a slot in state
- * SLOT_LANDING, which nobody else touches. The resolver thread only posts
- * address lists ([mu]); the receiver thread applies them.
+ * Threads: the training thread (next/release/set_epoch/stats), receiver
+ * threads (2 to CLIENT_MAX_RECEIVERS) that all run the one completion queue,
+ * and a resolver thread when a target is "dns:///...". One mutex, `mu`,
+ * guards everything marked [mu]. A receiver drops `mu` only while it lands a
+ * batch into a slot in state SLOT_LANDING, which nobody else touches; several
+ * receivers land different batches at once, each with its own scratch. The
+ * resolver thread only posts address lists ([mu]); a receiver applies them.
  * Lock order: mu only (the resolver's own dns_mu is never held with mu).
  */
 #ifndef FEED_CLIENT_LOADER_IMPL_H
@@ -38,17 +39,30 @@
 #define CLIENT_BACKOFF_MAX_MS 2000u
 /* Describe calls give up after this long (or unavailable_timeout_ms if shorter). */
 #define CLIENT_DESCRIBE_DEADLINE_MS 5000u
+/* Receiver threads: one polls gRPC while others copy pixels; more than one
+ * per server buys little (a stream's messages arrive one at a time). */
+#define CLIENT_MIN_RECEIVERS 2u
+#define CLIENT_MAX_RECEIVERS 4u
 /* Receiver loop period for timers (deadlines, retries, DNS results). */
 #define CLIENT_TICK_MS 10u
 
 typedef struct feed_loader loader;
 typedef struct server server;
 
+/* One receiver thread and its scratch, used only by that thread. */
+typedef struct receiver {
+    loader *l;
+    pthread_t thread;
+    bool started;
+    feed_buf rbuf; /* a Batch's fields other than its pixels */
+    wire_arena arena;
+} receiver;
+
 typedef enum slot_state {
     SLOT_FREE,     /* no batch */
     SLOT_PENDING,  /* has a batch, waiting for a server */
     SLOT_INFLIGHT, /* requested from `server` */
-    SLOT_LANDING,  /* receiver thread is writing it, mu not held */
+    SLOT_LANDING,  /* a receiver thread is writing it, mu not held */
     SLOT_READY,    /* complete, not yet handed out */
     SLOT_HANDED,   /* the caller holds it */
 } slot_state;
@@ -83,7 +97,7 @@ typedef struct call_tag {
 
 #define CALL_QUEUE_CAP (CLIENT_MAX_WINDOW + 2u)
 
-/* One gRPC call. Freed by the receiver thread once no op is in flight. */
+/* One gRPC call. Freed by a receiver thread once no op is in flight. */
 struct call_ctx {
     loader *l;
     server *srv; /* [mu] NULL once detached (failed, cancelled) */
@@ -129,7 +143,7 @@ typedef struct dns_target {
     char (*addrs)[CLIENT_TARGET_MAX + 1]; /* [mu] CLIENT_MAX_SERVERS entries */
     uint32_t num_addrs;                   /* [mu] */
     uint64_t gen;                         /* [mu] bumped on each successful resolution */
-    uint64_t applied_gen;                 /* receiver thread only */
+    uint64_t applied_gen;                 /* [mu] */
 } dns_target;
 
 struct feed_loader {
@@ -142,9 +156,10 @@ struct feed_loader {
     bool stop;           /* [mu] */
 
     grpc_completion_queue *cq;
-    pthread_t io_thread;
-    bool io_started;
-    int live_calls; /* [mu] call_ctx not yet freed */
+    receiver receivers[CLIENT_MAX_RECEIVERS];
+    uint32_t num_receivers;
+    uint64_t last_tick_ns; /* [mu] */
+    int live_calls;        /* [mu] call_ctx not yet freed */
 
     server servers[CLIENT_MAX_SERVERS]; /* [mu] */
     uint32_t num_servers;               /* [mu] */
@@ -181,9 +196,6 @@ struct feed_loader {
     uint64_t last_up_ns;     /* [mu] last time some server was up */
     feed_loader_stats stats; /* [mu] */
 
-    /* Receiver thread only. */
-    feed_buf rbuf; /* a Batch's fields other than its pixels */
-    wire_arena arena;
     size_t max_message;
 
     client_gpu *gpu;  /* NULL on the host path */
@@ -196,14 +208,15 @@ void client_log(loader *l, int level, const char *fmt, ...) __attribute__((forma
 void sched_dispatch(loader *l);
 void sched_fail_server(loader *l, server *s, const char *why);
 void sched_check_deadlines(loader *l, uint64_t now);
-/* Receiver thread, mu held on entry and exit (dropped while landing). */
-void sched_on_batch(loader *l, server *s, grpc_byte_buffer *bb);
+/* A receiver thread, mu held on entry and exit (dropped while landing); bb
+ * arrived on s's stream call `from`. */
+void sched_on_batch(receiver *rx, server *s, const call_ctx *from, grpc_byte_buffer *bb);
 void sched_free_slots(loader *l);
 int sched_reset_epoch(loader *l, uint32_t epoch, uint64_t start_batch);
 
 /* conn.c */
-int conn_start(loader *l); /* starts the receiver thread */
-void conn_stop(loader *l); /* stops it, cancels and frees every call */
+int conn_start(loader *l); /* starts the receiver threads */
+void conn_stop(loader *l); /* stops them, cancels and frees every call */
 int conn_add_server(loader *l, const char *target, int dns_index); /* mu held; index or <0 */
 bool conn_send(loader *l, server *s, grpc_byte_buffer *bb);        /* mu held; takes bb */
 /* Detach c from its server and cancel it; its remaining tags free it. mu held. */
@@ -214,7 +227,7 @@ int resolve_init(loader *l); /* parses dns targets, resolves once */
 int resolve_start(loader *l);
 void resolve_stop(loader *l);
 void resolve_free(loader *l);
-void resolve_apply(loader *l); /* receiver thread, mu held */
+void resolve_apply(loader *l); /* a receiver thread, mu held */
 /* "dns:///host:port" → host, port. 0 or FEED_EINVAL. */
 int resolve_parse(const char *target, char *host, size_t host_cap, char *port, size_t port_cap);
 

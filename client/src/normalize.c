@@ -2,7 +2,7 @@
  * Host normalisation (see normalize.h). Because inputs are uint8, each channel
  * has only 256 possible outputs: a 3 x 256 table is computed once per call and
  * the pixels are looked up, which is both fast and bit-identical to computing
- * the formula per pixel. Runs on the loader's receiver thread.
+ * the formula per pixel. Runs on the loader's receiver threads.
  */
 #include "normalize.h"
 

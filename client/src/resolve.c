@@ -1,6 +1,6 @@
 /*
  * DNS targets ("dns:///name:port"): a resolver thread calls getaddrinfo for
- * each every resolve_interval_ms and posts the address list under mu; the
+ * each every resolve_interval_ms and posts the address list under mu; a
  * receiver thread applies it (resolve_apply): new addresses become servers,
  * addresses that vanished are failed (their batches re-issued) and marked
  * removed. A failed lookup keeps the previous list: a DNS hiccup must not

@@ -1,7 +1,7 @@
 /*
  * Scheduling: delivery slots, which batch goes to which server, failover,
  * and landing a received batch into its slot. Everything here runs with the
- * loader's mu held (see loader_impl.h), except the body of land(), which the
+ * loader's mu held (see loader_impl.h), except the body of land(), which a
  * receiver thread runs unlocked on a slot in SLOT_LANDING.
  *
  * A slot carries one batch from the moment it is planned until the caller
@@ -320,10 +320,11 @@ static slot *find_request(loader *l, const server *s, uint64_t id)
     return NULL;
 }
 
-void sched_on_batch(loader *l, server *s, grpc_byte_buffer *bb)
+void sched_on_batch(receiver *rx, server *s, const call_ctx *from, grpc_byte_buffer *bb)
 {
+    loader *l = rx->l;
     wire_batch_reader r;
-    if (wire_batch_reader_init(&r, bb, &l->rbuf)) {
+    if (wire_batch_reader_init(&r, bb, &rx->rbuf)) {
         sched_fail_server(l, s, "unreadable Batch");
         return;
     }
@@ -358,8 +359,8 @@ void sched_on_batch(loader *l, server *s, grpc_byte_buffer *bb)
     rc = wire_batch_reader_finish(&r, sl->raw, raw_bytes);
     if (rc == 0) {
         /* Data already in the slot, or (out of order) in rbuf: then unpack lands it there. */
-        wire_arena_reset(&l->arena, r.data_direct ? NULL : sl->raw, raw_bytes);
-        Feed__V1__Batch *b = feed__v1__batch__unpack(&l->arena.pa, l->rbuf.len, l->rbuf.data);
+        wire_arena_reset(&rx->arena, r.data_direct ? NULL : sl->raw, raw_bytes);
+        Feed__V1__Batch *b = feed__v1__batch__unpack(&rx->arena.pa, rx->rbuf.len, rx->rbuf.data);
         if (b && r.data_direct) {
             b->data.data = sl->raw;
             b->data.len = r.data_len;
@@ -391,7 +392,8 @@ void sched_on_batch(loader *l, server *s, grpc_byte_buffer *bb)
     } else if (rc == FEED_ECUDA) {
         l->fatal = FEED_ECUDA;
         client_log(l, FEED_LOG_ERROR, "CUDA copy/normalise failed");
-    } else if (s->state != SRV_DOWN) {
+    } else if (s->stream == from) {
+        /* Not if another receiver already failed (and maybe reconnected) it meanwhile. */
         client_log(l, FEED_LOG_WARN, "server %s: %s", s->target, why);
         sched_fail_server(l, s, "protocol error");
     }
