@@ -333,7 +333,7 @@ static uint64_t servers_cpu_ns(const bench_ctx *c)
 }
 
 static void progress(const bench_ctx *c, const run_result *r, uint64_t window_t0, size_t first,
-                     double *tmp)
+                     size_t retired, double *tmp)
 {
     size_t n = r->nrecords > first ? r->nrecords - first : 0;
     size_t k = n < 1000 ? n : 1000; /* p99 of the last 1000 batches */
@@ -343,7 +343,7 @@ static void progress(const bench_ctx *c, const run_result *r, uint64_t window_t0
         waits[i] = r->records[r->nrecords - k + i].wait_ms;
     double p99 = k ? quantile(waits, k, 0.99, tmp) : 0.0;
     double ips = secs > 0 ? (double)n * c->opt.batch / secs : 0.0;
-    double loss = r->nrecords ? r->records[r->nrecords - 1].loss : 0.0;
+    double loss = retired ? r->records[retired - 1].loss : 0.0;
     fprintf(stderr, "%s  %-6s batch %6zu  %9.1f img/s  wait p99 %8.3f ms  loss %.3f   %s",
             c->progress_tty ? "\r" : "", r->source, r->nrecords, ips, p99, loss,
             c->progress_tty ? "" : "\n");
@@ -455,7 +455,7 @@ static void run_source(bench_ctx *c, bench_source *src, run_result *r)
 
         uint64_t now = feed_now_ns();
         if (now - last_progress > 1000000000ull && measuring) {
-            progress(c, r, window_t0, o->warmup, tmp);
+            progress(c, r, window_t0, o->warmup, retired, tmp);
             last_progress = now;
         }
         if (measuring) {
@@ -489,7 +489,7 @@ static void run_source(bench_ctx *c, bench_source *src, run_result *r)
             r->nvml = calloc(MAX_NVML, sizeof *r->nvml);
             r->nnvml = r->nvml ? nvml_window_samples(c->nvml, r->nvml, MAX_NVML) : 0;
         }
-        progress(c, r, window_t0, o->warmup, tmp);
+        progress(c, r, window_t0, o->warmup, retired, tmp);
         fputc('\n', stderr);
     }
     report_summarise(r);

@@ -28,7 +28,7 @@ typedef struct batch_record {
 typedef struct run_result {
     char source[16];
     int status; /* 0 or the FEED_E code that ended the run */
-    char error[256];
+    char error[512];
     uint64_t warmup_batches, batches, images; /* measured window: batches, images */
     uint64_t total_images;                    /* warmup included */
     double wall_s, images_per_s;

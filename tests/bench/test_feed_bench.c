@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <ftw.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,12 +205,31 @@ static void test_three_sources_deliver_everything(void **state)
     assert_non_null(strstr(json, "\"images\": 12,"));
     free(json);
 
+    /* Same plan, same augmentation, same starting weights: every source must
+     * train on identical batches, so the per-batch losses agree. */
     char *batches = slurp(out, "batches.csv");
     assert_non_null(batches);
+    int c_loss_b = column(batches, "loss"), c_src_b = column(batches, "source");
+    double losses[3][STEPS + WARMUP];
     int rows = 0;
-    for (const char *p = strchr(batches, '\n'); p && p[1]; p = strchr(p + 1, '\n'))
+    for (const char *p = strchr(batches, '\n'); p && p[1]; p = strchr(p + 1, '\n')) {
+        char buf[64];
+        int s = rows / (STEPS + WARMUP), k = rows % (STEPS + WARMUP);
+        assert_true(s < 3);
+        field(p + 1, c_src_b, buf, sizeof buf);
+        assert_string_equal(buf, want[s]);
+        field(p + 1, c_loss_b, buf, sizeof buf);
+        losses[s][k] = atof(buf);
         rows++;
+    }
     assert_int_equal(rows, 3 * (STEPS + WARMUP));
+    for (int k = 0; k < STEPS + WARMUP; k++) {
+        assert_true(losses[0][k] > 0.0);
+        for (int s = 1; s < 3; s++)
+            if (fabs(losses[s][k] - losses[0][k]) > 1e-4 * losses[0][k])
+                fail_msg("batch %d: %s loss %g differs from sync's %g", k, want[s], losses[s][k],
+                         losses[0][k]);
+    }
     free(batches);
 
     char *nvml = slurp(out, "nvml.csv");

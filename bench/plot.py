@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Draws feed-bench's three plots from the files it wrote into a results folder.
+
+    python3 bench/plot.py OUT_DIR
+
+Reads OUT_DIR/summary.json, batches.csv and nvml.csv; writes
+  throughput.png  images/s by source (bars), GPU busy share written on each bar
+  gpu_util.png    GPU utilisation over time: NVML samples when there were any;
+                  otherwise the step's busy share per second from its own
+                  timings, and the plot's title says so (nothing is made up)
+  batch_wait.png  how long the training loop waited for each batch (jitter)
+Needs matplotlib (Debian: python3-matplotlib) and nothing else.
+"""
+import csv
+import json
+import os
+import sys
+
+try:
+    import matplotlib
+except ImportError:
+    # A python3 earlier on PATH (pyenv, a venv) may lack Debian's matplotlib:
+    # run again under the system interpreter that deps.sh installed it for.
+    if os.path.exists("/usr/bin/python3") and os.path.realpath(sys.executable) != \
+            os.path.realpath("/usr/bin/python3"):
+        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
+    raise
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+COLOURS = {"sync": "#d62728", "local": "#ff7f0e", "remote": "#2ca02c"}
+
+
+def read_csv(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def by_source(rows):
+    out = {}
+    for r in rows:
+        out.setdefault(r["source"], []).append(r)
+    return out
+
+
+def subtitle(meta):
+    dev = meta.get("device_name", "?")
+    kind = meta.get("device", "?")
+    step = "CPU step" if kind == "cpu" else f"GPU step ({dev})"
+    return (f"{step}, model {meta.get('model')}, batch {meta.get('batch')}, "
+            f"{meta.get('data_samples')} images; host CPUs for loading: "
+            f"{meta.get('affinity_cpus')}")
+
+
+def plot_throughput(meta, runs, out_dir):
+    ok = [r for r in runs if r["status"] == "ok"]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    names = [r["source"] for r in ok]
+    vals = [r["images_per_s"] for r in ok]
+    bars = ax.bar(names, vals, color=[COLOURS.get(n, "#1f77b4") for n in names])
+    busy_label = "GPU busy" if meta.get("device") == "cuda" else "CPU step share"
+    for bar, r in zip(bars, ok):
+        ax.annotate(f"{r['images_per_s']:.0f} img/s\n{busy_label} {100 * r['gpu_busy']:.1f}%",
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=9)
+    ax.set_ylabel("images / s")
+    ax.set_ylim(0, max(vals + [1]) * 1.25)
+    ax.set_title("Throughput by source\n" + subtitle(meta), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "throughput.png"), dpi=120)
+    plt.close(fig)
+
+
+def plot_util(meta, nvml, batches, out_dir):
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    if nvml:
+        for src, rows in by_source(nvml).items():
+            ax.plot([float(r["t_s"]) for r in rows], [float(r["gpu_util"]) for r in rows],
+                    label=src, color=COLOURS.get(src), lw=1.2)
+        ax.set_ylabel("GPU utilisation (NVML, %)")
+        title = "GPU utilisation over time (NVML, sampled every 100 ms)"
+    else:
+        # No NVML: the step's own busy share per second, labelled as such.
+        for src, rows in by_source(batches).items():
+            buckets = {}
+            for r in rows:
+                if r["warmup"] == "1":
+                    continue
+                sec = int(float(r["t_s"]))
+                buckets[sec] = buckets.get(sec, 0.0) + float(r["step_ms"]) / 10.0
+            xs = sorted(buckets)
+            ax.plot(xs, [min(buckets[x], 100.0) for x in xs], label=src,
+                    color=COLOURS.get(src), lw=1.2, marker=".")
+        ax.set_ylabel("step busy share per second (%)")
+        why = meta.get("nvml_absent_reason") or "absent"
+        title = f"Step busy share over time (NVML not available: {why})"
+    ax.set_xlabel("seconds into the measured window")
+    ax.set_ylim(0, 105)
+    ax.legend()
+    ax.set_title(title + "\n" + subtitle(meta), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "gpu_util.png"), dpi=120)
+    plt.close(fig)
+
+
+def plot_wait(meta, batches, runs, out_dir):
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    stats = {r["source"]: r for r in runs}
+    for src, rows in by_source(batches).items():
+        rows = [r for r in rows if r["warmup"] == "0"]
+        if not rows:
+            continue
+        waits = [max(float(r["wait_ms"]), 1e-3) for r in rows]
+        s = stats.get(src, {})
+        label = (f"{src}: p50 {s.get('wait_p50_ms', 0):.3g} / p99 {s.get('wait_p99_ms', 0):.3g}"
+                 f" / max {s.get('wait_max_ms', 0):.3g} ms")
+        ax.plot(range(len(waits)), waits, label=label, color=COLOURS.get(src), lw=0.8,
+                marker=".", ms=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch (measured window)")
+    ax.set_ylabel("wait for the batch (ms, log)")
+    ax.legend(fontsize=8)
+    ax.set_title("Per-batch wait in the training loop\n" + subtitle(meta), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "batch_wait.png"), dpi=120)
+    plt.close(fig)
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    out_dir = sys.argv[1]
+    with open(os.path.join(out_dir, "summary.json")) as f:
+        summary = json.load(f)
+    meta, runs = summary["meta"], summary["runs"]
+    batches = read_csv(os.path.join(out_dir, "batches.csv"))
+    nvml = read_csv(os.path.join(out_dir, "nvml.csv"))
+    plot_throughput(meta, runs, out_dir)
+    plot_util(meta, nvml, batches, out_dir)
+    plot_wait(meta, batches, runs, out_dir)
+    print(f"plots in {out_dir}: throughput.png gpu_util.png batch_wait.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
