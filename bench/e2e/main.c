@@ -90,33 +90,32 @@ static volatile sig_atomic_t interrupted;
 
 static void usage(FILE *f)
 {
-    fputs(
-        "usage: feed-bench [options]\n"
-        "  --source LIST        sync,local,remote (default: all three, in that order)\n"
-        "  --data PATH          ImageFolder dir or pack (default: data/default, generated\n"
-        "                       with feed-gen-dataset when missing)\n"
-        "  --out DIR            results: summary.csv/json, batches.csv, nvml.csv (default "
-        "out/bench)\n"
-        "  --device D           auto (default: CUDA if a device is found), cuda, cpu\n"
-        "  --model P            resnet18, resnet50, vit-b16, mlp (GPU time per image of the\n"
-        "                       step; default resnet50 on a GPU, mlp on the CPU)\n"
-        "  --us-per-image X     override the preset's GPU time per image\n"
-        "  --batch N            batch size (default 256 on a GPU, 32 on the CPU)\n"
-        "  --steps N            measured batches per source (0: until --seconds)\n"
-        "  --seconds S          measured seconds per source (default 30 GPU, 10 CPU; 0: "
-        "--steps)\n"
-        "  --warmup N           batches before measuring (default 5 GPU, 2 CPU)\n"
-        "  --local-threads N    loader threads of the local source (default: CPUs available)\n"
-        "  --servers LIST       remote: host:port,... of running feedd servers\n"
-        "  --spawn-servers M    remote: start M feedd here (default 1 unless --servers)\n"
-        "  --server-threads K   threads per spawned feedd (default: CPUs available)\n"
-        "  --server-cpus L      pin spawned feedd: one CPU list for all, or one per server\n"
-        "                       separated by ':' (e.g. 4-9:10-15)\n"
-        "  --feedd PATH         feedd binary (default: next to this build)\n"
-        "  --gen-tool PATH      feed-gen-dataset binary (default: next to this build)\n"
-        "  --window N --prefetch N   libfeedclient outstanding batches / delivery slots\n"
-        "  --hidden N --lr X --seed N --size N   model width, SGD rate, seed, image side\n",
-        f);
+    fputs("usage: feed-bench [options]\n"
+          "  --source LIST        sync,local,remote (default: all three, in that order)\n"
+          "  --data PATH          ImageFolder dir or pack (default: data/default, generated\n"
+          "                       with feed-gen-dataset when missing)\n"
+          "  --out DIR            results: summary.csv/json, batches.csv, nvml.csv (default "
+          "out/bench)\n"
+          "  --device D           auto (default: CUDA if a device is found), cuda, cpu\n"
+          "  --model P            resnet18, resnet50, vit-b16, mlp (GPU time per image of the\n"
+          "                       step; default resnet50 on a GPU, mlp on the CPU)\n"
+          "  --us-per-image X     override the preset's GPU time per image\n"
+          "  --batch N            batch size (default 256 on a GPU, 32 on the CPU)\n"
+          "  --steps N            measured batches per source (0: until --seconds)\n"
+          "  --seconds S          measured seconds per source (default 30 GPU, 10 CPU; 0: "
+          "--steps)\n"
+          "  --warmup N           batches before measuring (default 5 GPU, 2 CPU)\n"
+          "  --local-threads N    loader threads of the local source (default: CPUs available)\n"
+          "  --servers LIST       remote: host:port,... of running feedd servers\n"
+          "  --spawn-servers M    remote: start M feedd here (default 1 unless --servers)\n"
+          "  --server-threads K   threads per spawned feedd (default: CPUs available)\n"
+          "  --server-cpus L      pin spawned feedd: one CPU list for all, or one per server\n"
+          "                       separated by ':' (e.g. 4-9:10-15)\n"
+          "  --feedd PATH         feedd binary (default: next to this build)\n"
+          "  --gen-tool PATH      feed-gen-dataset binary (default: next to this build)\n"
+          "  --window N --prefetch N   libfeedclient outstanding batches / delivery slots\n"
+          "  --hidden N --lr X --seed N --size N   model width, SGD rate, seed, image side\n",
+          f);
 }
 
 static const model_preset *find_preset(const char *name)
@@ -152,9 +151,30 @@ static int parse_double(const char *s, double *out)
 static int parse_options(int argc, char **argv, options *o)
 {
     enum {
-        O_SOURCE = 256, O_DATA, O_OUT, O_DEVICE, O_MODEL, O_USPI, O_BATCH, O_STEPS, O_SECONDS,
-        O_WARMUP, O_LOCAL, O_SERVERS, O_SPAWN, O_SRVTHREADS, O_SRVCPUS, O_FEEDD, O_GEN,
-        O_WINDOW, O_PREFETCH, O_HIDDEN, O_LR, O_SEED, O_SIZE, O_HELP
+        O_SOURCE = 256,
+        O_DATA,
+        O_OUT,
+        O_DEVICE,
+        O_MODEL,
+        O_USPI,
+        O_BATCH,
+        O_STEPS,
+        O_SECONDS,
+        O_WARMUP,
+        O_LOCAL,
+        O_SERVERS,
+        O_SPAWN,
+        O_SRVTHREADS,
+        O_SRVCPUS,
+        O_FEEDD,
+        O_GEN,
+        O_WINDOW,
+        O_PREFETCH,
+        O_HIDDEN,
+        O_LR,
+        O_SEED,
+        O_SIZE,
+        O_HELP
     };
     static const struct option longopts[] = {
         {"source", required_argument, NULL, O_SOURCE},
@@ -193,33 +213,79 @@ static int parse_options(int argc, char **argv, options *o)
             else
                 snprintf(o->sources, sizeof o->sources, "%s", optarg);
             break;
-        case O_DATA: o->data = optarg; break;
-        case O_OUT: o->out = optarg; break;
-        case O_DEVICE: o->device = optarg; break;
-        case O_MODEL: o->model = optarg; break;
-        case O_USPI: bad |= parse_double(optarg, &o->us_per_image) != 0; break;
-        case O_BATCH: bad |= parse_u32(optarg, &o->batch) != 0; break;
-        case O_STEPS: bad |= parse_u32(optarg, &o->steps) != 0; break;
-        case O_SECONDS: bad |= parse_double(optarg, &o->seconds) != 0; break;
-        case O_WARMUP: bad |= parse_u32(optarg, &o->warmup) != 0; break;
-        case O_LOCAL: bad |= parse_u32(optarg, &o->local_threads) != 0; break;
-        case O_SERVERS: o->servers = optarg; break;
-        case O_SPAWN: bad |= parse_u32(optarg, &o->spawn) != 0; break;
-        case O_SRVTHREADS: bad |= parse_u32(optarg, &o->server_threads) != 0; break;
-        case O_SRVCPUS: o->server_cpus = optarg; break;
-        case O_FEEDD: o->feedd = optarg; break;
-        case O_GEN: o->gen_tool = optarg; break;
-        case O_WINDOW: bad |= parse_u32(optarg, &o->window) != 0; break;
-        case O_PREFETCH: bad |= parse_u32(optarg, &o->prefetch) != 0; break;
-        case O_HIDDEN: bad |= parse_u32(optarg, &o->hidden) != 0; break;
-        case O_LR: bad |= parse_double(optarg, &o->lr) != 0; break;
+        case O_DATA:
+            o->data = optarg;
+            break;
+        case O_OUT:
+            o->out = optarg;
+            break;
+        case O_DEVICE:
+            o->device = optarg;
+            break;
+        case O_MODEL:
+            o->model = optarg;
+            break;
+        case O_USPI:
+            bad |= parse_double(optarg, &o->us_per_image) != 0;
+            break;
+        case O_BATCH:
+            bad |= parse_u32(optarg, &o->batch) != 0;
+            break;
+        case O_STEPS:
+            bad |= parse_u32(optarg, &o->steps) != 0;
+            break;
+        case O_SECONDS:
+            bad |= parse_double(optarg, &o->seconds) != 0;
+            break;
+        case O_WARMUP:
+            bad |= parse_u32(optarg, &o->warmup) != 0;
+            break;
+        case O_LOCAL:
+            bad |= parse_u32(optarg, &o->local_threads) != 0;
+            break;
+        case O_SERVERS:
+            o->servers = optarg;
+            break;
+        case O_SPAWN:
+            bad |= parse_u32(optarg, &o->spawn) != 0;
+            break;
+        case O_SRVTHREADS:
+            bad |= parse_u32(optarg, &o->server_threads) != 0;
+            break;
+        case O_SRVCPUS:
+            o->server_cpus = optarg;
+            break;
+        case O_FEEDD:
+            o->feedd = optarg;
+            break;
+        case O_GEN:
+            o->gen_tool = optarg;
+            break;
+        case O_WINDOW:
+            bad |= parse_u32(optarg, &o->window) != 0;
+            break;
+        case O_PREFETCH:
+            bad |= parse_u32(optarg, &o->prefetch) != 0;
+            break;
+        case O_HIDDEN:
+            bad |= parse_u32(optarg, &o->hidden) != 0;
+            break;
+        case O_LR:
+            bad |= parse_double(optarg, &o->lr) != 0;
+            break;
         case O_SEED:
             bad |= parse_u32(optarg, &u) != 0;
             o->seed = u;
             break;
-        case O_SIZE: bad |= parse_u32(optarg, &o->size) != 0; break;
-        case O_HELP: usage(stdout); exit(0);
-        default: bad = 1; break;
+        case O_SIZE:
+            bad |= parse_u32(optarg, &o->size) != 0;
+            break;
+        case O_HELP:
+            usage(stdout);
+            exit(0);
+        default:
+            bad = 1;
+            break;
         }
     }
     if (bad || optind != argc) {
@@ -276,8 +342,7 @@ static int mkdir_p(const char *path)
 }
 
 /* Runs feed-gen-dataset to make the default dataset; 0 or FEED_EIO. */
-static int generate_dataset(const char *tool, const char *dir, uint32_t classes,
-                            uint32_t per_class)
+static int generate_dataset(const char *tool, const char *dir, uint32_t classes, uint32_t per_class)
 {
     char cls[16], per[16];
     snprintf(cls, sizeof cls, "%u", classes);
@@ -290,8 +355,8 @@ static int generate_dataset(const char *tool, const char *dir, uint32_t classes,
         if (mkdir_p(parent) != 0)
             return FEED_EIO;
     }
-    fprintf(stderr, "feed-bench: generating the default dataset into %s (%s classes x %s)\n",
-            dir, cls, per);
+    fprintf(stderr, "feed-bench: generating the default dataset into %s (%s classes x %s)\n", dir,
+            cls, per);
     pid_t pid = fork();
     if (pid < 0)
         return FEED_EIO;
@@ -626,8 +691,9 @@ int main(int argc, char **argv)
         o->spawn = 1;
     if (o->batch > MAX_BATCH || o->spawn > MAX_SERVERS || o->size < FEED_TRANSFORM_MIN_SIDE ||
         o->size > FEED_TRANSFORM_MAX_SIDE || (o->steps == 0 && o->seconds <= 0)) {
-        fprintf(stderr, "feed-bench: batch 1..%u, spawn <= %u, size %u..%u, and --steps or "
-                        "--seconds > 0\n",
+        fprintf(stderr,
+                "feed-bench: batch 1..%u, spawn <= %u, size %u..%u, and --steps or "
+                "--seconds > 0\n",
                 MAX_BATCH, MAX_SERVERS, FEED_TRANSFORM_MIN_SIDE, FEED_TRANSFORM_MAX_SIDE);
         return 2;
     }

@@ -37,9 +37,9 @@ struct nvml_monitor {
     bool started;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    bool stop;          /* lock */
-    bool recording;     /* lock */
-    uint64_t window_t0; /* lock */
+    bool stop;           /* lock */
+    bool recording;      /* lock */
+    uint64_t window_t0;  /* lock */
     nvml_sample *series; /* lock */
     size_t count;        /* lock */
     uint64_t dropped;    /* lock */
@@ -54,8 +54,8 @@ static void *sampler_main(void *arg)
         nvml_utilization u = {0, 0};
         unsigned int rx_kbs = 0;
         bool ok = m->get_util(m->dev, &u) == NVML_SUCCESS;
-        bool pcie_ok = m->get_pcie && m->get_pcie(m->dev, NVML_PCIE_UTIL_RX_BYTES, &rx_kbs) ==
-                                          NVML_SUCCESS;
+        bool pcie_ok =
+            m->get_pcie && m->get_pcie(m->dev, NVML_PCIE_UTIL_RX_BYTES, &rx_kbs) == NVML_SUCCESS;
         uint64_t now = feed_now_ns();
         pthread_mutex_lock(&m->lock);
         if (ok && m->recording) {

@@ -150,8 +150,8 @@ static void write_summary_csv(FILE *f, const bench_meta *m, const run_result *r)
     csv_num(f, r->nvml_ok, r->nvml_util_min);
     fputc(',', f);
     csv_num(f, r->nvml_ok && r->pcie_rx_mbps_mean >= 0, r->pcie_rx_mbps_mean);
-    fprintf(f, ",%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,", r->wait_mean_ms, r->wait_p50_ms,
-            r->wait_p99_ms, r->wait_max_ms, r->loader_cpu_s, r->loader_cores);
+    fprintf(f, ",%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,", r->wait_mean_ms, r->wait_p50_ms, r->wait_p99_ms,
+            r->wait_max_ms, r->loader_cpu_s, r->loader_cores);
     csv_num(f, r->server_cpu_known, r->server_cpu_s);
     fputc(',', f);
     csv_num(f, r->server_cpu_known, r->server_cores);
@@ -181,9 +181,8 @@ static void write_meta_json(FILE *f, const bench_meta *m)
             "    \"ballast_gemm_ms\": %.6g,\n    \"ballast_gemms_per_step\": %u,\n"
             "    \"step_calibrated_ms\": %.6g,\n    \"batch\": %u,\n    \"image\": [%u, %u],\n"
             "    \"hidden\": %u,\n    \"data\": ",
-            m->target_us_per_image, m->step.base_ms, m->step.ballast_gemm_ms,
-            m->step.ballast_gemms, m->step.calibrated_ms, m->batch, m->img_h, m->img_w,
-            m->hidden);
+            m->target_us_per_image, m->step.base_ms, m->step.ballast_gemm_ms, m->step.ballast_gemms,
+            m->step.calibrated_ms, m->batch, m->img_h, m->img_w, m->hidden);
     json_str(f, m->data_path);
     fputs(",\n    \"data_format\": ", f);
     json_str(f, m->data_format);
@@ -194,8 +193,9 @@ static void write_meta_json(FILE *f, const bench_meta *m)
             (unsigned long long)m->data_count, m->data_classes, (unsigned long long)m->seed,
             m->warmup, m->steps, m->seconds, m->local_threads);
     json_str(f, m->servers);
-    fprintf(f, ",\n    \"spawned_servers\": %u,\n    \"server_threads\": %u,\n"
-               "    \"server_cpus\": ",
+    fprintf(f,
+            ",\n    \"spawned_servers\": %u,\n    \"server_threads\": %u,\n"
+            "    \"server_cpus\": ",
             m->spawned, m->server_threads);
     if (m->server_cpus)
         json_str(f, m->server_cpus);
@@ -315,11 +315,11 @@ void report_table(FILE *f, const bench_meta *m, const run_result *runs, size_t n
     fprintf(f, "\nfeed-bench: %s step on %s, model %s", m->device_kind, m->step.device_name,
             m->model);
     if (m->step.on_gpu)
-        fprintf(f, " (%.1f ms/step measured at start = %.1f us/image x %u)",
-                m->step.calibrated_ms, m->step.calibrated_ms * 1000.0 / m->batch, m->batch);
-    fprintf(f, "\n  data %s (%llu images, %u classes), batch %u, %ux%u, seed %llu\n",
-            m->data_path, (unsigned long long)m->data_count, m->data_classes, m->batch, m->img_w,
-            m->img_h, (unsigned long long)m->seed);
+        fprintf(f, " (%.1f ms/step measured at start = %.1f us/image x %u)", m->step.calibrated_ms,
+                m->step.calibrated_ms * 1000.0 / m->batch, m->batch);
+    fprintf(f, "\n  data %s (%llu images, %u classes), batch %u, %ux%u, seed %llu\n", m->data_path,
+            (unsigned long long)m->data_count, m->data_classes, m->batch, m->img_w, m->img_h,
+            (unsigned long long)m->seed);
     fprintf(f, "  this process: %d CPUs; local threads %u; servers %s", m->affinity_cpus,
             m->local_threads, m->servers && m->servers[0] ? m->servers : "-");
     if (m->spawned)
@@ -328,11 +328,11 @@ void report_table(FILE *f, const bench_meta *m, const run_result *runs, size_t n
     fprintf(f, "\n  NVML: %s\n\n", m->nvml_ok ? "sampled every 100 ms" : m->nvml_why);
 
     fprintf(f, "%-7s %9s %7s %8s %6s %9s %9s %9s %9s %7s %7s %15s\n", "source", "images/s",
-            "x sync", m->step.on_gpu ? "gpu busy" : "cpu step", "nvml", "pcie MB/s", "wait p50", "wait p99", "wait max",
-            "loader", "server", "loss start->end");
+            "x sync", m->step.on_gpu ? "gpu busy" : "cpu step", "nvml", "pcie MB/s", "wait p50",
+            "wait p99", "wait max", "loader", "server", "loss start->end");
     fprintf(f, "%-7s %9s %7s %8s %6s %9s %9s %9s %9s %7s %7s %15s\n", "", "", "",
-            m->step.on_gpu ? "(events)" : "share",
-            "util%", "rx", "ms", "ms", "ms", "cores", "cores", "");
+            m->step.on_gpu ? "(events)" : "share", "util%", "rx", "ms", "ms", "ms", "cores",
+            "cores", "");
     for (size_t i = 0; i < nruns; i++) {
         const run_result *r = &runs[i];
         if (r->status) {

@@ -52,8 +52,8 @@ typedef struct bench_meta {
     const char *command_line;
     char started_utc[32];
     char host[64];
-    long host_cpus;    /* online CPUs */
-    int affinity_cpus; /* CPUs this process may run on (loaders, client, step) */
+    long host_cpus;          /* online CPUs */
+    int affinity_cpus;       /* CPUs this process may run on (loaders, client, step) */
     const char *device_kind; /* "cuda" or "cpu" */
     step_info step;
     const char *model;
@@ -67,7 +67,7 @@ typedef struct bench_meta {
     uint32_t warmup, steps;
     double seconds;
     uint32_t local_threads;
-    const char *servers;     /* comma list of targets */
+    const char *servers; /* comma list of targets */
     uint32_t spawned, server_threads;
     const char *server_cpus; /* NULL: not pinned */
     bool nvml_ok;

@@ -121,8 +121,8 @@ uint32_t batch_maker_run(batch_maker *m, uint64_t seq, uint8_t *pixels, int64_t 
             bad++;
             continue;
         }
-        if (feed_engine_run(m->engine, jpeg, len, &m->transform, m->seed, epoch, idx, dst,
-                            NULL) != FEED_SAMPLE_OK)
+        if (feed_engine_run(m->engine, jpeg, len, &m->transform, m->seed, epoch, idx, dst, NULL) !=
+            FEED_SAMPLE_OK)
             bad++;
     }
     return bad;
@@ -146,8 +146,7 @@ static int slots_alloc(bench_step *step, host_slot *slots, uint32_t count, size_
         slots[i].labels = step->ops->host_alloc(step, batch * sizeof(int64_t));
         slots[i].copy_done = step->ops->event_new(step);
         slots[i].free_for = i;
-        if (!slots[i].pixels || !slots[i].labels ||
-            (step->info.on_gpu && !slots[i].copy_done))
+        if (!slots[i].pixels || !slots[i].labels || (step->info.on_gpu && !slots[i].copy_done))
             return FEED_ENOMEM;
     }
     return 0;

@@ -202,8 +202,8 @@ uint64_t proc_cpu_ns(pid_t pid)
     /* Fields after the command name (which may hold spaces) start past the last ')'. */
     char *p = strrchr(buf, ')');
     unsigned long utime = 0, stime = 0;
-    if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
-                    &stime) == 2) {
+    if (p &&
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) == 2) {
         long tick = sysconf(_SC_CLK_TCK);
         ns = (uint64_t)(utime + stime) * (1000000000ull / (uint64_t)(tick > 0 ? tick : 100));
     }

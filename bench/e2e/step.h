@@ -55,10 +55,10 @@ typedef struct step_info {
     char device_name[128];
     char pci_bus_id[32]; /* "" on the CPU */
     bool on_gpu;
-    double base_ms;        /* the MLP step alone */
+    double base_ms;         /* the MLP step alone */
     double ballast_gemm_ms; /* one ballast GEMM */
     uint32_t ballast_gemms; /* per step */
-    double calibrated_ms;  /* the full step, measured at open */
+    double calibrated_ms;   /* the full step, measured at open */
 } step_info;
 
 typedef struct bench_step bench_step;
@@ -70,8 +70,8 @@ typedef struct step_ops {
     int (*submit_host)(bench_step *s, const uint8_t *pixels, const int64_t *labels, uint32_t n,
                        void *copy_done);
     /* Device fp32 NCHW normalised batch (GPU only); the step waits on ready_event. */
-    int (*submit_device)(bench_step *s, const void *data, const int64_t *labels_device,
-                         uint32_t n, void *ready_event);
+    int (*submit_device)(bench_step *s, const void *data, const int64_t *labels_device, uint32_t n,
+                         void *ready_event);
     /* Waits for the oldest step in flight; FEED_EEOF when none is. */
     int (*retire)(bench_step *s, step_result *out);
     uint32_t (*inflight)(const bench_step *s);

@@ -25,11 +25,11 @@
 typedef struct cpu_step {
     bench_step base;
     step_config cfg;
-    uint32_t feat;                   /* 3 * STEP_POOL_SIDE^2 */
-    float *w1, *b1, *w2, *b2;        /* feat x hidden, hidden, hidden x classes, classes */
-    float *x, *z1, *a1, *logits;     /* activations, batch rows */
-    float *dz1, *dlogits;            /* gradients of activations */
-    float *gw1, *gb1, *gw2, *gb2;    /* gradients of parameters */
+    uint32_t feat;                /* 3 * STEP_POOL_SIDE^2 */
+    float *w1, *b1, *w2, *b2;     /* feat x hidden, hidden, hidden x classes, classes */
+    float *x, *z1, *a1, *logits;  /* activations, batch rows */
+    float *dz1, *dlogits;         /* gradients of activations */
+    float *gw1, *gb1, *gw2, *gb2; /* gradients of parameters */
     step_result results[CPU_RESULTS];
     uint32_t res_head, res_count;
 } cpu_step;
@@ -79,8 +79,7 @@ static void matmul(const float *a, const float *b, float *c, uint32_t m, uint32_
 }
 
 /* g[k x n] = a[m x k]^T * d[m x n]. */
-static void matmul_at(const float *a, const float *d, float *g, uint32_t m, uint32_t k,
-                      uint32_t n)
+static void matmul_at(const float *a, const float *d, float *g, uint32_t m, uint32_t k, uint32_t n)
 {
     memset(g, 0, sizeof(float) * k * n);
     for (uint32_t i = 0; i < m; i++)
@@ -96,8 +95,7 @@ static void matmul_at(const float *a, const float *d, float *g, uint32_t m, uint
 }
 
 /* r[m x k] = d[m x n] * b[k x n]^T. */
-static void matmul_bt(const float *d, const float *b, float *r, uint32_t m, uint32_t n,
-                      uint32_t k)
+static void matmul_bt(const float *d, const float *b, float *r, uint32_t m, uint32_t n, uint32_t k)
 {
     for (uint32_t i = 0; i < m; i++)
         for (uint32_t p = 0; p < k; p++) {
@@ -249,8 +247,8 @@ static void cpu_event_nop(bench_step *s, void *ev)
 static void cpu_close(bench_step *base)
 {
     cpu_step *s = (cpu_step *)base;
-    float *bufs[] = {s->w1, s->b1, s->w2, s->b2, s->x, s->z1, s->a1, s->logits,
-                     s->dz1, s->dlogits, s->gw1, s->gb1, s->gw2, s->gb2};
+    float *bufs[] = {s->w1,     s->b1,  s->w2,      s->b2,  s->x,   s->z1,  s->a1,
+                     s->logits, s->dz1, s->dlogits, s->gw1, s->gb1, s->gw2, s->gb2};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(s);

@@ -69,7 +69,7 @@ typedef struct gpu_step {
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
         if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "feed-bench: %s: %s\n", #call, cudaGetErrorString(e_));              \
+            fprintf(stderr, "feed-bench: %s: %s\n", #call, cudaGetErrorString(e_));                \
             rc = FEED_ECUDA;                                                                       \
             goto out;                                                                              \
         }                                                                                          \
@@ -79,14 +79,14 @@ typedef struct gpu_step {
     do {                                                                                           \
         cublasStatus_t e_ = (call);                                                                \
         if (e_ != CUBLAS_STATUS_SUCCESS) {                                                         \
-            fprintf(stderr, "feed-bench: %s: cuBLAS status %d\n", #call, (int)e_);              \
+            fprintf(stderr, "feed-bench: %s: cuBLAS status %d\n", #call, (int)e_);                 \
             rc = FEED_ECUDA;                                                                       \
             goto out;                                                                              \
         }                                                                                          \
     } while (0)
 
-__global__ void normalize_kernel(const uint8_t *in, float *out, uint32_t n, uint32_t hw,
-                                 float m0, float m1, float m2, float s0, float s1, float s2)
+__global__ void normalize_kernel(const uint8_t *in, float *out, uint32_t n, uint32_t hw, float m0,
+                                 float m1, float m2, float s0, float s1, float s2)
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= (size_t)n * hw)
@@ -240,8 +240,8 @@ static cublasStatus_t gemm_rm(cublasHandle_t h, bool ta, bool tb, int m, int n, 
                               const float *a, const float *b, float *c)
 {
     const float one = 1.0f, zero = 0.0f;
-    return cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m,
-                       k, &one, b, tb ? k : n, a, ta ? m : k, &zero, c, n);
+    return cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
+                       &one, b, tb ? k : n, a, ta ? m : k, &zero, c, n);
 }
 
 static int init_weights(gpu_step *s)
@@ -249,9 +249,9 @@ static int init_weights(gpu_step *s)
     int rc = 0;
     const size_t f = s->feat, hd = s->cfg.hidden, nc = s->cfg.num_classes;
     fill_kernel<<<blocks_for(f * hd), 256, 0, s->train>>>(s->w1, f * hd, s->cfg.seed,
-                                                           1.0f / sqrtf((float)f));
+                                                          1.0f / sqrtf((float)f));
     fill_kernel<<<blocks_for(hd * nc), 256, 0, s->train>>>(s->w2, hd * nc, s->cfg.seed + 1,
-                                                            1.0f / sqrtf((float)hd));
+                                                           1.0f / sqrtf((float)hd));
     CK(cudaMemsetAsync(s->b1, 0, hd * sizeof(float), s->train));
     CK(cudaMemsetAsync(s->b2, 0, nc * sizeof(float), s->train));
     CK(cudaGetLastError());
@@ -265,8 +265,8 @@ static int run_ballast(gpu_step *s, uint32_t count)
     const float one = 1.0f, zero = 0.0f;
     for (uint32_t i = 0; i < count; i++)
         CB(cublasGemmEx(s->blas, CUBLAS_OP_N, CUBLAS_OP_N, BALLAST_N, BALLAST_N, BALLAST_N, &one,
-                        s->ba, CUDA_R_16BF, BALLAST_N, s->bb, CUDA_R_16BF, BALLAST_N, &zero,
-                        s->bc, CUDA_R_16BF, BALLAST_N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                        s->ba, CUDA_R_16BF, BALLAST_N, s->bb, CUDA_R_16BF, BALLAST_N, &zero, s->bc,
+                        CUDA_R_16BF, BALLAST_N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 out:
     return rc;
 }
@@ -293,8 +293,7 @@ static int enqueue_step(gpu_step *s, const float *input, const int64_t *labels, 
     CB(gemm_rm(s->blas, true, false, (int)hd, (int)nc, (int)n, s->a1, s->dlogits, s->gw2));
     col_sum_kernel<<<blocks_for(nc), 256, 0, st>>>(s->dlogits, s->gb2, n, nc);
     CB(gemm_rm(s->blas, false, true, (int)n, (int)hd, (int)nc, s->dlogits, s->w2, s->dz1));
-    relu_backward_kernel<<<blocks_for((size_t)n * hd), 256, 0, st>>>(s->dz1, s->z1,
-                                                                     (size_t)n * hd);
+    relu_backward_kernel<<<blocks_for((size_t)n * hd), 256, 0, st>>>(s->dz1, s->z1, (size_t)n * hd);
     col_sum_kernel<<<blocks_for(hd), 256, 0, st>>>(s->dz1, s->gb1, n, hd);
     CB(gemm_rm(s->blas, true, false, (int)f, (int)hd, (int)n, s->x, s->dz1, s->gw1));
     sgd_kernel<<<blocks_for((size_t)f * hd), 256, 0, st>>>(s->w1, s->gw1, (size_t)f * hd, lr);
@@ -320,8 +319,7 @@ static int submit_common(gpu_step *s, const float *input, const int64_t *labels,
     rc = enqueue_step(s, input, labels, n, acc);
     if (rc)
         goto out;
-    CK(cudaMemcpyAsync(rec->loss_host, acc, 2 * sizeof(float), cudaMemcpyDeviceToHost,
-                       s->train));
+    CK(cudaMemcpyAsync(rec->loss_host, acc, 2 * sizeof(float), cudaMemcpyDeviceToHost, s->train));
     CK(cudaEventRecord(rec->end, s->train));
     rec->n = n;
     s->rec_count++;
@@ -359,8 +357,8 @@ out:
     return rc;
 }
 
-static int gpu_submit_device(bench_step *base, const void *data, const int64_t *labels,
-                             uint32_t n, void *ready)
+static int gpu_submit_device(bench_step *base, const void *data, const int64_t *labels, uint32_t n,
+                             void *ready)
 {
     gpu_step *s = (gpu_step *)base;
     int rc = 0;
@@ -446,8 +444,9 @@ static void gpu_close(bench_step *base)
         cudaStreamSynchronize(s->train);
     if (s->copy)
         cudaStreamSynchronize(s->copy);
-    void *dev[] = {s->w1, s->b1, s->w2, s->b2, s->x, s->z1, s->a1, s->logits, s->dlogits,
-                   s->dz1, s->gw1, s->gb1, s->gw2, s->gb2, s->loss_dev, s->ba, s->bb, s->bc};
+    void *dev[] = {s->w1,  s->b1,     s->w2,       s->b2,  s->x,   s->z1,
+                   s->a1,  s->logits, s->dlogits,  s->dz1, s->gw1, s->gb1,
+                   s->gw2, s->gb2,    s->loss_dev, s->ba,  s->bb,  s->bc};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         cudaFree(dev[i]);
     for (int j = 0; j < STAGES; j++) {
@@ -494,9 +493,8 @@ out:
 }
 
 static const step_ops gpu_ops = {
-    gpu_submit_host, gpu_submit_device, gpu_retire,     gpu_inflight,
-    gpu_stream,      gpu_host_alloc,    gpu_host_free,  gpu_event_new,
-    gpu_event_sync,  gpu_event_free,    gpu_reset,      gpu_close,
+    gpu_submit_host, gpu_submit_device, gpu_retire,     gpu_inflight,   gpu_stream, gpu_host_alloc,
+    gpu_host_free,   gpu_event_new,     gpu_event_sync, gpu_event_free, gpu_reset,  gpu_close,
 };
 
 /* Mean GPU time of `reps` steps (or ballast GEMMs when step_input is NULL). */
@@ -533,11 +531,9 @@ static int calibrate(gpu_step *s)
     int rc = 0;
     step_info *info = &s->base.info;
     const size_t in_count = (size_t)s->cfg.batch * 3 * s->cfg.img_h * s->cfg.img_w;
-    fill_kernel<<<blocks_for(in_count), 256, 0, s->train>>>(s->stage_input[0], in_count, 99,
-                                                             2.0f);
-    labels_kernel<<<blocks_for(s->cfg.batch), 256, 0, s->train>>>(s->stage_labels[0],
-                                                                   s->cfg.batch,
-                                                                   s->cfg.num_classes);
+    fill_kernel<<<blocks_for(in_count), 256, 0, s->train>>>(s->stage_input[0], in_count, 99, 2.0f);
+    labels_kernel<<<blocks_for(s->cfg.batch), 256, 0, s->train>>>(s->stage_labels[0], s->cfg.batch,
+                                                                  s->cfg.num_classes);
     CK(cudaGetLastError());
     s->ballast_gemms = 0;
     rc = time_ms(s, s->stage_input[0], s->stage_labels[0], 10, &info->base_ms);
@@ -575,8 +571,7 @@ extern "C" int step_cuda_device_count(void)
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-extern "C" int step_cuda_open(const step_config *cfg, bench_step **out, char *err,
-                              size_t err_cap)
+extern "C" int step_cuda_open(const step_config *cfg, bench_step **out, char *err, size_t err_cap)
 {
     int rc = 0;
     gpu_step *s = NULL;
@@ -589,8 +584,8 @@ extern "C" int step_cuda_open(const step_config *cfg, bench_step **out, char *er
     if (cfg->batch == 0 || cfg->batch > MAX_BATCH || cfg->num_classes == 0 ||
         cfg->num_classes > MAX_CLASSES || cfg->hidden == 0 || cfg->img_h < STEP_POOL_SIDE ||
         cfg->img_w < STEP_POOL_SIDE) {
-        snprintf(err, err_cap, "cuda step: batch 1..%u, classes 1..%u, image >= %u px",
-                 MAX_BATCH, MAX_CLASSES, STEP_POOL_SIDE);
+        snprintf(err, err_cap, "cuda step: batch 1..%u, classes 1..%u, image >= %u px", MAX_BATCH,
+                 MAX_CLASSES, STEP_POOL_SIDE);
         return FEED_EINVAL;
     }
     s = (gpu_step *)calloc(1, sizeof *s);

@@ -142,10 +142,11 @@ static void test_three_sources_deliver_everything(void **state)
     snprintf(steps, sizeof steps, "%d", STEPS);
     snprintf(batch, sizeof batch, "%d", BATCH);
     snprintf(warmup, sizeof warmup, "%d", WARMUP);
-    const char *argv[] = {bench_bin, "--device", "cpu", "--data", data, "--out", out, "--batch",
-                          batch, "--steps", steps, "--seconds", "0", "--warmup", warmup,
-                          "--local-threads", "2", "--spawn-servers", "1", "--server-threads",
-                          "1", "--feedd", feedd_bin, NULL};
+    const char *argv[] = {
+        bench_bin, "--device",         "cpu",  "--data",          data,      "--out",
+        out,       "--batch",          batch,  "--steps",         steps,     "--seconds",
+        "0",       "--warmup",         warmup, "--local-threads", "2",       "--spawn-servers",
+        "1",       "--server-threads", "1",    "--feedd",         feedd_bin, NULL};
     int rc = run_argv(argv, log);
     if (rc != 0)
         dump(log);
@@ -154,19 +155,18 @@ static void test_three_sources_deliver_everything(void **state)
     char *csv = slurp(out, "summary.csv");
     assert_non_null(csv);
     static const char *const fields[] = {
-        "source", "device", "status", "batches", "images", "total_images", "images_per_s",
-        "gpu_busy", "nvml_util_mean", "pcie_rx_mbps_mean", "wait_p50_ms", "wait_p99_ms",
-        "wait_max_ms", "loader_cores", "server_cores", "loss_first", "loss_last",
-        "bad_samples", "bad_labels"};
+        "source",       "device",       "status",      "batches",        "images",
+        "total_images", "images_per_s", "gpu_busy",    "nvml_util_mean", "pcie_rx_mbps_mean",
+        "wait_p50_ms",  "wait_p99_ms",  "wait_max_ms", "loader_cores",   "server_cores",
+        "loss_first",   "loss_last",    "bad_samples", "bad_labels"};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         if (column(csv, fields[i]) < 0)
             fail_msg("summary.csv lacks column %s", fields[i]);
     }
-    int c_src = column(csv, "source"), c_dev = column(csv, "device"),
-        c_st = column(csv, "status"), c_img = column(csv, "images"),
-        c_tot = column(csv, "total_images"), c_bs = column(csv, "bad_samples"),
-        c_bl = column(csv, "bad_labels"), c_nv = column(csv, "nvml_util_mean"),
-        c_loss = column(csv, "loss_first");
+    int c_src = column(csv, "source"), c_dev = column(csv, "device"), c_st = column(csv, "status"),
+        c_img = column(csv, "images"), c_tot = column(csv, "total_images"),
+        c_bs = column(csv, "bad_samples"), c_bl = column(csv, "bad_labels"),
+        c_nv = column(csv, "nvml_util_mean"), c_loss = column(csv, "loss_first");
     const char *want[] = {"sync", "local", "remote"};
     const char *line = strchr(csv, '\n') + 1;
     for (int i = 0; i < 3; i++) {
@@ -245,8 +245,8 @@ static void test_bad_option_is_refused(void **state)
     snprintf(log, sizeof log, "%s/bad.log", work);
     const char *argv[] = {bench_bin, "--device", "cpu", "--batch", "many", NULL};
     assert_int_equal(run_argv(argv, log), 2);
-    const char *argv2[] = {bench_bin, "--device", "cpu", "--data", data, "--out", out,
-                           "--source", "nowhere", "--steps", "1", NULL};
+    const char *argv2[] = {bench_bin, "--device", "cpu",     "--data",  data, "--out",
+                           out,       "--source", "nowhere", "--steps", "1",  NULL};
     assert_int_equal(run_argv(argv2, log), 1);
 }
 
