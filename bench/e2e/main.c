@@ -84,6 +84,7 @@ typedef struct options {
     const char *feedd, *gen_tool;
     uint32_t window, prefetch, gen_classes, gen_per_class;
     uint32_t size;
+    bool unordered;
 } options;
 
 static volatile sig_atomic_t interrupted;
@@ -114,6 +115,7 @@ static void usage(FILE *f)
           "  --feedd PATH         feedd binary (default: next to this build)\n"
           "  --gen-tool PATH      feed-gen-dataset binary (default: next to this build)\n"
           "  --window N --prefetch N   libfeedclient outstanding batches / delivery slots\n"
+          "  --unordered          remote: batches as they arrive, not in plan order\n"
           "  --hidden N --lr X --seed N --size N   model width, SGD rate, seed, image side\n",
           f);
 }
@@ -174,6 +176,7 @@ static int parse_options(int argc, char **argv, options *o)
         O_LR,
         O_SEED,
         O_SIZE,
+        O_UNORDERED,
         O_HELP
     };
     static const struct option longopts[] = {
@@ -200,6 +203,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"lr", required_argument, NULL, O_LR},
         {"seed", required_argument, NULL, O_SEED},
         {"size", required_argument, NULL, O_SIZE},
+        {"unordered", no_argument, NULL, O_UNORDERED},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -279,6 +283,9 @@ static int parse_options(int argc, char **argv, options *o)
             break;
         case O_SIZE:
             bad |= parse_u32(optarg, &o->size) != 0;
+            break;
+        case O_UNORDERED:
+            o->unordered = true;
             break;
         case O_HELP:
             usage(stdout);
@@ -825,6 +832,7 @@ int main(int argc, char **argv)
         .dataset_name = DATASET_NAME,
         .window = o->window,
         .prefetch = o->prefetch,
+        .ordered = !o->unordered,
         .mean = {0.485f, 0.456f, 0.406f},
         .std = {0.229f, 0.224f, 0.225f},
     };
@@ -887,6 +895,9 @@ int main(int argc, char **argv)
     meta.spawned = ctx.nspawned;
     meta.server_threads = o->server_threads;
     meta.server_cpus = ctx.nspawned ? o->server_cpus : NULL;
+    meta.window = o->window;
+    meta.prefetch = o->prefetch;
+    meta.ordered = !o->unordered;
 
     if (report_write(o->out, &meta, runs, nruns, err, sizeof err) != 0) {
         fprintf(stderr, "feed-bench: %s\n", err);

@@ -201,6 +201,10 @@ static void write_meta_json(FILE *f, const bench_meta *m)
         json_str(f, m->server_cpus);
     else
         fputs("null", f);
+    fprintf(f,
+            ",\n    \"client_window\": %u,\n    \"client_prefetch\": %u,\n"
+            "    \"client_ordered\": %s",
+            m->window, m->prefetch, m->ordered ? "true" : "false");
     fprintf(f, ",\n    \"nvml\": %s,\n    \"nvml_absent_reason\": ", m->nvml_ok ? "true" : "false");
     if (m->nvml_ok)
         fputs("null", f);
@@ -325,6 +329,8 @@ void report_table(FILE *f, const bench_meta *m, const run_result *runs, size_t n
     if (m->spawned)
         fprintf(f, " (spawned %u x %u threads%s%s)", m->spawned, m->server_threads,
                 m->server_cpus ? ", cpus " : "", m->server_cpus ? m->server_cpus : "");
+    fprintf(f, "\n  client: window %u, prefetch %u (0 = default), %s", m->window, m->prefetch,
+            m->ordered ? "ordered" : "unordered");
     fprintf(f, "\n  NVML: %s\n\n", m->nvml_ok ? "sampled every 100 ms" : m->nvml_why);
 
     fprintf(f, "%-7s %9s %7s %8s %6s %9s %9s %9s %9s %7s %7s %15s\n", "source", "images/s",

@@ -69,7 +69,9 @@ typedef struct bench_meta {
     uint32_t local_threads;
     const char *servers; /* comma list of targets */
     uint32_t spawned, server_threads;
-    const char *server_cpus; /* NULL: not pinned */
+    const char *server_cpus;   /* NULL: not pinned */
+    uint32_t window, prefetch; /* libfeedclient settings; 0 = its default */
+    bool ordered;
     bool nvml_ok;
     char nvml_why[256];
 } bench_meta;

@@ -66,6 +66,7 @@ typedef struct source_config {
     const char *dataset_name;
     uint32_t window;   /* per server */
     uint32_t prefetch; /* delivery slots */
+    bool ordered;      /* plan order (false: as batches arrive) */
     float mean[3], std[3];
 } source_config;
 

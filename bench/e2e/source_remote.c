@@ -94,7 +94,7 @@ int source_remote_open(const source_config *cfg, bench_source **out, char *err, 
     lc.seed = cfg->seed;
     lc.epoch = 0;
     lc.drop_last = true;
-    lc.ordered = true;
+    lc.ordered = cfg->ordered;
     if (cfg->window)
         lc.window_per_server = cfg->window;
     if (cfg->prefetch)
