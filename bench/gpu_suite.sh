@@ -15,7 +15,8 @@
 #
 # Settings by environment: MODELS ("resnet50 resnet18 vit-b16"), SECONDS_PER
 # (20), BATCH (256), LOADER_CPUS (0-3), LOCAL_THREADS (4), SERVER_CPUS
-# (4-9:10-15), SERVERS (2), SERVER_THREADS (6), DATA (the bundle's pack).
+# (4-9:10-15), SERVERS (2), SERVER_THREADS (6), DATA (the bundle's pack),
+# FEED_BENCH_ARGS (appended to every feed-bench call, e.g. "--unordered").
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: gpu_suite.sh OUTDIR}
@@ -46,7 +47,7 @@ for m in $models; do
   taskset -c "$loader_cpus" "$here/bin/feed-bench" --device cuda --model "$m" --data "$data" \
     --out "$out/$m" --batch "$batch" --seconds "$seconds" --local-threads "$local_threads" \
     --spawn-servers "$servers" --server-threads "$server_threads" --server-cpus "$server_cpus" \
-    --feedd "$here/bin/feedd" 2> "$out/$m/stderr.log" | tee "$out/$m/table.txt"
+    --feedd "$here/bin/feedd" ${FEED_BENCH_ARGS:-} 2> "$out/$m/stderr.log" | tee "$out/$m/table.txt"
   python3 "$here/plot.py" "$out/$m" || echo "gpu_suite: plots for $m failed" >&2
 done
 
