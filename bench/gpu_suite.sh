@@ -47,7 +47,8 @@ for m in $models; do
   taskset -c "$loader_cpus" "$here/bin/feed-bench" --device cuda --model "$m" --data "$data" \
     --out "$out/$m" --batch "$batch" --seconds "$seconds" --local-threads "$local_threads" \
     --spawn-servers "$servers" --server-threads "$server_threads" --server-cpus "$server_cpus" \
-    --feedd "$here/bin/feedd" ${FEED_BENCH_ARGS:-} 2> "$out/$m/stderr.log" | tee "$out/$m/table.txt"
+    --feedd "$here/bin/feedd" ${FEED_BENCH_ARGS:-} 2> "$out/$m/stderr.log" | tee "$out/$m/table.txt" ||
+    echo "gpu_suite: feed-bench failed for $m (see $out/$m/stderr.log)" >&2
   python3 "$here/plot.py" "$out/$m" || echo "gpu_suite: plots for $m failed" >&2
 done
 
