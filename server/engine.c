@@ -35,6 +35,28 @@
  * ends without an EOI marker after the part we read is reported TRUNCATED too
  * (a scan of the unread bytes for FF D9), so truncation does not depend on
  * where the random crop fell. Corruption in unread rows is not detected.
+ * Fatal libjpeg errors map by code (classify_error): no SOI → NOT_JPEG, input
+ * ended → TRUNCATED, out of memory or backing store → TOO_LARGE, 12-bit,
+ * lossless and other unsupported processes → UNSUPPORTED, the rest CORRUPT.
+ *
+ * Limits, all checked from the header before anything sized by the image is
+ * allocated: declared width/height against max_side and max_pixels; a
+ * multi-scan image's whole-image coefficient buffer against 2 bytes per
+ * max_pixels (COEF_BYTES_PER_MAX_PIXEL; libjpeg's max_memory_to_use backs
+ * that up); more than MAX_SCANS scans is refused as it is read (progress
+ * monitor); libjpeg's other per-image buffers come from an arena capped at
+ * JMEM_LIMIT (jmem.c).
+ *
+ * Memory: the decompressor, its arena and our scratch (a batch of decoded
+ * rows, the resize ring, the weights) live as long as the engine and only
+ * grow, so in steady state a run makes no allocation at all. The reference
+ * path allocates the whole image per run, on purpose.
+ *
+ * Cost: on ImageNet-sized JPEGs about 70% of a fast-path run is libjpeg's
+ * Huffman decoding (decode_mcu), which no crop avoids: every row above the
+ * crop's last one must be entropy-decoded, all columns of it. Only rows
+ * below the crop, and the IDCT, colour conversion and resize of everything
+ * outside the crop, are saved. See bench/results/preproc.md.
  */
 #include "engine.h"
 
@@ -92,7 +114,7 @@ struct feed_engine {
     struct jpeg_decompress_struct dec;
     engine_err err;
     struct jpeg_progress_mgr progress;
-    feed_jmem jmem; /* libjpeg's per-image allocations */
+    feed_jmem jmem;            /* libjpeg's per-image allocations */
     feed_sample_status status; /* of the run in progress; set before a longjmp */
     char msg[256];
 
@@ -351,9 +373,9 @@ static void pipeline_push(pipeline *p, const uint8_t *src)
         uint32_t y = p->next_y;
         int n = vy->count[y];
         for (int k = 0; k < n; k++)
-            e->vrows[k] = e->ring + (size_t)(((uint32_t)vy->start[y] + (uint32_t)k) %
-                                             p->ring_rows) *
-                                        p->ring_stride;
+            e->vrows[k] =
+                e->ring +
+                (size_t)(((uint32_t)vy->start[y] + (uint32_t)k) % p->ring_rows) * p->ring_stride;
         feed_resize_vrow(e->vrows, vy->w + (size_t)y * vy->taps, n, p->out + y * p->out_stride,
                          p->out_stride);
         p->next_y++;
@@ -436,8 +458,10 @@ static uint64_t coef_bytes(const struct jpeg_decompress_struct *d)
     for (int ci = 0; ci < d->num_components; ci++) {
         uint64_t h = (uint64_t)d->comp_info[ci].h_samp_factor;
         uint64_t v = (uint64_t)d->comp_info[ci].v_samp_factor;
-        uint64_t bw = ((uint64_t)d->image_width * h + (uint64_t)hmax * 8 - 1) / ((uint64_t)hmax * 8);
-        uint64_t bh = ((uint64_t)d->image_height * v + (uint64_t)vmax * 8 - 1) / ((uint64_t)vmax * 8);
+        uint64_t bw =
+            ((uint64_t)d->image_width * h + (uint64_t)hmax * 8 - 1) / ((uint64_t)hmax * 8);
+        uint64_t bh =
+            ((uint64_t)d->image_height * v + (uint64_t)vmax * 8 - 1) / ((uint64_t)vmax * 8);
         bw = (bw + h - 1) / h * h;
         bh = (bh + v - 1) / v * v;
         total += bw * bh * (uint64_t)sizeof(JBLOCK);
@@ -468,8 +492,8 @@ static feed_sample_status check_header(feed_engine *e, bool *cmyk)
         uint64_t need = coef_bytes(d);
         if (need > coef_cap) {
             set_msg(e, FEED_SAMPLE_TOO_LARGE,
-                    "progressive %ux%u needs %llu MiB of coefficients, over the %llu MiB cap", w,
-                    h, (unsigned long long)(need >> 20), (unsigned long long)(coef_cap >> 20));
+                    "progressive %ux%u needs %llu MiB of coefficients, over the %llu MiB cap", w, h,
+                    (unsigned long long)(need >> 20), (unsigned long long)(coef_cap >> 20));
             return FEED_SAMPLE_TOO_LARGE;
         }
     }
@@ -718,8 +742,8 @@ nomem:
 }
 
 feed_sample_status feed_engine_run_reference(feed_engine *e, const uint8_t *jpeg, size_t len,
-                                             const feed_transform *t, uint64_t seed,
-                                             uint32_t epoch, uint64_t sample_index, uint8_t *out)
+                                             const feed_transform *t, uint64_t seed, uint32_t epoch,
+                                             uint64_t sample_index, uint8_t *out)
 {
     e->msg[0] = '\0';
     e->status = precheck(e, jpeg, len, t, out);

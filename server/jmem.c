@@ -17,7 +17,7 @@
 #include <jerror.h>
 
 #define JMEM_ALIGN 64u
-#define ROW_ALIGN 64u       /* samples; libjpeg-turbo rounds rows to 2 * ALIGN_SIZE */
+#define ROW_ALIGN 64u            /* samples; libjpeg-turbo rounds rows to 2 * ALIGN_SIZE */
 #define FIRST_BLOCK (256u << 10) /* a baseline 4:2:0 decode of a few Mpx fits */
 
 typedef struct spill {

@@ -23,11 +23,11 @@
 typedef struct feed_jmem {
     uint8_t *block; /* the arena: [0, used) handed out since the last reset */
     size_t cap, used;
-    void *spills;   /* blocks taken when the arena ran out, freed at reset */
-    size_t spilled; /* bytes in them; the arena grows to used + spilled */
-    size_t limit;   /* most bytes one image may take */
-    size_t resets;  /* images done; the tests read it */
-    size_t mallocs; /* blocks allocated since creation; the tests read it */
+    void *spills;                /* blocks taken when the arena ran out, freed at reset */
+    size_t spilled;              /* bytes in them; the arena grows to used + spilled */
+    size_t limit;                /* most bytes one image may take */
+    size_t resets;               /* images done; the tests read it */
+    size_t mallocs;              /* blocks allocated since creation; the tests read it */
     struct jpeg_memory_mgr orig; /* libjpeg's own methods, for the other pools */
 } feed_jmem;
 

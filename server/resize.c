@@ -306,9 +306,8 @@ __attribute__((target("avx2"))) static void hrow_avx2(feed_resize_axis *ax, cons
 
 #define VROW_MAX_PAIRS 32
 
-__attribute__((target("avx2"))) static size_t vrow_avx2(const uint8_t *const *rows,
-                                                       const int16_t *w, int n, uint8_t *dst,
-                                                       size_t nbytes)
+__attribute__((target("avx2"))) static size_t
+vrow_avx2(const uint8_t *const *rows, const int16_t *w, int n, uint8_t *dst, size_t nbytes)
 {
     int pairs = (n + 1) / 2;
     if (pairs > VROW_MAX_PAIRS)
@@ -326,9 +325,10 @@ __attribute__((target("avx2"))) static size_t vrow_avx2(const uint8_t *const *ro
         __m256i a0 = half, a1 = half, a2 = half, a3 = half;
         for (int j = 0; j < pairs; j++) {
             __m256i ra = _mm256_loadu_si256((const __m256i *)(const void *)(rows[2 * j] + i));
-            __m256i rb = 2 * j + 1 < n ? _mm256_loadu_si256(
-                                             (const __m256i *)(const void *)(rows[2 * j + 1] + i))
-                                       : zero;
+            __m256i rb =
+                2 * j + 1 < n
+                    ? _mm256_loadu_si256((const __m256i *)(const void *)(rows[2 * j + 1] + i))
+                    : zero;
             __m256i lo = _mm256_unpacklo_epi8(ra, rb), hi = _mm256_unpackhi_epi8(ra, rb);
             a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_unpacklo_epi8(lo, zero), wv[j]));
             a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_unpackhi_epi8(lo, zero), wv[j]));

@@ -33,7 +33,7 @@
 typedef struct options {
     const char *data;
     unsigned threads;
-    double seconds;
+    double seconds, warmup;
     uint64_t images; /* per run; 0: run for `seconds` */
     bool eval, reference, reference_all;
     uint32_t size;
@@ -77,12 +77,13 @@ static void *worker_main(void *arg)
     uint8_t *out = malloc(out_bytes);
     w->fail = !out || feed_engine_new(NULL, &e) != 0;
     uint64_t n = feed_dataset_count(sh->ds);
-    uint64_t limit = sh->opt->images ? (sh->opt->images + sh->threads - 1 - w->tid) / sh->threads
-                                     : UINT64_MAX;
+    uint64_t limit =
+        sh->opt->images ? (sh->opt->images + sh->threads - 1 - w->tid) / sh->threads : UINT64_MAX;
     pthread_barrier_wait(&sh->start);
     uint64_t cpu0 = feed_thread_cpu_ns();
     uint64_t k = w->tid;
-    while (!w->fail && w->images < limit && !atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
+    while (!w->fail && w->images < limit &&
+           !atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
         uint64_t i = k % n;
         uint32_t epoch = (uint32_t)(k / n);
         k += sh->threads;
@@ -176,12 +177,13 @@ static int run_once(const options *opt, const feed_dataset *ds, const feed_trans
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: feed-preproc-bench DATA [--threads N] [--seconds S] [--images K]\n"
+            "usage: feed-preproc-bench DATA [--threads N] [--seconds S] [--warmup S] [--images K]\n"
             "                          [--eval] [--size PX] [--seed N] [--no-reference]\n"
             "                          [--reference-all] [--json FILE] [--csv FILE]\n"
             "  DATA: an ImageFolder root or a pack file\n"
             "  --threads N     the multi-thread run's threads (default: all cores)\n"
             "  --seconds S     length of each run (default 5)\n"
+            "  --warmup S      untimed single-thread run first (default 1)\n"
             "  --images K      or a fixed number of images per run\n"
             "  --eval          eval transform (resize 8/7 x size, centre crop) instead of train\n"
             "  --no-reference  skip the full-decode reference run\n"
@@ -191,8 +193,12 @@ static void usage(void)
 static int parse(int argc, char **argv, options *o)
 {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    *o = (options){.threads = ncpu > 0 ? (unsigned)ncpu : 1, .seconds = 5.0, .reference = true,
-                   .size = 224, .seed = 1};
+    *o = (options){.threads = ncpu > 0 ? (unsigned)ncpu : 1,
+                   .seconds = 5.0,
+                   .warmup = 1.0,
+                   .reference = true,
+                   .size = 224,
+                   .seed = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
@@ -216,6 +222,10 @@ static int parse(int argc, char **argv, options *o)
             } else if (!strcmp(a, "--seconds")) {
                 o->seconds = strtod(v, &end);
                 if (!(o->seconds > 0 && o->seconds < 3600))
+                    return -1;
+            } else if (!strcmp(a, "--warmup")) {
+                o->warmup = strtod(v, &end);
+                if (!(o->warmup >= 0 && o->warmup < 3600))
                     return -1;
             } else if (!strcmp(a, "--images")) {
                 o->images = strtoull(v, &end, 10);
@@ -292,8 +302,16 @@ int main(int argc, char **argv)
         feed_buf_free(&scratch);
     }
 
+    /* An untimed second on one thread: code, tables and scratch warm, CPU
+     * frequency settled, before the first timed run. */
     run_result runs[4];
     int nruns = 0;
+    if (opt.warmup > 0) {
+        options w = opt;
+        w.seconds = opt.warmup;
+        w.images = 0;
+        run_once(&w, ds, &t, false, 1, &runs[0]);
+    }
     unsigned thread_counts[2] = {1, opt.threads};
     int nthreads = opt.threads > 1 ? 2 : 1;
     for (int k = 0; k < nthreads; k++) {
@@ -316,8 +334,7 @@ int main(int argc, char **argv)
            opt.data, feed_dataset_format(ds), count, bytes / 1024.0 / count,
            opt.eval ? "eval" : "train", t.out_h, t.out_w, ncpu, feed_resize_kernel_name());
     printf("%-10s %7s %8s %7s %10s %12s %8s %9s %9s %9s %8s\n", "path", "threads", "images",
-           "errors", "seconds", "img/s", "img/s/th", "read ms", "decode ms", "resize ms",
-           "cpu ms");
+           "errors", "seconds", "img/s", "img/s/th", "read ms", "decode ms", "resize ms", "cpu ms");
     for (int r = 0; r < nruns; r++) {
         run_result *x = &runs[r];
         printf("%-10s %7u %8" PRIu64 " %7" PRIu64 " %10.2f %12.1f %8.1f %9.3f %9.3f %9.3f %8.3f\n",
@@ -339,8 +356,8 @@ int main(int argc, char **argv)
                      "\"fast_img_per_s_1t\": %.1f, \"fast_img_per_s_nt\": %.1f, \"nt\": %u, "
                      "\"reference_img_per_s_1t\": %.1f, \"runs\": [",
                      opt.data, feed_dataset_format(ds), count, (double)bytes / count,
-                     opt.eval ? "eval" : "train", opt.size, ncpu, feed_resize_kernel_name(),
-                     fast1, fastn, thread_counts[nthreads - 1], ref1);
+                     opt.eval ? "eval" : "train", opt.size, ncpu, feed_resize_kernel_name(), fast1,
+                     fastn, thread_counts[nthreads - 1], ref1);
     for (int r = 0; r < nruns && n > 0 && (size_t)n < sizeof line; r++) {
         run_result *x = &runs[r];
         n += snprintf(line + n, sizeof line - (size_t)n,
@@ -370,7 +387,8 @@ int main(int argc, char **argv)
                            "read_ms,decode_ms,resize_ms,cpu_ms\n");
             for (int r = 0; r < nruns; r++) {
                 run_result *x = &runs[r];
-                fprintf(f, "%s,%s,%s,%u,%s,%u,%" PRIu64 ",%" PRIu64 ",%.3f,%.1f,%.4f,%.4f,%.4f,%.4f\n",
+                fprintf(f,
+                        "%s,%s,%s,%u,%s,%u,%" PRIu64 ",%" PRIu64 ",%.3f,%.1f,%.4f,%.4f,%.4f,%.4f\n",
                         opt.data, feed_dataset_format(ds), opt.eval ? "eval" : "train", opt.size,
                         x->path, x->threads, x->images, x->errors, x->seconds,
                         x->images / x->seconds, x->read_ms, x->decode_ms, x->resize_ms, x->cpu_ms);

@@ -25,7 +25,6 @@ for p in plain ms320 ms256; do
   feed-preproc-bench "$packs/$p.pack" --seconds "$secs" --json "$out/preproc.jsonl" --csv "$out/preproc.csv"
 done
 echo "== torchvision on the tree"
-per=$(( secs * 300 ))
-PYTHONUNBUFFERED=1 ${PYTHON:-python3} "$here/torchvision_bench.py" "$tree" --warmup --images-per-proc "$per" \
+PYTHONUNBUFFERED=1 ${PYTHON:-python3} "$here/torchvision_bench.py" "$tree" --warmup --seconds "$secs" \
   --json "$out/torchvision.jsonl"
 ${PYTHON:-python3} "$here/ratio.py" "$out/preproc.jsonl" "$out/torchvision.jsonl" | tee "$out/ratio.txt"

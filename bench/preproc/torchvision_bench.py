@@ -11,13 +11,15 @@ training loader runs per sample:
     RandomHorizontalFlip()
     PILToTensor()                          # uint8 CHW, like the engine's uint8 HWC
 
-Files are read through the page cache as the real loader reads them (run once
-to warm it; --warmup does a pass first). Prints a table and one JSON line
-starting with {"bench": "torchvision", ...} so the ratio against
-feed-preproc-bench's JSON line can be computed.
+Files are read through the page cache as the real loader reads them (--warmup
+reads every file once first). Every worker runs for the same --seconds from a
+common start (as feed-preproc-bench's threads do), so a straggler does not
+stretch the total: the total is the sum of the workers' rates. Prints a
+table and one JSON line starting with {"bench": "torchvision", ...} so the
+ratio against feed-preproc-bench's JSON line can be computed (ratio.py).
 
-Usage: torchvision_bench.py DATA [--procs N] [--images-per-proc K]
-                            [--size 224] [--json FILE]
+Usage: torchvision_bench.py DATA [--procs N] [--seconds S | --images-per-proc K]
+                            [--size 224] [--warmup] [--json FILE]
 DATA is an ImageFolder root (class folders of .jpg/.jpeg/.JPEG files) or a
 text file listing image paths, one a line.
 """
@@ -47,7 +49,7 @@ def list_images(data):
     return paths
 
 
-def worker(rank, paths, n_images, size, barrier, results):
+def worker(rank, paths, seconds, n_images, size, barrier, results):
     import torch
     from torchvision import transforms as T
     from torchvision.datasets.folder import pil_loader
@@ -65,9 +67,10 @@ def worker(rank, paths, n_images, size, barrier, results):
     barrier.wait()
     t0 = time.perf_counter()
     cpu0 = time.process_time()
+    deadline = t0 + seconds
     done = 0
     checksum = 0
-    while done < n_images:
+    while (done < n_images) if n_images else (time.perf_counter() < deadline):
         x = tf(pil_loader(mine[done % len(mine)]))
         checksum += int(x[0, 0, 0])
         done += 1
@@ -80,7 +83,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data")
     ap.add_argument("--procs", type=int, default=os.cpu_count())
-    ap.add_argument("--images-per-proc", type=int, default=500)
+    ap.add_argument("--seconds", type=float, default=10.0, help="length of each run")
+    ap.add_argument("--images-per-proc", type=int, default=0, help="fixed count instead of --seconds")
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--warmup", action="store_true", help="read every file once first (page cache)")
     ap.add_argument("--json", help="also write the JSON line to this file")
@@ -104,7 +108,8 @@ def main():
         results = mgr.dict()
         results["procs"] = procs
         barrier = mp.Barrier(procs + 1)
-        ps = [mp.Process(target=worker, args=(r, paths, args.images_per_proc, args.size, barrier, results))
+        ps = [mp.Process(target=worker, args=(r, paths, args.seconds, args.images_per_proc, args.size, barrier,
+                                                 results))
               for r in range(procs)]
         for p in ps:
             p.start()
@@ -120,7 +125,7 @@ def main():
             "procs": procs,
             "images": images,
             "wall_s": round(wall, 3),
-            "img_per_s_total": round(images / wall, 1),
+            "img_per_s_total": round(sum(per_proc), 1),
             "img_per_s_per_proc": round(sum(per_proc) / procs, 1),
             "cpu_ms_per_img": round(1e3 * sum(r[2] for r in per) / images, 3),
         })

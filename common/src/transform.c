@@ -5,21 +5,26 @@
  * Order of random draws for one train sample, all from the stream
  * feed_rng_init(seed, epoch, sample_index):
  *   for each of at most 10 attempts:
- *     1. u_area  = feed_rng_uniform()  area fraction = scale_min + (scale_max - scale_min) * u_area
- *     2. u_ratio = feed_rng_uniform()  log ratio = log(ratio_min) + (log(ratio_max) - log(ratio_min)) * u_ratio
+ *     1. u_area = feed_rng_uniform();
+ *        area fraction = scale_min + (scale_max - scale_min) * u_area
+ *     2. u_ratio = feed_rng_uniform();
+ *        log ratio = log(ratio_min) + (log(ratio_max) - log(ratio_min)) * u_ratio
  *     if the box fits (0 < w <= img_w and 0 < h <= img_h):
  *     3. y = feed_rng_below(img_h - h + 1)
  *     4. x = feed_rng_below(img_w - w + 1)
  *        and stop attempting;
  *   (no draws for the centre-crop fallback)
- *   5. u_flip = feed_rng_uniform()   flip = u_flip < flip_prob; drawn right after
- *      the crop's draws, whichever way the crop was found.
+ *   5. u_flip = feed_rng_uniform(); flip = u_flip < flip_prob. Drawn right
+ *      after the crop's draws, whichever way the crop was found.
  * Eval makes no draws and never flips.
  *
  * This is torchvision's RandomResizedCrop.get_params step for step: w and h
  * use Python's round() (half to even, here rint() in the default rounding
  * mode), y is drawn before x as torchvision draws i before j, and the
- * fallback clamps the whole image's ratio into [ratio_min, ratio_max].
+ * fallback clamps the whole image's ratio into [ratio_min, ratio_max]. One
+ * difference: torchvision's draws pass through float32 tensors; ours stay in
+ * double, so the distributions are the same while a rare draw near a
+ * rounding edge can give a box one pixel different for the same u.
  */
 #include "feed/transform.h"
 
@@ -101,8 +106,8 @@ static void plan_train(const feed_transform *t, uint32_t img_w, uint32_t img_h, 
     double area = (double)img_w * (double)img_h;
     double log_rmin = log(t->ratio_min), log_rmax = log(t->ratio_max);
     for (int attempt = 0; attempt < RRC_ATTEMPTS; attempt++) {
-        double target_area = area * (t->scale_min + (t->scale_max - t->scale_min) *
-                                                        feed_rng_uniform(rng));
+        double target_area =
+            area * (t->scale_min + (t->scale_max - t->scale_min) * feed_rng_uniform(rng));
         double aspect = exp(log_rmin + (log_rmax - log_rmin) * feed_rng_uniform(rng));
         double wf = rint(sqrt(target_area * aspect));
         double hf = rint(sqrt(target_area / aspect));

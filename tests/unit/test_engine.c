@@ -216,8 +216,8 @@ static double compare_paths(fixture *f, const uint8_t *jpg, size_t len, const ch
                 t.resize_size = t.out_h > t.out_w ? t.out_h * 8 / 7 : t.out_w * 8 / 7;
             size_t n = (size_t)t.out_h * t.out_w * 3;
             for (int k = 0; k < (mode == 0 ? keys : 1); k++) {
-                feed_sample_status s1 = feed_engine_run(f->e, jpg, len, &t, 77, 1, (uint64_t)k,
-                                                        f->a, NULL);
+                feed_sample_status s1 =
+                    feed_engine_run(f->e, jpg, len, &t, 77, 1, (uint64_t)k, f->a, NULL);
                 if (s1 != FEED_SAMPLE_OK)
                     fail_msg("%s: fast path: %s", what, feed_engine_last_error(f->e));
                 feed_sample_status s2 =
@@ -272,9 +272,9 @@ static void test_resize_kernels(void **state)
         uint32_t in;
         double in0, in1;
         uint32_t out;
-    } cases[] = {{340, 0, 340, 224},  {224, 0, 224, 224}, {100, 0, 100, 224}, {1, 0, 1, 224},
-                 {1000, 0, 1000, 8},  {517, 3.25, 480.5, 97}, {4000, 0, 4000, 224},
-                 {230, 0.875, 229.125, 224}, {33, 0, 33, 31}};
+    } cases[] = {{340, 0, 340, 224},   {224, 0, 224, 224},         {100, 0, 100, 224},
+                 {1, 0, 1, 224},       {1000, 0, 1000, 8},         {517, 3.25, 480.5, 97},
+                 {4000, 0, 4000, 224}, {230, 0.875, 229.125, 224}, {33, 0, 33, 31}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         feed_resize_axis ax;
         feed_resize_axis_init(&ax);
@@ -302,7 +302,8 @@ static void test_resize_kernels(void **state)
             for (uint32_t i = 0; i < out; i++) {
                 uint32_t from = flip ? out - 1 - i : i;
                 for (int ch = 0; ch < 3; ch++) {
-                    double want = ref_sample(src + ch, 4, in, cases[c].in0, cases[c].in1, out, from);
+                    double want =
+                        ref_sample(src + ch, 4, in, cases[c].in0, cases[c].in1, out, from);
                     double got = d1[(size_t)i * 3 + ch];
                     if (fabs(got - want) > tol)
                         fail_msg("case %zu px %u ch %d: got %.0f want %.3f", c, i, ch, got, want);
@@ -329,8 +330,8 @@ static void test_resize_kernels(void **state)
                         double want =
                             ref_sample(rows + x, width, in, cases[c].in0, cases[c].in1, out, i);
                         if (fabs(d1[x] - want) > tol)
-                            fail_msg("case %zu row %u byte %zu: got %d want %.3f (tol %.2f)", c,
-                                     i, x, d1[x], want, tol);
+                            fail_msg("case %zu row %u byte %zu: got %d want %.3f (tol %.2f)", c, i,
+                                     x, d1[x], want, tol);
                     }
                 }
                 free(ptr);
@@ -376,7 +377,8 @@ static void test_sample_images(void **state)
         struct dirent *fe;
         while ((fe = readdir(d))) {
             size_t l = strlen(fe->d_name);
-            if (l < 5 || (strcasecmp(fe->d_name + l - 5, ".jpeg") && strcasecmp(fe->d_name + l - 4, ".jpg")))
+            if (l < 5 ||
+                (strcasecmp(fe->d_name + l - 5, ".jpeg") && strcasecmp(fe->d_name + l - 4, ".jpg")))
                 continue;
             if (n == cap) {
                 cap = cap ? cap * 2 : 256;
@@ -427,9 +429,11 @@ static void test_synthetic_layouts(void **state)
         {"4:2:2", {.w = 333, .h = 517, .kind = K_YCC, .hs = 2, .vs = 1}},
         {"4:4:0", {.w = 517, .h = 333, .kind = K_YCC, .hs = 1, .vs = 2}},
         {"grayscale", {.w = 320, .h = 241, .kind = K_GRAY}},
-        {"progressive 4:2:0", {.w = 600, .h = 400, .kind = K_YCC, .hs = 2, .vs = 2, .progressive = true}},
+        {"progressive 4:2:0",
+         {.w = 600, .h = 400, .kind = K_YCC, .hs = 2, .vs = 2, .progressive = true}},
         {"progressive gray", {.w = 300, .h = 301, .kind = K_GRAY, .progressive = true}},
-        {"restart every row", {.w = 480, .h = 360, .kind = K_YCC, .hs = 2, .vs = 2, .restart_rows = 1}},
+        {"restart every row",
+         {.w = 480, .h = 360, .kind = K_YCC, .hs = 2, .vs = 2, .restart_rows = 1}},
         {"arithmetic coded", {.w = 400, .h = 300, .kind = K_YCC, .hs = 2, .vs = 2, .arith = true}},
         {"RGB colour space", {.w = 300, .h = 200, .kind = K_RGB}},
         {"CMYK", {.w = 300, .h = 200, .kind = K_CMYK}},
@@ -459,8 +463,10 @@ static void test_colours(void **state)
         jpg_spec s;
         uint8_t want[3];
     } cases[] = {
-        {{.w = 320, .h = 240, .kind = K_YCC, .flat = true, .colour = {200, 100, 50}}, {200, 100, 50}},
-        {{.w = 320, .h = 240, .kind = K_RGB, .flat = true, .colour = {10, 240, 130}}, {10, 240, 130}},
+        {{.w = 320, .h = 240, .kind = K_YCC, .flat = true, .colour = {200, 100, 50}},
+         {200, 100, 50}},
+        {{.w = 320, .h = 240, .kind = K_RGB, .flat = true, .colour = {10, 240, 130}},
+         {10, 240, 130}},
         {{.w = 99, .h = 77, .kind = K_GRAY, .flat = true, .colour = {77}}, {77, 77, 77}},
         /* libjpeg writes an Adobe marker with CMYK, so the values read back
          * as inverted CMYK: C = 255 - 10, M = 255 - 200, Y = 255 - 30,
@@ -611,9 +617,8 @@ static void expect_status(fixture *f, const uint8_t *jpg, size_t len, const feed
 {
     size_t n = (size_t)t->out_h * t->out_w * 3;
     memset(f->a, 0xAB, n);
-    feed_sample_status got = reference
-                                 ? feed_engine_run_reference(f->e, jpg, len, t, 5, 0, 0, f->a)
-                                 : feed_engine_run(f->e, jpg, len, t, 5, 0, 0, f->a, NULL);
+    feed_sample_status got = reference ? feed_engine_run_reference(f->e, jpg, len, t, 5, 0, 0, f->a)
+                                       : feed_engine_run(f->e, jpg, len, t, 5, 0, 0, f->a, NULL);
     const char *msg = feed_engine_last_error(f->e);
     if (got != want)
         fail_msg("%s (%s): got %s (%s), want %s", what, reference ? "reference" : "fast",

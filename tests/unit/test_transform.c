@@ -187,7 +187,7 @@ static void test_validate_messages(void **state)
 static void test_train_matches_torchvision_same_draws(void **state)
 {
     (void)state;
-    static const uint32_t sizes[][2] = {{500, 375}, {375, 500}, {224, 224}, {1, 1},   {7, 300},
+    static const uint32_t sizes[][2] = {{500, 375}, {375, 500}, {224, 224}, {1, 1},     {7, 300},
                                         {300, 7},   {4000, 50}, {50, 4000}, {640, 480}, {2, 3}};
     feed_transform t;
     feed_transform_default_train(&t);
