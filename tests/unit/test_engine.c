@@ -755,6 +755,47 @@ static void test_limits(void **state)
     free(jpg);
 }
 
+/*
+ * A progressive file whose first scan (the DC scan, whose Huffman tables stay
+ * defined to the end) is repeated hundreds of times before EOI: each repeat
+ * decodes cleanly (libjpeg only warns about the progression, which we
+ * ignore), so only the scan limit stops the work.
+ */
+static void test_scan_limit(void **state)
+{
+    fixture *f = *state;
+    jpg_spec s = {.w = 64, .h = 64, .kind = K_YCC, .progressive = true};
+    size_t len;
+    uint8_t *jpg = make_jpeg(&s, &len);
+    size_t sos = 0, end = 0;
+    for (size_t i = 2; i + 1 < len && !sos; i++)
+        if (jpg[i] == 0xFF && jpg[i + 1] == 0xDA)
+            sos = i;
+    assert_true(sos > 0);
+    /* The scan's data ends at the next marker that is not a stuffed 0xFF. */
+    size_t data = sos + 2 + ((size_t)jpg[sos + 2] << 8 | jpg[sos + 3]);
+    for (size_t i = data; i + 1 < len && !end; i++)
+        if (jpg[i] == 0xFF && jpg[i + 1] != 0x00 && (jpg[i + 1] < 0xD0 || jpg[i + 1] > 0xD7))
+            end = i;
+    assert_true(end > data && jpg[len - 2] == 0xFF && jpg[len - 1] == 0xD9);
+    size_t scan = end - sos, reps = 300, total = len + scan * reps;
+    uint8_t *many = malloc(total);
+    memcpy(many, jpg, len - 2);
+    for (size_t r = 0; r < reps; r++)
+        memcpy(many + len - 2 + r * scan, jpg + sos, scan);
+    memcpy(many + total - 2, "\xFF\xD9", 2);
+    feed_transform t;
+    feed_transform_default_train(&t);
+    expect_status(f, many, total, &t, FEED_SAMPLE_TOO_LARGE, false, "300 extra scans");
+    assert_non_null(strstr(feed_engine_last_error(f->e), "scans"));
+    expect_status(f, many, total, &t, FEED_SAMPLE_TOO_LARGE, true, "300 extra scans");
+    /* A few repeats are within the limit and decode. */
+    memcpy(many + len - 2 + 3 * scan, "\xFF\xD9", 2);
+    expect_status(f, many, len + 3 * scan, &t, FEED_SAMPLE_OK, false, "3 extra scans");
+    free(many);
+    free(jpg);
+}
+
 /* Benign oddities decode: junk after EOI, junk before EOI (a libjpeg warning). */
 static void test_benign_oddities(void **state)
 {
@@ -794,6 +835,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_determinism, setup, teardown),
         cmocka_unit_test_setup_teardown(test_error_files, setup, teardown),
         cmocka_unit_test(test_limits),
+        cmocka_unit_test_setup_teardown(test_scan_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_benign_oddities, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_images, setup, teardown),
     };
