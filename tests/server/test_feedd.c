@@ -153,6 +153,17 @@ static void wait_metric(const feed_test_server *s, const char *series, double wa
     fail_msg("metric %s never reached %g", series, want);
 }
 
+/* Batch memory of ended streams is released when gRPC drops the slices: wait for it (bounded). */
+static void wait_memory_free(const feed_test_server *s)
+{
+    for (int i = 0; i < 6000; i++) {
+        if (scrape(s, "feedd_memory_bytes") == 0)
+            return;
+        sleep_ms(10);
+    }
+    fail_msg("feedd_memory_bytes never returned to 0");
+}
+
 /* ---- group setup ---- */
 
 static int group_setup(void **state)
@@ -661,6 +672,7 @@ static void test_resource_exhausted(void **state)
     drain_and_expect(&a, GRPC_STATUS_RESOURCE_EXHAUSTED, "window");
 
     /* Stream memory: 21 MB + 21 MB + 21 MB > 48 MB. */
+    wait_memory_free(&s2);
     make_open(&open, &spec, "good", 1, 8);
     assert_int_equal(feedtest_stream_open(ch, 60, &a), 0);
     for (int k = 0; k < 3; k++)
@@ -669,6 +681,7 @@ static void test_resource_exhausted(void **state)
 
     /* Server memory: stream a holds 42 MB; stream c's second 21 MB passes its own cap but not 64
      * MB. */
+    wait_memory_free(&s2);
     double before = scrape(&s2, "feedd_requests_total");
     assert_int_equal(feedtest_stream_open(ch, 60, &a), 0);
     assert_int_equal(send_batch(&a, &open, 1, 0, idx, 48), 0);
@@ -764,6 +777,49 @@ static void test_graceful_shutdown(void **state)
     assert_int_equal(feed_test_server_wait(&s2, 60000), 0);
     assert_int_equal(s2.exit_status, 0);
     feed_test_server_kill(&s2);
+}
+
+/*
+ * A client that never reads keeps its batches in flight: feedd gives up after
+ * --drain-timeout-ms (SIGINT here), or at once on a second signal, and still
+ * exits 0 with the stuck stream cancelled.
+ */
+static void stuck_stream_stop(const char *drain_ms, int first_sig, int second_sig)
+{
+    feed_test_server s2;
+    const char *const extra[] = {"--threads", "1", "--drain-timeout-ms", drain_ms, NULL};
+    assert_int_equal(start_server(&s2, extra), 0);
+    grpc_channel *ch = feedtest_channel(s2.target);
+    Feed__V1__TransformSpec spec = train_spec(384);
+    Feed__V1__SessionOpen open;
+    make_open(&open, &spec, "good", 8, 2);
+    uint64_t idx[40];
+    for (int i = 0; i < 40; i++)
+        idx[i] = (uint64_t)(i % N_SAMPLES);
+    feedtest_stream a;
+    assert_int_equal(feedtest_stream_open(ch, 120, &a), 0);
+    assert_int_equal(send_batch(&a, &open, 0, 0, idx, 40), 0);
+    assert_int_equal(send_batch(&a, NULL, 1, 0, idx, 40), 0);
+    wait_metric(&s2, "feedd_batches_total", 1);
+    assert_int_equal(feed_test_server_signal(&s2, first_sig), 0);
+    if (second_sig)
+        assert_int_equal(feed_test_server_signal(&s2, second_sig), 0);
+    /* Bounded well under the 60 s drain of the two-signal case. */
+    assert_int_equal(feed_test_server_wait(&s2, 30000), 0);
+    assert_int_equal(s2.exit_status, 0);
+    Feed__V1__Batch *b;
+    while ((b = feedtest_stream_recv(&a)) != NULL)
+        feed__v1__batch__free_unpacked(b, NULL);
+    assert_int_not_equal(feedtest_stream_finish(&a, NULL, 0), GRPC_STATUS_OK);
+    grpc_channel_destroy(ch);
+    feed_test_server_kill(&s2);
+}
+
+static void test_drain_timeout(void **state)
+{
+    (void)state;
+    stuck_stream_stop("300", SIGINT, 0);
+    stuck_stream_stop("60000", SIGTERM, SIGINT);
 }
 
 static void test_metrics_endpoint(void **state)
@@ -904,8 +960,8 @@ int main(void)
         cmocka_unit_test(test_corrupt_samples),    cmocka_unit_test(test_cancel_mid_stream),
         cmocka_unit_test(test_many_streams),       cmocka_unit_test(test_resource_exhausted),
         cmocka_unit_test(test_max_streams),        cmocka_unit_test(test_graceful_shutdown),
-        cmocka_unit_test(test_metrics_endpoint),   cmocka_unit_test(test_config_file),
-        cmocka_unit_test(test_imagenet_sample),
+        cmocka_unit_test(test_drain_timeout),      cmocka_unit_test(test_metrics_endpoint),
+        cmocka_unit_test(test_config_file),        cmocka_unit_test(test_imagenet_sample),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

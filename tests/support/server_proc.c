@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -145,6 +146,8 @@ int feed_test_server_start(const char *const *extra_args, feed_test_server *out)
         goto fail;
     }
     if (pid == 0) {
+        /* A test that dies (timeout, crash) must not leave its servers behind. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         execv(exe, (char *const *)argv);
         _exit(127);
     }
