@@ -99,9 +99,15 @@ struct cq_thread {
     req_slot *slots[METHOD_COUNT * REQ_SLOTS_PER_METHOD];
 };
 
-/* Batch pixel memory: the header, then the bytes; freed by the slice destructor. */
+/*
+ * Batch pixel memory: the header, then the bytes; freed by the slice
+ * destructor, which gRPC may run after the service is gone (a transport
+ * stream holding an unsent message is destroyed late), so the accounting it
+ * updates is process-wide and lives as long as the process.
+ */
+static atomic_uint_fast64_t batch_mem_used;
+
 typedef struct batch_mem {
-    feedd_service *svc;
     size_t bytes;
     uint8_t data[];
 } batch_mem;
@@ -172,7 +178,6 @@ struct feedd_service {
     uint32_t n_cqts;
     tag t_shutdown;
     atomic_bool draining;
-    atomic_uint_fast64_t mem_used;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     /* Guarded by mu. */
@@ -245,7 +250,7 @@ static grpc_byte_buffer *pack_copy(const ProtobufCMessage *m)
 static void batch_mem_release(void *p)
 {
     batch_mem *m = p;
-    atomic_fetch_sub(&m->svc->mem_used, m->bytes);
+    atomic_fetch_sub(&batch_mem_used, m->bytes);
     feedd_gauge(&feedd_m.memory_bytes, -(int64_t)m->bytes);
     free(m);
 }
@@ -859,11 +864,11 @@ static grpc_status_code open_session_locked(stream *s, const Feed__V1__SessionOp
 
 static bool reserve_memory(feedd_service *svc, uint64_t bytes)
 {
-    uint_fast64_t cur = atomic_load(&svc->mem_used);
+    uint_fast64_t cur = atomic_load(&batch_mem_used);
     do {
         if (cur + bytes > svc->cfg->max_memory)
             return false;
-    } while (!atomic_compare_exchange_weak(&svc->mem_used, &cur, cur + bytes));
+    } while (!atomic_compare_exchange_weak(&batch_mem_used, &cur, cur + bytes));
     feedd_gauge(&feedd_m.memory_bytes, (int64_t)bytes);
     return true;
 }
@@ -889,7 +894,6 @@ static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sam
     memcpy(bj->indices, r->indices, n * sizeof *bj->indices);
     for (uint32_t i = 0; i < n; i++)
         bj->labels[i] = feed_dataset_label(ds, r->indices[i]);
-    bj->mem->svc = s->svc;
     bj->mem->bytes = (size_t)n * sample_bytes;
     bj->owner = s;
     bj->batch_id = r->batch_id;
@@ -989,7 +993,7 @@ static void handle_request_locked(stream *s, const uint8_t *buf, size_t len)
     }
     batch_job *bj = job_new(s, r, sample_bytes);
     if (!bj) {
-        atomic_fetch_sub(&svc->mem_used, bytes);
+        atomic_fetch_sub(&batch_mem_used, bytes);
         feedd_gauge(&feedd_m.memory_bytes, -(int64_t)bytes);
         fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, "memory: allocation failed");
         return;
@@ -1232,7 +1236,6 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
     pthread_mutex_init(&svc->mu, NULL);
     pthread_cond_init(&svc->cv, NULL);
     atomic_init(&svc->draining, false);
-    atomic_init(&svc->mem_used, 0);
 
     /*
      * No SO_REUSEPORT: a second feedd on a taken port must fail, not share it.

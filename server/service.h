@@ -3,7 +3,8 @@
  * Health/Check, UNIMPLEMENTED for anything else. Completion-queue threads
  * run every gRPC event and never decode; batches are made by the pool
  * (pool.h) and sent by whichever thread completes them. Lifecycle, driven by
- * the main thread: start → drain (on SIGTERM) → stop → free.
+ * the main thread: start → drain (on SIGTERM) → stop → free. One service per
+ * process: the batch-memory accounting behind --max-memory is process-wide.
  */
 #ifndef FEED_SERVER_SERVICE_H
 #define FEED_SERVER_SERVICE_H
