@@ -530,6 +530,30 @@ static void test_corrupt_samples(void **state)
     assert_true(scrape(&srv, "feedd_decode_errors_total{kind=\"not_jpeg\"}") >= 1);
 }
 
+/* --max-pixels reaches the decoder: every image here is larger, so every sample is TOO_LARGE. */
+static void test_max_pixels(void **state)
+{
+    (void)state;
+    feed_test_server s2;
+    static const char *const extra[] = {"--threads", "1", "--max-pixels", "100", NULL};
+    assert_int_equal(start_server(&s2, extra), 0);
+    grpc_channel *ch = feedtest_channel(s2.target);
+    uint64_t idx[3] = {0, 9, 17};
+    Feed__V1__Batch *b = fetch(ch, idx, 3, 0);
+    assert_non_null(b);
+    assert_int_equal(b->n_errors, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(b->status[i], FEED__V1__SAMPLE_STATUS__SAMPLE_TOO_LARGE);
+        assert_int_equal(b->errors[i]->index, idx[i]);
+    }
+    static const uint8_t zeros[3 * 48 * 48 * 3];
+    assert_memory_equal(b->data.data, zeros, sizeof zeros);
+    feed__v1__batch__free_unpacked(b, NULL);
+    assert_true(scrape(&s2, "feedd_decode_errors_total{kind=\"too_large\"}") == 3);
+    grpc_channel_destroy(ch);
+    assert_int_equal(feed_test_server_stop(&s2), 0);
+}
+
 /* Cancel with batches outstanding; the server cleans up and keeps serving. */
 static void test_cancel_mid_stream(void **state)
 {
@@ -957,11 +981,12 @@ int main(void)
         cmocka_unit_test(test_describe),           cmocka_unit_test(test_health_and_unimplemented),
         cmocka_unit_test(test_bytes_match_engine), cmocka_unit_test(test_two_servers_identical),
         cmocka_unit_test(test_error_statuses),     cmocka_unit_test(test_oversized_request),
-        cmocka_unit_test(test_corrupt_samples),    cmocka_unit_test(test_cancel_mid_stream),
-        cmocka_unit_test(test_many_streams),       cmocka_unit_test(test_resource_exhausted),
-        cmocka_unit_test(test_max_streams),        cmocka_unit_test(test_graceful_shutdown),
-        cmocka_unit_test(test_drain_timeout),      cmocka_unit_test(test_metrics_endpoint),
-        cmocka_unit_test(test_config_file),        cmocka_unit_test(test_imagenet_sample),
+        cmocka_unit_test(test_corrupt_samples),    cmocka_unit_test(test_max_pixels),
+        cmocka_unit_test(test_cancel_mid_stream),  cmocka_unit_test(test_many_streams),
+        cmocka_unit_test(test_resource_exhausted), cmocka_unit_test(test_max_streams),
+        cmocka_unit_test(test_graceful_shutdown),  cmocka_unit_test(test_drain_timeout),
+        cmocka_unit_test(test_metrics_endpoint),   cmocka_unit_test(test_config_file),
+        cmocka_unit_test(test_imagenet_sample),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
