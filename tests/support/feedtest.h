@@ -26,7 +26,10 @@ typedef struct feed_test_server {
  * F
  * --metrics-listen 127.0.0.1:0 --metrics-port-file G [extra_args...]
  * (extra_args NULL-terminated, may be NULL) and wait up to 60 s for both
- * port files. FEED_EIO if feedd exits first or never writes them.
+ * port files. FEED_EIO if feedd exits first or never writes them. feedd gets
+ * SIGKILL when the calling thread exits (PR_SET_PDEATHSIG), so a crashed or
+ * timed-out test leaves no server behind: start servers from a thread that
+ * outlives them (the test's main thread).
  */
 int feed_test_server_start(const char *const *extra_args, feed_test_server *out);
 /* SIGTERM, wait up to timeout_ms, then SIGKILL. Sets exit_status. 0 if it exited by itself. */
