@@ -23,6 +23,7 @@ typedef struct entry {
     uint32_t dataset, epoch;
     uint64_t seed, index;
     feed_transform tf;
+    uint32_t crc;
     size_t len;
     uint8_t data[];
 } entry;
@@ -149,7 +150,8 @@ void feedd_cache_free(feedd_cache *c)
     free(c);
 }
 
-bool feedd_cache_get(feedd_cache *c, const feedd_cache_key *k, uint8_t *dst, size_t len)
+bool feedd_cache_get(feedd_cache *c, const feedd_cache_key *k, uint8_t *dst, size_t len,
+                     uint32_t *crc)
 {
     uint64_t h = key_hash(k);
     shard *s = &c->shards[h % SHARDS];
@@ -158,6 +160,7 @@ bool feedd_cache_get(feedd_cache *c, const feedd_cache_key *k, uint8_t *dst, siz
     entry *e = *find(s, k, h);
     if (e && e->len == len) {
         memcpy(dst, e->data, len);
+        *crc = e->crc;
         lru_unlink(s, e);
         lru_push_front(s, e);
         hit = true;
@@ -167,7 +170,8 @@ bool feedd_cache_get(feedd_cache *c, const feedd_cache_key *k, uint8_t *dst, siz
     return hit;
 }
 
-void feedd_cache_put(feedd_cache *c, const feedd_cache_key *k, const uint8_t *src, size_t len)
+void feedd_cache_put(feedd_cache *c, const feedd_cache_key *k, const uint8_t *src, size_t len,
+                     uint32_t crc)
 {
     uint64_t h = key_hash(k);
     shard *s = &c->shards[h % SHARDS];
@@ -184,6 +188,7 @@ void feedd_cache_put(feedd_cache *c, const feedd_cache_key *k, const uint8_t *sr
     e->index = k->index;
     e->tf = *k->transform;
     e->len = len;
+    e->crc = crc;
     e->chain = NULL;
     e->lru_prev = e->lru_next = NULL;
     memcpy(e->data, src, len);

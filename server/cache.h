@@ -29,9 +29,14 @@ typedef struct feedd_cache_key {
 /* 0 or FEED_ENOMEM. */
 int feedd_cache_new(uint64_t budget_bytes, feedd_cache **out);
 void feedd_cache_free(feedd_cache *c); /* accepts NULL */
-/* Copy a cached sample of exactly len bytes into dst; false on a miss. */
-bool feedd_cache_get(feedd_cache *c, const feedd_cache_key *k, uint8_t *dst, size_t len);
-/* Insert (or refresh) a sample, evicting as needed; silently skipped if it cannot fit. */
-void feedd_cache_put(feedd_cache *c, const feedd_cache_key *k, const uint8_t *src, size_t len);
+/* Copy a cached sample of exactly len bytes into dst, its CRC32C into *crc; false on a miss. */
+bool feedd_cache_get(feedd_cache *c, const feedd_cache_key *k, uint8_t *dst, size_t len,
+                     uint32_t *crc);
+/*
+ * Insert (or refresh) a sample and its CRC32C, evicting as needed; silently
+ * skipped if it cannot fit.
+ */
+void feedd_cache_put(feedd_cache *c, const feedd_cache_key *k, const uint8_t *src, size_t len,
+                     uint32_t crc);
 
 #endif

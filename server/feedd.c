@@ -3,8 +3,11 @@
  * the gRPC service and the metrics endpoint, then wait for SIGTERM/SIGINT.
  * Signals are blocked in every thread and taken synchronously here with
  * sigwaitinfo (no work in a handler). On the first signal the service
- * drains: it finishes accepted batches, refuses new ones and stops within
- * --drain-timeout-ms; a second signal cuts the drain short. Main thread only.
+ * drains: it finishes accepted batches, refuses new ones and cancels what is
+ * left after --drain-timeout-ms; a second signal cuts the drain short. If
+ * gRPC still holds cancelled calls STOP_GRACE_MS later (a client that stopped
+ * reading), feedd exits without tearing down. Exit status 0 either way.
+ * Main thread only.
  */
 #include <errno.h>
 #include <signal.h>
@@ -12,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <grpc/grpc.h>
 
@@ -25,6 +29,12 @@
 #include "metrics.h"
 #include "pool.h"
 #include "service.h"
+
+/*
+ * After the drain, how long gRPC may take to let go of cancelled calls
+ * before feedd exits without tearing down (see feedd_service_stop).
+ */
+#define STOP_GRACE_MS 1000
 
 /* Write "PORT\n" to path atomically (temp file + rename): readers never see half a number. */
 static int write_port_file(const char *path, int port)
@@ -162,12 +172,18 @@ int main(int argc, char **argv)
     exit_code = 0;
 out:
     if (svc) {
-        feedd_service_stop(svc);
+        if (feedd_service_stop(svc, STOP_GRACE_MS) < 0) {
+            FEED_LOGW("exiting without cleanup");
+            fflush(stderr);
+            _exit(exit_code);
+        }
         feedd_service_free(svc);
     }
+    FEED_LOGD("service stopped");
     feedd_metrics_stop(metrics);
     feedd_pool_free(pool);
     feedd_cache_free(cache);
+    FEED_LOGD("workers stopped");
     if (grpc_up)
         grpc_shutdown();
     for (size_t i = 0; i < cfg.n_datasets; i++)

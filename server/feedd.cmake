@@ -5,7 +5,8 @@ add_executable(feedd
   ${CMAKE_CURRENT_LIST_DIR}/pool.c
   ${CMAKE_CURRENT_LIST_DIR}/service.c
   ${CMAKE_CURRENT_LIST_DIR}/metrics.c
-  ${CMAKE_CURRENT_LIST_DIR}/cache.c)
+  ${CMAKE_CURRENT_LIST_DIR}/cache.c
+  ${CMAKE_CURRENT_LIST_DIR}/crc_combine.c)
 target_include_directories(feedd PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(feedd PRIVATE feedengine feedcommon feedproto PkgConfig::GRPC
   PkgConfig::MHD Threads::Threads)

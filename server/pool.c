@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "crc_combine.h"
 #include "feed/buf.h"
+#include "feed/crc32c.h"
 #include "feed/errors.h"
 #include "feed/log.h"
 #include "feed/timeutil.h"
@@ -24,6 +26,8 @@ typedef struct worker {
     pthread_t thread;
     feed_engine *engine;
     feed_buf scratch;
+    feedd_crc_shift shift; /* for shift_len-byte samples; rebuilt when the size changes */
+    size_t shift_len;
     bool started;
 } worker;
 
@@ -90,8 +94,8 @@ static void make_sample(worker *w, feedd_job *job, uint32_t pos)
     uint64_t t0 = feed_now_ns();
     job->errors[pos][0] = '\0';
 
-    if (p->cache && feedd_cache_get(p->cache, &key, out, job->sample_bytes))
-        goto done;
+    if (p->cache && feedd_cache_get(p->cache, &key, out, job->sample_bytes, &job->sample_crc[pos]))
+        goto cached;
     const uint8_t *jpeg = NULL;
     size_t len = 0;
     int rc = feed_dataset_read(job->ds, index, &w->scratch, &jpeg, &len);
@@ -113,13 +117,28 @@ static void make_sample(worker *w, feedd_job *job, uint32_t pos)
     if (st != FEED_SAMPLE_OK)
         snprintf(job->errors[pos], sizeof job->errors[pos], "%s",
                  feed_engine_last_error(w->engine));
-    else if (p->cache)
-        feedd_cache_put(p->cache, &key, out, job->sample_bytes);
 done:
+    job->sample_crc[pos] = feed_crc32c(0, out, job->sample_bytes);
+    if (st == FEED_SAMPLE_OK && p->cache)
+        feedd_cache_put(p->cache, &key, out, job->sample_bytes, job->sample_crc[pos]);
+cached:
     job->status[pos] = st;
     feedd_count(&feedd_m.sample_status[st], 1);
     feedd_count(&feedd_m.samples, 1);
     atomic_fetch_add_explicit(&job->busy_ns, feed_now_ns() - t0, memory_order_relaxed);
+}
+
+/* Batch CRC from the per-sample CRCs; the samples may have been made by any worker. */
+static uint32_t batch_crc(worker *w, const feedd_job *job)
+{
+    if (w->shift_len != job->sample_bytes) {
+        feedd_crc_shift_init(&w->shift, job->sample_bytes);
+        w->shift_len = job->sample_bytes;
+    }
+    uint32_t crc = job->sample_crc[0];
+    for (uint32_t i = 1; i < job->n; i++)
+        crc = feedd_crc_append(&w->shift, crc, job->sample_crc[i]);
+    return crc;
 }
 
 static void *worker_main(void *arg)
@@ -158,8 +177,11 @@ static void *worker_main(void *arg)
                 break;
             make_sample(w, job, i);
         }
-        if (atomic_fetch_sub(&job->remaining, k) == k)
+        if (atomic_fetch_sub(&job->remaining, k) == k) {
+            if (!atomic_load_explicit(&job->cancelled, memory_order_relaxed))
+                job->crc = batch_crc(w, job);
             job->done(job);
+        }
         pthread_mutex_lock(&p->mu);
     }
     pthread_mutex_unlock(&p->mu);

@@ -4,8 +4,9 @@
  * workers serve the queues round-robin and take a few samples of the head
  * job at a time, so one batch is spread over all workers (low latency) and
  * many streams share the pool fairly (a stream with a deep queue cannot
- * starve a stream with one batch). The worker that finishes a job's last
- * sample calls job->done on its own thread.
+ * starve a stream with one batch). Each sample is checksummed by the worker
+ * that made it; the worker that finishes a job's last sample combines those
+ * into job->crc and calls job->done on its own thread.
  *
  * Lock: pool->mu guards every queue's links and every queued job's
  * next_claim/qnext. Callers may hold their own locks when calling submit and
@@ -42,9 +43,11 @@ struct feedd_job {
     uint8_t *data; /* n * sample_bytes */
     size_t sample_bytes;
     feed_sample_status *status;               /* n entries, written by workers */
+    uint32_t *sample_crc;                     /* n entries, written by workers */
     char (*errors)[FEEDD_SAMPLE_MSG_MAX + 1]; /* n entries; "" unless the sample failed */
     void (*done)(feedd_job *job);
     void *user;
+    uint32_t crc; /* CRC32C of data, set before done unless cancelled */
     /* The pool's. */
     uint32_t next_claim; /* guarded by pool mu */
     feedd_job *qnext;    /* guarded by pool mu; also links the list cancel returns */

@@ -34,7 +34,6 @@
 #include <grpc/support/time.h>
 
 #include "feed.pb-c.h"
-#include "feed/crc32c.h"
 #include "feed/errors.h"
 #include "feed/log.h"
 #include "feed/timeutil.h"
@@ -123,6 +122,7 @@ typedef struct batch_job {
     uint64_t *indices;
     uint32_t *labels;
     feed_sample_status *status;
+    uint32_t *sample_crc;
     char (*errors)[FEEDD_SAMPLE_MSG_MAX + 1];
     struct batch_job *ready_next;
 } batch_job;
@@ -494,6 +494,7 @@ static void job_free(batch_job *bj)
     free(bj->indices);
     free(bj->labels);
     free(bj->status);
+    free(bj->sample_crc);
     free(bj->errors);
     free(bj);
 }
@@ -748,8 +749,7 @@ static void on_job_done(feedd_job *job)
 {
     batch_job *bj = (batch_job *)(void *)job;
     stream *s = bj->owner;
-    if (!atomic_load(&job->cancelled))
-        bj->crc = feed_crc32c(0, bj->mem->data, bj->mem->bytes);
+    bj->crc = job->crc;
     pthread_mutex_lock(&s->mu);
     if (s->closed || s->failing || s->status_sent || atomic_load(&job->cancelled)) {
         s->refs++; /* discard drops the job's reference; keep ours for the unlock below */
@@ -882,9 +882,10 @@ static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sam
     bj->indices = malloc(n * sizeof *bj->indices);
     bj->labels = malloc(n * sizeof *bj->labels);
     bj->status = malloc(n * sizeof *bj->status);
+    bj->sample_crc = malloc(n * sizeof *bj->sample_crc);
     bj->errors = malloc(n * sizeof *bj->errors);
     bj->mem = malloc(sizeof *bj->mem + (size_t)n * sample_bytes);
-    if (!bj->indices || !bj->labels || !bj->status || !bj->errors || !bj->mem) {
+    if (!bj->indices || !bj->labels || !bj->status || !bj->sample_crc || !bj->errors || !bj->mem) {
         free(bj->mem);
         bj->mem = NULL;
         job_free(bj);
@@ -907,6 +908,7 @@ static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sam
     bj->job.data = bj->mem->data;
     bj->job.sample_bytes = sample_bytes;
     bj->job.status = bj->status;
+    bj->job.sample_crc = bj->sample_crc;
     bj->job.errors = bj->errors;
     bj->job.done = on_job_done;
     bj->job.user = s;
@@ -1308,8 +1310,8 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
     *out = svc;
     return 0;
 fail_started:
-    feedd_service_stop(svc);
-    feedd_service_free(svc);
+    if (feedd_service_stop(svc, 10000) == 0)
+        feedd_service_free(svc);
     return FEED_ENOMEM;
 fail:
     if (svc->server)
@@ -1353,28 +1355,43 @@ size_t feedd_service_open_streams(feedd_service *svc)
     return n;
 }
 
-void feedd_service_stop(feedd_service *svc)
+int feedd_service_stop(feedd_service *svc, uint32_t grace_ms)
 {
     if (!svc->server)
-        return;
+        return 0;
     pthread_mutex_lock(&svc->mu);
     svc->shutting_down = true;
     pthread_mutex_unlock(&svc->mu);
     grpc_server_shutdown_and_notify(svc->server, svc->cqts[0].cq, &svc->t_shutdown);
     grpc_server_cancel_all_calls(svc->server);
-    /* Streams go once their close fires and workers drop their jobs: bounded by one sample. */
+    /*
+     * Streams go once their close fires and workers drop their jobs (bounded
+     * by one sample), but gRPC holds a cancelled call whose message is stuck
+     * in flow control until the peer's side of the connection moves, which a
+     * client that stopped reading may never do.
+     */
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 10;
+    until.tv_sec += grace_ms / 1000;
+    until.tv_nsec += (long)(grace_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    bool done = true;
     pthread_mutex_lock(&svc->mu);
     while (!(svc->shutdown_done && svc->live_streams == 0 && svc->live_unary == 0)) {
         if (pthread_cond_timedwait(&svc->cv, &svc->mu, &until) != 0) {
-            FEED_LOGW("shutdown: %zu streams and %zu calls did not finish in 10 s",
-                      svc->live_streams, svc->live_unary);
+            FEED_LOGW("shutdown: %zu streams and %zu calls still held by gRPC after %u ms",
+                      svc->live_streams, svc->live_unary, grace_ms);
+            done = false;
             break;
         }
     }
     pthread_mutex_unlock(&svc->mu);
+    if (!done)
+        return FEED_ETIMEDOUT;
+    FEED_LOGD("shutdown: gRPC server shut down, streams gone");
     grpc_server_destroy(svc->server);
     svc->server = NULL;
     for (uint32_t i = 0; i < svc->n_cqts; i++)
@@ -1392,6 +1409,7 @@ void feedd_service_stop(feedd_service *svc)
         c->cq = NULL;
         c->started = false;
     }
+    return 0;
 }
 
 void feedd_service_free(feedd_service *svc)

@@ -38,8 +38,13 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
 void feedd_service_drain(feedd_service *svc);
 /* Stream calls still open. */
 size_t feedd_service_open_streams(feedd_service *svc);
-/* Shut gRPC down (cancelling what is left) and join the threads. */
-void feedd_service_stop(feedd_service *svc);
-void feedd_service_free(feedd_service *svc); /* accepts NULL; after stop */
+/*
+ * Shut gRPC down, cancelling what is left, and join the threads. 0, or
+ * FEED_ETIMEDOUT when gRPC still held calls after grace_ms (a peer that
+ * stopped reading): then nothing is torn down and the caller should exit the
+ * process rather than free the service.
+ */
+int feedd_service_stop(feedd_service *svc, uint32_t grace_ms);
+void feedd_service_free(feedd_service *svc); /* accepts NULL; after a stop that returned 0 */
 
 #endif

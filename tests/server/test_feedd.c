@@ -811,19 +811,19 @@ static void test_graceful_shutdown(void **state)
 static void stuck_stream_stop(const char *drain_ms, int first_sig, int second_sig)
 {
     feed_test_server s2;
-    const char *const extra[] = {"--threads", "1", "--drain-timeout-ms", drain_ms, NULL};
+    const char *const extra[] = {"--threads", "2", "--drain-timeout-ms", drain_ms, NULL};
     assert_int_equal(start_server(&s2, extra), 0);
     grpc_channel *ch = feedtest_channel(s2.target);
-    Feed__V1__TransformSpec spec = train_spec(384);
+    Feed__V1__TransformSpec spec = train_spec(512); /* 16 x 0.8 MB: stuck unread */
     Feed__V1__SessionOpen open;
     make_open(&open, &spec, "good", 8, 2);
-    uint64_t idx[40];
-    for (int i = 0; i < 40; i++)
+    uint64_t idx[16];
+    for (int i = 0; i < 16; i++)
         idx[i] = (uint64_t)(i % N_SAMPLES);
     feedtest_stream a;
     assert_int_equal(feedtest_stream_open(ch, 120, &a), 0);
-    assert_int_equal(send_batch(&a, &open, 0, 0, idx, 40), 0);
-    assert_int_equal(send_batch(&a, NULL, 1, 0, idx, 40), 0);
+    assert_int_equal(send_batch(&a, &open, 0, 0, idx, 16), 0);
+    assert_int_equal(send_batch(&a, NULL, 1, 0, idx, 16), 0);
     wait_metric(&s2, "feedd_batches_total", 1);
     assert_int_equal(feed_test_server_signal(&s2, first_sig), 0);
     if (second_sig)

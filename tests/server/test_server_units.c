@@ -16,6 +16,8 @@
 
 #include "cache.h"
 #include "config.h"
+#include "crc_combine.h"
+#include "feed/crc32c.h"
 #include "feed/dataset.h"
 #include "feed/errors.h"
 #include "feedtest.h"
@@ -131,29 +133,53 @@ static void test_cache_bounded_lru(void **state)
     for (uint64_t i = 0; i < 500; i++) {
         memset(in, (int)(i & 0xff), len);
         feedd_cache_key k = {0, 1, 7, i, &t};
-        feedd_cache_put(c, &k, in, len);
+        feedd_cache_put(c, &k, in, len, (uint32_t)i);
     }
     assert_true(atomic_load(&feedd_m.cache_bytes) <= 16 * 4096);
     assert_true(atomic_load(&feedd_m.cache_evictions) > 0);
     /* The most recent one is there; every field of the key matters. */
     feedd_cache_key k = {0, 1, 7, 499, &t};
-    assert_true(feedd_cache_get(c, &k, out, len));
+    uint32_t crc = 0;
+    assert_true(feedd_cache_get(c, &k, out, len, &crc));
     assert_int_equal(out[0], 499 & 0xff);
+    assert_int_equal(crc, 499);
     feedd_cache_key other[] = {
         {1, 1, 7, 499, &t}, {0, 2, 7, 499, &t}, {0, 1, 8, 499, &t}, {0, 1, 7, 499, &t2}};
     for (size_t i = 0; i < 4; i++)
-        assert_false(feedd_cache_get(c, &other[i], out, len));
-    assert_false(feedd_cache_get(c, &k, out, len - 1)); /* size must match */
+        assert_false(feedd_cache_get(c, &other[i], out, len, &crc));
+    assert_false(feedd_cache_get(c, &k, out, len - 1, &crc)); /* size must match */
     /* The oldest were evicted. */
     feedd_cache_key old = {0, 1, 7, 0, &t};
-    assert_false(feedd_cache_get(c, &old, out, len));
+    assert_false(feedd_cache_get(c, &old, out, len, &crc));
     /* An entry larger than a shard is not kept. */
     static uint8_t big[8192];
     feedd_cache_key kb = {0, 1, 7, 100000, &t};
-    feedd_cache_put(c, &kb, big, sizeof big);
-    assert_false(feedd_cache_get(c, &kb, big, sizeof big));
+    feedd_cache_put(c, &kb, big, sizeof big, 0);
+    assert_false(feedd_cache_get(c, &kb, big, sizeof big, &crc));
     feedd_cache_free(c);
     assert_int_equal(atomic_load(&feedd_m.cache_bytes), 0);
+}
+
+/* Combining per-block CRCs equals one pass over the whole, for any block length. */
+static void test_crc_combine(void **state)
+{
+    (void)state;
+    static uint8_t buf[8 * 5000];
+    uint32_t x = 12345;
+    for (size_t i = 0; i < sizeof buf; i++) {
+        x = x * 1103515245u + 12345u;
+        buf[i] = (uint8_t)(x >> 16);
+    }
+    const size_t lens[] = {1, 3, 8, 64, 777, 4096, 5000};
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        size_t len = lens[k];
+        feedd_crc_shift op;
+        feedd_crc_shift_init(&op, len);
+        uint32_t crc = feed_crc32c(0, buf, len);
+        for (size_t b = 1; b < 8; b++)
+            crc = feedd_crc_append(&op, crc, feed_crc32c(0, buf + b * len, len));
+        assert_int_equal(crc, feed_crc32c(0, buf, 8 * len));
+    }
 }
 
 /* ---- pool fairness ---- */
@@ -214,6 +240,7 @@ static void test_pool_round_robin(void **state)
     static uint64_t idx[PER_JOB] = {0, 3, 5, 7};
     static uint8_t data[A_JOBS + 1][PER_JOB * 16 * 16 * 3];
     static feed_sample_status st[A_JOBS + 1][PER_JOB];
+    static uint32_t crcs[A_JOBS + 1][PER_JOB];
     static char msgs[A_JOBS + 1][PER_JOB][FEEDD_SAMPLE_MSG_MAX + 1];
     for (int j = 0; j <= A_JOBS; j++) {
         feedd_job *jb = &jobs[j];
@@ -226,6 +253,7 @@ static void test_pool_round_robin(void **state)
         jb->data = data[j];
         jb->sample_bytes = sb;
         jb->status = st[j];
+        jb->sample_crc = crcs[j];
         jb->errors = msgs[j];
         jb->done = fair_done;
         jb->user = (void *)(intptr_t)(j == A_JOBS ? 100 : j);
@@ -251,6 +279,7 @@ static void test_pool_round_robin(void **state)
         for (int i = 0; i < PER_JOB; i++)
             assert_int_equal(st[j][i], FEED_SAMPLE_OK);
     assert_memory_equal(data[0], data[1], sizeof data[0]); /* same indices, seed and epoch */
+    assert_int_equal(jobs[0].crc, feed_crc32c(0, data[0], sizeof data[0]));
 
     /*
      * Cancel drops what no worker holds and hands those jobs back; the job a
@@ -286,6 +315,7 @@ int main(void)
         cmocka_unit_test(test_config_defaults_and_bounds),
         cmocka_unit_test(test_config_file_and_example),
         cmocka_unit_test(test_cache_bounded_lru),
+        cmocka_unit_test(test_crc_combine),
         cmocka_unit_test(test_pool_round_robin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
