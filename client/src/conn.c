@@ -320,9 +320,15 @@ static void on_describe(loader *l, call_ctx *c, bool ok)
         sched_fail_server(l, s, "dataset size differs");
         goto out;
     }
-    if (resp->max_batch_size && resp->max_batch_size < l->cfg.batch_size) {
-        client_log(l, FEED_LOG_ERROR, "server %s: batch_size %u beyond its max_batch_size %u",
-                   s->target, l->cfg.batch_size, resp->max_batch_size);
+    uint64_t batch_bytes =
+        (uint64_t)l->cfg.batch_size * l->cfg.transform.out_h * l->cfg.transform.out_w * 3;
+    if ((resp->max_batch_size && resp->max_batch_size < l->cfg.batch_size) ||
+        (resp->max_batch_bytes && resp->max_batch_bytes < batch_bytes)) {
+        client_log(l, FEED_LOG_ERROR,
+                   "server %s: batch of %u (%llu bytes) beyond its max_batch_size %u / "
+                   "max_batch_bytes %llu",
+                   s->target, l->cfg.batch_size, (unsigned long long)batch_bytes,
+                   resp->max_batch_size, (unsigned long long)resp->max_batch_bytes);
         if (!l->num_samples)
             l->fatal = FEED_EINVAL;
         sched_fail_server(l, s, "batch too large");
@@ -425,6 +431,13 @@ static void tick(loader *l, uint64_t now)
     }
     if (any_up)
         l->last_up_ns = now;
+    bool asking = false;
+    for (uint32_t i = 0; i < l->num_slots && !asking; i++) {
+        slot_state st = l->slots[i].state;
+        asking = st == SLOT_PENDING || st == SLOT_INFLIGHT || st == SLOT_LANDING;
+    }
+    if (!asking)
+        l->progress_ns = now;
     l->stats.servers_up = up;
     l->stats.servers_known = known;
 }

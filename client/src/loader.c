@@ -225,6 +225,7 @@ int feed_loader_open(const feed_loader_config *cfg, feed_loader **out)
         }
     }
     l->last_up_ns = feed_now_ns();
+    l->progress_ns = l->last_up_ns;
     rc = open_servers(l);
     if (rc)
         goto out;
@@ -310,6 +311,9 @@ int feed_loader_next(feed_loader *l, feed_batch **out)
     *out = NULL;
     uint64_t t0 = feed_now_ns();
     uint64_t timeout = (uint64_t)l->cfg.unavailable_timeout_ms * 1000000u;
+    uint64_t progress_timeout = timeout;
+    if (l->cfg.batch_deadline_ms > l->cfg.unavailable_timeout_ms)
+        progress_timeout = (uint64_t)l->cfg.batch_deadline_ms * 1000000u;
     int rc = 0;
     slot *sl = NULL;
     pthread_mutex_lock(&l->mu);
@@ -329,13 +333,16 @@ int feed_loader_next(feed_loader *l, feed_batch **out)
             rc = l->fatal;
             goto out;
         }
+        /* Unavailable: no server up for the timeout, or servers that come up
+         * but deliver nothing (one that fails every stream) for as long. */
         uint64_t now = feed_now_ns();
         uint64_t down_for = now - l->last_up_ns;
-        if (!any_up(l) && down_for >= timeout) {
+        uint64_t stuck_for = now - l->progress_ns;
+        if ((!any_up(l) && down_for >= timeout) || stuck_for >= progress_timeout) {
             rc = FEED_EUNAVAILABLE;
             goto out;
         }
-        uint64_t step = any_up(l) ? 100000000u : timeout - down_for;
+        uint64_t step = any_up(l) ? progress_timeout - stuck_for : timeout - down_for;
         wait_ns(l, step < 100000000u ? step : 100000000u);
     }
     sl->state = SLOT_HANDED;

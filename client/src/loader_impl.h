@@ -194,6 +194,7 @@ struct feed_loader {
     uint32_t handed;              /* [mu] */
 
     uint64_t last_up_ns;     /* [mu] last time some server was up */
+    uint64_t progress_ns;    /* [mu] last batch landed, or last time nothing was asked */
     feed_loader_stats stats; /* [mu] */
 
     size_t max_message;

@@ -377,6 +377,7 @@ void sched_on_batch(receiver *rx, server *s, const call_ctx *from, grpc_byte_buf
     if (rc == 0) {
         sl->state = SLOT_READY;
         sl->ready_seq = ++l->ready_seq;
+        l->progress_ns = feed_now_ns();
         s->batches++;
         l->stats.bytes_received += raw_bytes;
         for (int k = 1; k < FEED_SAMPLE_STATUS_COUNT; k++)

@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -38,6 +40,7 @@ int feedtest_gpu_spin(void *stream, long long cycles);
 static char g_summary[SUMMARY_MAX][160];
 static int g_nsummary;
 static const char *g_skip_reason;
+static pid_t g_feedd_pid; /* killed at teardown if a failed assertion left it running */
 
 static void summary(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void summary(const char *fmt, ...)
@@ -224,6 +227,7 @@ static void test_loader_on_gpu(void **state)
         skip();
     }
     assert_int_equal(rc, 0);
+    g_feedd_pid = srv.pid;
     const char *targets[1] = {srv.target};
     feed_loader_config c;
     feed_loader_config_default(&c);
@@ -315,6 +319,11 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
+    int st;
+    if (g_feedd_pid > 0 && waitpid(g_feedd_pid, &st, WNOHANG) == 0) {
+        kill(g_feedd_pid, SIGKILL);
+        waitpid(g_feedd_pid, &st, 0);
+    }
     fprintf(stderr, "\n==== test_client_gpu summary ====\n");
     if (g_skip_reason)
         fprintf(stderr, "  all GPU tests skipped: %s\n", g_skip_reason);

@@ -4,7 +4,8 @@
  * in plan order, right labels, identical bytes), rank partitions, kill -9 of
  * a server mid-epoch, a stopped (SIGSTOP) server caught by the batch
  * deadline, a server that comes up after open, a "dns:///localhost:PORT"
- * target, every server dead (FEED_EUNAVAILABLE, no hang), resume from a
+ * target, every server dead (FEED_EUNAVAILABLE, no hang), a batch beyond
+ * the server's advertised limit (refused at open), resume from a
  * cursor, ordered = false, host normalisation end to end, and both
  * bad-sample policies on a dataset with corrupt files. Skips (saying so) when feedd has not been
  * built.
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -181,11 +183,39 @@ static void check_same_bytes(const run *a, size_t a_from, const run *b)
     }
 }
 
+/* Every feedd a test starts, so one that a failed assertion leaves behind is killed. */
+#define MAX_SPAWNED 64
+static pid_t g_spawned[MAX_SPAWNED];
+static int g_nspawned;
+
+static int spawn(const char *const *args, feed_test_server *s)
+{
+    int rc = feed_test_server_start(args, s);
+    if (rc == 0 && g_nspawned < MAX_SPAWNED)
+        g_spawned[g_nspawned++] = s->pid;
+    return rc;
+}
+
+/* Test teardown: a failed test skips its own cleanup; an orphaned feedd would hold ctest's pipe. */
+static int kill_leftovers(void **state)
+{
+    (void)state;
+    for (int i = 0; i < g_nspawned; i++) {
+        int st;
+        if (waitpid(g_spawned[i], &st, WNOHANG) == 0) {
+            kill(g_spawned[i], SIGKILL);
+            waitpid(g_spawned[i], &st, 0);
+        }
+    }
+    g_nspawned = 0;
+    return 0;
+}
+
 static int start_servers(feed_test_server *s, int n, const char *dataset_arg)
 {
     const char *args[] = {"--dataset", dataset_arg, "--threads", "1", "--log-level", "warn", NULL};
     for (int i = 0; i < n; i++) {
-        int rc = feed_test_server_start(args, &s[i]);
+        int rc = spawn(args, &s[i]);
         if (rc)
             return rc;
     }
@@ -368,7 +398,7 @@ static void test_server_started_mid_epoch(void **state)
 
     const char *args[] = {"--dataset", g_good_arg,    "--threads", "1", "--listen",
                           listen_arg,  "--log-level", "warn",      NULL};
-    assert_int_equal(feed_test_server_start(args, &s[1]), 0);
+    assert_int_equal(spawn(args, &s[1]), 0);
     /* Keep training until the late server has made batches (bounded by epochs). */
     uint64_t late_batches = 0;
     for (int epoch = 0; epoch < 100 && late_batches == 0; epoch++) {
@@ -418,6 +448,27 @@ static void test_all_servers_dead(void **state)
     feed_loader_close(l);
     run_free(r);
     free(r);
+}
+
+/* A batch beyond what the server advertises (max_batch_bytes) is refused at open. */
+static void test_batch_beyond_server_limit(void **state)
+{
+    (void)state;
+    NEED_FEEDD();
+    feed_test_server s[1];
+    const char *args[] = {"--dataset", g_good_arg,    "--threads", "1", "--max-batch-bytes",
+                          "1M",        "--log-level", "error",     NULL};
+    assert_int_equal(spawn(args, &s[0]), 0);
+    const char *targets[1] = {s[0].target};
+    feed_loader_config c;
+    feed_loader *l = NULL;
+    base_cfg(&c, targets, 1, 8);
+    c.transform.out_h = c.transform.out_w = 224; /* 1.2 MB a batch */
+    c.log_fn = NULL;
+    int rc = feed_loader_open(&c, &l);
+    stop_servers(s, 1);
+    assert_int_equal(rc, FEED_EINVAL);
+    assert_null(l);
 }
 
 static void test_resume(void **state)
@@ -689,16 +740,17 @@ int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_epoch_one_and_three_servers),
-        cmocka_unit_test(test_rank_partitions),
-        cmocka_unit_test(test_kill_one_of_three),
-        cmocka_unit_test(test_server_started_mid_epoch),
-        cmocka_unit_test(test_all_servers_dead),
-        cmocka_unit_test(test_resume),
-        cmocka_unit_test(test_unordered_and_normalised),
-        cmocka_unit_test(test_bad_samples),
-        cmocka_unit_test(test_stalled_server_deadline),
-        cmocka_unit_test(test_dns_target),
+        cmocka_unit_test_teardown(test_epoch_one_and_three_servers, kill_leftovers),
+        cmocka_unit_test_teardown(test_rank_partitions, kill_leftovers),
+        cmocka_unit_test_teardown(test_kill_one_of_three, kill_leftovers),
+        cmocka_unit_test_teardown(test_server_started_mid_epoch, kill_leftovers),
+        cmocka_unit_test_teardown(test_all_servers_dead, kill_leftovers),
+        cmocka_unit_test_teardown(test_batch_beyond_server_limit, kill_leftovers),
+        cmocka_unit_test_teardown(test_resume, kill_leftovers),
+        cmocka_unit_test_teardown(test_unordered_and_normalised, kill_leftovers),
+        cmocka_unit_test_teardown(test_bad_samples, kill_leftovers),
+        cmocka_unit_test_teardown(test_stalled_server_deadline, kill_leftovers),
+        cmocka_unit_test_teardown(test_dns_target, kill_leftovers),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
