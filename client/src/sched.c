@@ -116,8 +116,6 @@ static void assign(loader *l, slot *sl, uint64_t batch_number)
     const uint32_t *samples;
     uint32_t n;
     client_plan_batch(&l->plan, batch_number, &samples, &n);
-    if (sl->gpu)
-        client_gpu_slot_host_wait(sl->gpu);
     for (uint32_t i = 0; i < n; i++)
         sl->indices[i] = samples[i];
     sl->n = n;
@@ -356,7 +354,10 @@ void sched_on_batch(receiver *rx, server *s, const call_ctx *from, grpc_byte_buf
     char why[160] = "malformed Batch";
 
     pthread_mutex_unlock(&l->mu);
-    rc = wire_batch_reader_finish(&r, sl->raw, raw_bytes);
+    /* The slot's previous batch may still be on its way to the GPU from this pinned memory. */
+    rc = sl->gpu ? client_gpu_slot_host_wait(sl->gpu) : 0;
+    if (rc == 0)
+        rc = wire_batch_reader_finish(&r, sl->raw, raw_bytes);
     if (rc == 0) {
         /* Data already in the slot, or (out of order) in rbuf: then unpack lands it there. */
         wire_arena_reset(&rx->arena, r.data_direct ? NULL : sl->raw, raw_bytes);
