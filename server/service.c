@@ -854,6 +854,10 @@ static grpc_status_code open_session_locked(stream *s, const Feed__V1__SessionOp
     if (s->window > svc->cfg->max_window)
         s->window = svc->cfg->max_window;
     snprintf(s->client_name, sizeof s->client_name, "%s", o->client_name ? o->client_name : "");
+    /* Free text from the wire goes into log lines: keep it printable ASCII. */
+    for (char *c = s->client_name; *c; c++)
+        if (*c < 0x20 || *c > 0x7e)
+            *c = '?';
     s->opened = true;
     FEED_LOGI("stream %s: session open client='%s' dataset=%s mode=%s %ux%u window=%u", s->peer,
               s->client_name, svc->datasets[ds].name,
