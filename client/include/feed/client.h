@@ -13,8 +13,8 @@
  * Threads: feed_loader_next() and feed_loader_release() are called from one
  * thread (the training loop). feed_loader_get_stats() and
  * feed_loader_server_stats() may be called from any thread. The loader runs
- * its own threads: one receiver (gRPC completion queue) and, for dns:///
- * targets, one resolver.
+ * its own threads: 2 to 4 receivers (one gRPC completion queue) and, for
+ * dns:/// targets, one resolver.
  * Memory: the loader owns every feed_batch and everything it points to; a
  * batch stays valid until it is released. Pass NULL pointers nowhere except
  * where said.
@@ -159,7 +159,9 @@ int feed_loader_open(const feed_loader_config *cfg, feed_loader **out);
 void feed_loader_close(feed_loader *l);
 
 /* Next batch of the epoch. FEED_EEOF after the last one (call set_epoch to go
- * on), FEED_EUNAVAILABLE when no server answered for unavailable_timeout_ms,
+ * on), FEED_EUNAVAILABLE when no server answered for unavailable_timeout_ms
+ * (or servers answered but no batch arrived for that long, or for
+ * batch_deadline_ms if longer, while batches were wanted),
  * FEED_EBADSAMPLE under the fail policy (*out is set: release it too),
  * FEED_ESTATE if prefetch batches are held unreleased. On the GPU path the
  * data may still be in flight: make the training stream wait on
