@@ -468,6 +468,65 @@ static void test_resolve_parse(void **state)
                      FEED_EINVAL);
 }
 
+/* Applying DNS results: new addresses become servers, vanished ones are removed
+ * and their in-flight batches re-issued, and a returning address is reused. */
+static void test_resolve_apply(void **state)
+{
+    (void)state;
+    loader *l = calloc(1, sizeof(*l));
+    assert_non_null(l);
+    char t0[] = "dns:///feedd:7878";
+    char *targets[1] = {t0};
+    l->targets = targets;
+    l->cfg.num_targets = 1;
+    dns_target d;
+    memset(&d, 0, sizeof d);
+    d.cfg_index = 0;
+    d.addrs = calloc(CLIENT_MAX_SERVERS, sizeof(*d.addrs));
+    l->dns = &d;
+    l->num_dns = 1;
+
+    strcpy(d.addrs[0], "ipv4:10.0.0.1:7878");
+    strcpy(d.addrs[1], "ipv4:10.0.0.2:7878");
+    d.num_addrs = 2;
+    d.gen = 1;
+    resolve_apply(l);
+    assert_int_equal(l->num_servers, 2);
+    assert_string_equal(l->servers[1].target, "ipv4:10.0.0.2:7878");
+    assert_false(l->servers[0].removed);
+
+    /* 10.0.0.1 is up with a batch in flight when it leaves DNS; 10.0.0.3 arrives. */
+    l->servers[0].state = SRV_UP;
+    l->num_slots = 1;
+    l->slots[0].state = SLOT_INFLIGHT;
+    l->slots[0].server = &l->servers[0];
+    strcpy(d.addrs[0], "ipv4:10.0.0.3:7878");
+    d.gen = 2;
+    resolve_apply(l);
+    assert_int_equal(l->num_servers, 3);
+    assert_true(l->servers[0].removed);
+    assert_int_equal(l->servers[0].state, SRV_DOWN);
+    assert_false(l->servers[1].removed);
+    assert_string_equal(l->servers[2].target, "ipv4:10.0.0.3:7878");
+    assert_int_equal(l->slots[0].state, SLOT_PENDING);
+    assert_null(l->slots[0].server);
+    assert_int_equal(l->stats.reissued, 1);
+    assert_int_equal(l->stats.failovers, 1);
+
+    /* Nothing new: applying the same generation again changes nothing. */
+    resolve_apply(l);
+    assert_int_equal(l->num_servers, 3);
+    /* It comes back: the same server entry is used again. */
+    strcpy(d.addrs[2], "ipv4:10.0.0.1:7878");
+    d.num_addrs = 3;
+    d.gen = 3;
+    resolve_apply(l);
+    assert_int_equal(l->num_servers, 3);
+    assert_false(l->servers[0].removed);
+    free(d.addrs);
+    free(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -475,7 +534,7 @@ int main(void)
         cmocka_unit_test(test_plan_ranks),        cmocka_unit_test(test_plan_invalid),
         cmocka_unit_test(test_f16_bf16_rounding), cmocka_unit_test(test_normalize_host_all),
         cmocka_unit_test(test_wire_batch),        cmocka_unit_test(test_config_validation),
-        cmocka_unit_test(test_resolve_parse),
+        cmocka_unit_test(test_resolve_parse),     cmocka_unit_test(test_resolve_apply),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
