@@ -1,76 +1,115 @@
 #!/usr/bin/env bash
-# gpu_suite.sh OUTDIR — the whole starvation comparison on the GPU machine,
-# run from a bundle made by bench/make_gpu_bundle.sh (this script sits in it).
+# gpu_suite.sh OUTDIR [STAGE...] — every GPU test and benchmark in one go, on
+# the GPU machine, from a bundle made by bench/make_gpu_bundle.sh (this script
+# sits in it). Stages (default: all, in this order):
+#   client   test_client_gpu: normalize kernel vs host reference, copy/compute
+#            overlap timeline, next() CPU cost (libfeedclient, issue 4)
+#   preproc  feed-preproc-bench (1 and N threads, with the full-decode
+#            reference) and torchvision's transform (1 and N processes) on the
+#            same original JPEGs
+#   wire     feed-wire-bench: one server as threads grow (wire only and with
+#            preprocessing), then several servers -> one client
+#   e2e      feed-bench sync / local / remote per model preset
+# Each stage writes OUTDIR/<stage>/; a short table of everything comes last.
 #
-# Layout on a 16-core host with one GPU:
-#   CPUs 0-3   the "GPU host": the training process — its training thread, the
-#              local source's 4 loader threads and libfeedclient's receivers —
-#              limited to 4 cores, as a job gets on a busy shared 8-GPU node
-#              (about 4 spare cores per GPU once other jobs' processes run);
+# e2e layout on a 16-core host with one GPU:
+#   CPUs 0-3   the "GPU host": the training process (training thread, the
+#              local source's 4 loader threads, libfeedclient's receivers),
+#              limited to 4 cores, as a job gets on a busy shared 8-GPU node;
 #   CPUs 4-9, 10-15   two feedd servers, 6 worker threads each, pinned.
-# For each model preset (GPU time per image of a real training step), runs
-# sync, local and remote on the same data with the same seed, writes
-# OUTDIR/<model>/{summary.csv,summary.json,batches.csv,nvml.csv,*.png,table.txt}
-# and prints a short table of all of them last.
+# Data: the bundle's original ImageNet JPEGs, packed unchanged by feed-pack,
+# each image listed REPEAT times (repeat_pack.py) so an epoch has a realistic
+# number of batches; the same data, transform and seed for every source.
 #
-# Settings by environment: MODELS ("resnet50 resnet18 vit-b16"), SECONDS_PER
-# (20), BATCH (256), LOADER_CPUS (0-3), LOCAL_THREADS (4), SERVER_CPUS
-# (4-9:10-15), SERVERS (2), SERVER_THREADS (6), DATA (the bundle's pack),
-# FEED_BENCH_ARGS (appended to every feed-bench call, e.g. "--unordered").
-set -euo pipefail
+# Settings by environment: MODELS ("resnet50 resnet18"), SECONDS_PER (10),
+# BATCH (256), LOADER_CPUS (0-3), LOCAL_THREADS (4), SERVER_CPUS (4-9:10-15),
+# SERVERS (2), SERVER_THREADS (6), REPEAT (40), PREPROC_SECONDS (5),
+# WIRE_SECONDS (3), FEED_BENCH_ARGS (appended to every feed-bench call).
+set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-out=${1:?usage: gpu_suite.sh OUTDIR}
+out=${1:?usage: gpu_suite.sh OUTDIR [client preproc wire e2e]}
+shift
+stages=${*:-client preproc wire e2e}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-
-models=${MODELS:-resnet50 resnet18 vit-b16}
-seconds=${SECONDS_PER:-20}
-batch=${BATCH:-256}
-loader_cpus=${LOADER_CPUS:-0-3}
-local_threads=${LOCAL_THREADS:-4}
-server_cpus=${SERVER_CPUS:-4-9:10-15}
-servers=${SERVERS:-2}
-server_threads=${SERVER_THREADS:-6}
-data=${DATA:-$here/data/imagenet-sample-400-x50.pack}
-
-if [ "$(nproc --all)" -lt 16 ]; then
-  echo "gpu_suite: this host has $(nproc --all) CPUs; set LOADER_CPUS/SERVER_CPUS to fit" >&2
+export PATH="$here/bin:$PATH"
+bin=$here/bin
+tree=$here/data/tree
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+{ nvidia-smi || true; nproc --all; uname -a; grep -m1 'model name' /proc/cpuinfo; } \
+  > "$out/host.txt" 2>&1
+if [ ! -d "$tree" ]; then
+  tree=$work/tree
+  feed-gen-dataset "$tree" --classes 100 --per-class 3 > /dev/null
 fi
-if [ ! -e "$data" ]; then
-  data=$out/data-default
-  [ -d "$data" ] || "$here/bin/feed-gen-dataset" "$data" --classes 100 --per-class 20
-fi
-{ nvidia-smi || true; nproc --all; uname -a; } > "$out/host.txt" 2>&1
+stamp() { echo "== $(date -u +%T) $*" >&2; }
 
-for m in $models; do
-  mkdir -p "$out/$m"
-  taskset -c "$loader_cpus" "$here/bin/feed-bench" --device cuda --model "$m" --data "$data" \
-    --out "$out/$m" --batch "$batch" --seconds "$seconds" --local-threads "$local_threads" \
-    --spawn-servers "$servers" --server-threads "$server_threads" --server-cpus "$server_cpus" \
-    --feedd "$here/bin/feedd" ${FEED_BENCH_ARGS:-} 2> "$out/$m/stderr.log" | tee "$out/$m/table.txt" ||
-    echo "gpu_suite: feed-bench failed for $m (see $out/$m/stderr.log)" >&2
-  python3 "$here/plot.py" "$out/$m" || echo "gpu_suite: plots for $m failed" >&2
+stage_client() {
+  stamp "client: test_client_gpu"
+  mkdir -p "$out/client" "$work/fake-build/server/tools"
+  ln -sf "$bin/feedd" "$work/fake-build/server/feedd"
+  ln -sf "$bin/feed-gen-dataset" "$work/fake-build/server/tools/feed-gen-dataset"
+  FEED_BUILD_DIR=$work/fake-build "$bin/test_client_gpu" > "$out/client/test_client_gpu.txt" 2>&1
+  echo "rc=$?" >> "$out/client/test_client_gpu.txt"
+}
+
+stage_preproc() {
+  local secs=${PREPROC_SECONDS:-5}
+  mkdir -p "$out/preproc"
+  stamp "preproc: engine on the original JPEGs"
+  feed-preproc-bench "$tree" --seconds "$secs" --json "$out/preproc/preproc.jsonl" \
+    > "$out/preproc/engine.txt" 2>&1
+  stamp "preproc: torchvision on the same JPEGs"
+  python3 "$here/torchvision_bench.py" "$tree" --warmup --seconds "$secs" \
+    --json "$out/preproc/torchvision.jsonl" > "$out/preproc/torchvision.txt" 2>&1
+  python3 "$here/ratio.py" "$out/preproc/preproc.jsonl" "$out/preproc/torchvision.jsonl" \
+    > "$out/preproc/ratio.txt" 2>&1
+}
+
+stage_wire() {
+  local secs=${WIRE_SECONDS:-3}
+  mkdir -p "$out/wire"
+  stamp "wire: one server, threads 1,4,8,16"
+  feed-wire-bench --dataset "$tree" --threads 1,4,8,16 --streams 4 --seconds "$secs" --warmup 1 \
+    --feedd "$bin/feedd" --csv "$out/wire/wire.csv" > "$out/wire/scaling.txt" 2>&1
+  stamp "wire: 4 servers x 3 threads -> one client, wire only"
+  feed-wire-bench --dataset "$tree" --servers 4 --streams 2 --threads 3 --mode cache \
+    --seconds "$secs" --warmup 1 --feedd "$bin/feedd" --csv "$out/wire/wire.csv" \
+    > "$out/wire/multi.txt" 2>&1
+}
+
+stage_e2e() {
+  local data=$work/e2e.pack
+  feed-pack "$tree" "$work/plain.pack" > /dev/null &&
+    python3 "$here/repeat_pack.py" "$work/plain.pack" "$data" --times "${REPEAT:-40}" > /dev/null
+  for m in ${MODELS:-resnet50 resnet18}; do
+    stamp "e2e: $m"
+    mkdir -p "$out/e2e/$m"
+    taskset -c "${LOADER_CPUS:-0-3}" "$bin/feed-bench" --device cuda --model "$m" --data "$data" \
+      --out "$out/e2e/$m" --batch "${BATCH:-256}" --seconds "${SECONDS_PER:-10}" \
+      --local-threads "${LOCAL_THREADS:-4}" --spawn-servers "${SERVERS:-2}" \
+      --server-threads "${SERVER_THREADS:-6}" --server-cpus "${SERVER_CPUS:-4-9:10-15}" \
+      --feedd "$bin/feedd" ${FEED_BENCH_ARGS:-} 2> "$out/e2e/$m/stderr.log" \
+      > "$out/e2e/$m/table.txt" || echo "gpu_suite: feed-bench failed for $m" >&2
+    python3 "$here/plot.py" "$out/e2e/$m" > /dev/null 2>&1 || echo "gpu_suite: plots for $m failed" >&2
+  done
+}
+
+for s in $stages; do
+  "stage_$s"
 done
 
-python3 - "$out" $models <<'PY'
-import json, sys, os
-out, models = sys.argv[1], sys.argv[2:]
-print("\n== feed-bench GPU suite: loader CPUs %s, local threads %s, servers %s ==" % (
-    os.environ.get("LOADER_CPUS", "0-3"), os.environ.get("LOCAL_THREADS", "4"),
-    os.environ.get("SERVER_CPUS", "4-9:10-15")))
-print("%-9s %-7s %9s %7s %9s %9s %9s %9s %7s" % ("model", "source", "images/s", "x sync",
-      "gpu busy", "nvml util", "wait p99", "wait max", "loader"))
-for m in models:
-    try:
-        s = json.load(open(os.path.join(out, m, "summary.json")))
-    except (OSError, ValueError) as e:
-        print("%-9s no results (%s)" % (m, e)); continue
-    sync = next((r["images_per_s"] for r in s["runs"] if r["source"] == "sync" and r["status"] == "ok"), 0)
-    for r in s["runs"]:
-        if r["status"] != "ok":
-            print("%-9s %-7s FAILED %s" % (m, r["source"], r["error"])); continue
-        util = "%.1f%%" % r["nvml_util_mean"] if r["nvml_util_mean"] is not None else "n/a"
-        print("%-9s %-7s %9.0f %7s %8.1f%% %9s %7.2fms %7.2fms %7.2f" % (
-            m, r["source"], r["images_per_s"], "%.2f" % (r["images_per_s"] / sync) if sync else "-",
-            100 * r["gpu_busy"], util, r["wait_p99_ms"], r["wait_max_ms"], r["loader_cores"]))
-PY
+echo
+echo "#### feedd GPU suite ($(nproc --all) CPUs): stages $stages"
+for s in $stages; do
+  case $s in
+    client) echo "## client"; tail -n 12 "$out/client/test_client_gpu.txt" ;;
+    preproc) echo "## preproc (engine vs torchvision, same JPEGs)"; cat "$out/preproc/ratio.txt" ;;
+    wire) echo "## wire"; cat "$out/wire/scaling.txt" "$out/wire/multi.txt" | grep -v '^#' | tail -n 20 ;;
+    e2e)
+      echo "## e2e"
+      for m in ${MODELS:-resnet50 resnet18}; do echo "# $m"; cat "$out/e2e/$m/table.txt"; done ;;
+  esac
+done

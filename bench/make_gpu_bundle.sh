@@ -1,29 +1,34 @@
 #!/usr/bin/env bash
 # bench/make_gpu_bundle.sh DIR [BUILD_DIR]
 #
-# Makes a self-contained folder to run the GPU comparison on the GPU machine
-# (which has the CUDA libraries, NVML and python3 with matplotlib, but no
-# gRPC, protobuf-c or libjpeg-turbo and no package registry):
-#   DIR/bin   feed-bench, feedd, feed-pack, feed-gen-dataset (debug info stripped)
-#   DIR/lib   their shared libraries, minus the C library family, the loader,
-#             libstdc++/libgcc_s (the GPU machine's are newer) and the CUDA/NVML
-#             libraries (the GPU machine has its own in /usr/local/cuda/lib64)
-#   DIR/data  the ImageNet sample ($FEED_SAMPLE_DIR) packed and re-encoded to a
-#             longer side of at most 400 px, quality 90, 4:2:0 (originals are
-#             110 MB and do not fit the 60 MiB budget), each image listed 50
-#             times (bench/e2e/repeat_pack.py) so an epoch is 195 batches of 256
-#   DIR/gpu_suite.sh, plot.py, calibrate_presets.py
-# Build first with CUDA (scripts/build.sh build): feed-bench must have its CUDA step.
+# The one folder every GPU test and benchmark runs from on the GPU machine
+# (which has the CUDA libraries, NVML and python3 with torch, torchvision and
+# matplotlib, but no gRPC, protobuf-c or libjpeg-turbo, and no package
+# registry); bench/gpu_suite.sh, copied into it, runs them all:
+#   DIR/bin    feed-bench, feedd, feed-pack, feed-gen-dataset, feed-preproc-bench,
+#              feed-wire-bench, feed-client-probe, test_client_gpu (debug info stripped)
+#   DIR/lib    their shared libraries, minus the C library family, the loader,
+#              libstdc++/libgcc_s and the CUDA/NVML libraries (the GPU machine
+#              has its own, see ../shared/notes/gpu.md)
+#   DIR/data/tree  original ImageNet JPEGs from $FEED_SAMPLE_DIR, unchanged:
+#              every image of the first DATA_CLASSES classes (default 300,
+#              one image each; the whole 110 MB sample does not fit the 64 MiB
+#              a device call carries). The suite packs them there.
+#   DIR/*.sh, *.py  the suite and the scripts it calls
+# Build first with CUDA (scripts/build.sh BUILD_DIR -DCMAKE_BUILD_TYPE=Release).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:?usage: make_gpu_bundle.sh DIR [BUILD_DIR]}
 build=${2:-$root/build}
 sample=${FEED_SAMPLE_DIR:-$root/../shared/datasets/imagenet-sample}
-max_mib=60
+classes=${DATA_CLASSES:-300}
+max_mib=62
 
 rm -rf "$dir"
 mkdir -p "$dir/bin" "$dir/lib" "$dir/data"
-for b in bench/e2e/feed-bench server/feedd server/tools/feed-pack server/tools/feed-gen-dataset; do
+for b in bench/e2e/feed-bench server/feedd server/tools/feed-pack server/tools/feed-gen-dataset \
+         bench/preproc/feed-preproc-bench bench/wire/feed-wire-bench client/feed-client-probe \
+         tests/client/test_client_gpu; do
   [ -x "$build/$b" ] || { echo "make_gpu_bundle: $build/$b missing; build first" >&2; exit 1; }
   cp -L "$build/$b" "$dir/bin/"
   strip --strip-debug "$dir/bin/$(basename "$b")"
@@ -43,21 +48,23 @@ for b in "$dir"/bin/*; do ldd "$b" | awk '/=> \//{print $3}'; done | sort -u |
     cp -L "$lib" "$dir/lib/"
   done
 
-cp "$root/bench/gpu_suite.sh" "$root/bench/plot.py" "$root/bench/e2e/calibrate_presets.py" "$dir/"
+cp "$root/bench/gpu_suite.sh" "$root/bench/plot.py" "$root/bench/e2e/calibrate_presets.py" \
+   "$root/bench/e2e/repeat_pack.py" "$root/bench/preproc/torchvision_bench.py" \
+   "$root/bench/preproc/ratio.py" "$dir/"
 if [ -d "$sample" ]; then
-  "$dir/bin/feed-pack" "$sample" "$dir/data/sample-400.pack" --max-side 400 \
-    --quality 90 --subsample 420 --threads "$(nproc)"
-  # 50 index entries per image (own crop and flip each): epochs of 195 batches of 256.
-  python3 "$root/bench/e2e/repeat_pack.py" "$dir/data/sample-400.pack" \
-    "$dir/data/imagenet-sample-400-x50.pack" --times 50
-  rm "$dir/data/sample-400.pack"
+  find "$sample" -mindepth 1 -maxdepth 1 -type d | sort | head -n "$classes" |
+    while read -r c; do
+      mkdir -p "$dir/data/tree/$(basename "$c")"
+      cp "$c"/* "$dir/data/tree/$(basename "$c")/"
+    done
 else
   echo "make_gpu_bundle: no ImageNet sample at $sample; the suite will use a generated dataset" >&2
 fi
 
 size=$(du -sm "$dir" | cut -f1)
-echo "make_gpu_bundle: $dir is ${size} MiB ($(ls "$dir/lib" | wc -l) libraries)"
+echo "make_gpu_bundle: $dir is ${size} MiB ($(ls "$dir/lib" | wc -l) libraries," \
+     "$(find "$dir/data" -type f | wc -l) images)"
 if [ "$size" -gt "$max_mib" ]; then
-  echo "make_gpu_bundle: over the ${max_mib} MiB budget" >&2
+  echo "make_gpu_bundle: over the ${max_mib} MiB budget; lower DATA_CLASSES" >&2
   exit 1
 fi
