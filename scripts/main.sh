@@ -5,6 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
-scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
-build/bench/e2e/feed-bench --out out/main "$@"
+scripts/build.sh build-main -DCMAKE_BUILD_TYPE=Release -DFEED_WERROR=ON
+build-main/bench/e2e/feed-bench --out out/main "$@"
 python3 bench/plot.py out/main

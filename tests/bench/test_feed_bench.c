@@ -56,7 +56,9 @@ static int run_argv(const char *const *argv, const char *log_path)
 static char *slurp(const char *dir, const char *name)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int len = snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (len < 0 || (size_t)len >= sizeof path)
+        return NULL;
     FILE *f = fopen(path, "r");
     if (!f)
         return NULL;

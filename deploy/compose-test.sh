@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# deploy/compose-test.sh: builds both images and runs deploy/compose.yaml with
+# podman on a machine without a GPU (feed-bench on plain Debian: CPU step),
+# then checks that every source delivered batches. Needs root and the
+# packages podman, runc, debootstrap, podman-compose; no image registry:
+# the Debian base image is made locally once (debootstrap) and kept.
+# See ../shared/notes/containers.md for why runc and no default ulimits.
+set -euo pipefail
+cd "$(dirname "$0")"
+if ! podman image exists docker.io/library/debian:bookworm-slim; then
+  rootfs=$(mktemp -d)
+  debootstrap --variant=minbase bookworm "$rootfs" > /dev/null
+  tar -C "$rootfs" -c . | podman import - localhost/debian-base:bookworm
+  podman tag localhost/debian-base:bookworm docker.io/library/debian:bookworm-slim
+  rm -rf "$rootfs"
+fi
+export BENCH_BASE=debian:bookworm-slim BENCH_SECONDS=${BENCH_SECONDS:-5}
+rm -rf out && mkdir -p out
+podman build --pull=never -q -f ../docker/feedd.Dockerfile -t localhost/feedd:latest ..
+podman build --pull=never -q -f ../docker/bench.Dockerfile --build-arg BASE="$BENCH_BASE" \
+  -t localhost/feed-bench:latest ..
+trap 'podman-compose -f compose.yaml down > /dev/null 2>&1 || true' EXIT
+podman-compose -f compose.yaml up --no-build --exit-code-from bench > out/compose.log 2>&1 || {
+  tail -n 40 out/compose.log; exit 1; }
+python3 - out/summary.json <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+runs = {r["source"]: r for r in s["runs"]}
+for src in ("sync", "local", "remote"):
+    r = runs.get(src)
+    assert r and r["status"] == "ok" and r["images"] > 0, "source %s: %r" % (src, r)
+    print("%-7s %8.1f images/s  (%s step)" % (src, r["images_per_s"], s.get("device", "?")))
+print("compose test: passed")
+PY
