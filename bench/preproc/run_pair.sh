@@ -4,7 +4,7 @@
 # it (plain, and re-encoded to max side 320 and 256, quality 90, 4:2:0; made
 # in $PACK_DIR, default /tmp/preproc-packs). Writes OUT_DIR/preproc.jsonl,
 # OUT_DIR/preproc.csv, OUT_DIR/torchvision.jsonl and OUT_DIR/ratio.txt.
-# Run from a bundle (make_bundle.sh) or with the build's binaries on PATH.
+# Run with the build's binaries (or bench/make_gpu_bundle.sh's bin/) on PATH.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 tree=$1 out=${2:-preproc-results} secs=${3:-10}
