@@ -238,10 +238,13 @@ int feed_loader_open(const feed_loader_config *cfg, feed_loader **out)
 
     pthread_mutex_lock(&l->mu);
     rc = wait_dataset(l);
+    client_plan plan, ahead;
     if (!rc)
-        rc = sched_reset_epoch(l, cfg->epoch, cfg->start_batch);
-    if (!rc)
+        rc = sched_build_plans(l, cfg->epoch, cfg->start_batch, false, &plan, &ahead);
+    if (!rc) {
+        sched_reset_epoch(l, cfg->epoch, cfg->start_batch, false, &plan, &ahead);
         sched_dispatch(l);
+    }
     pthread_mutex_unlock(&l->mu);
     if (rc)
         goto out;
@@ -264,6 +267,7 @@ void feed_loader_close(feed_loader *l)
     sched_free_slots(l);
     client_gpu_close(l->gpu);
     client_plan_free(&l->plan);
+    client_plan_free(&l->ahead);
     if (l->targets) {
         for (size_t i = 0; i < l->cfg.num_targets; i++)
             free(l->targets[i]);
@@ -283,7 +287,8 @@ static slot *ready_slot(loader *l)
     slot *best = NULL;
     for (uint32_t i = 0; i < l->num_slots; i++) {
         slot *sl = &l->slots[i];
-        if (sl->state != SLOT_READY)
+        /* A prefetched batch of the next epoch waits for set_epoch. */
+        if (sl->state != SLOT_READY || sl->epoch != l->epoch)
             continue;
         if (l->cfg.ordered) {
             if (sl->batch_number == l->next_deliver)
@@ -393,19 +398,30 @@ int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch)
 {
     if (!l)
         return FEED_EINVAL;
+    /* Only this thread changes the epoch and the plans (loader_impl.h), so the
+     * permutations are drawn without mu: receivers keep landing meanwhile. */
+    bool keep = sched_keeps_ahead(l, epoch, start_batch);
+    client_plan plan, ahead;
+    int rc = sched_build_plans(l, epoch, start_batch, keep, &plan, &ahead);
+    if (rc)
+        goto out;
     pthread_mutex_lock(&l->mu);
+    /* A batch being written unlocked must not turn READY after its epoch is
+     * dropped; prefetched batches that are kept may go on landing. */
     for (;;) {
         bool landing = false;
-        for (uint32_t i = 0; i < l->num_slots; i++)
-            landing = landing || l->slots[i].state == SLOT_LANDING;
+        for (uint32_t i = 0; i < l->num_slots; i++) {
+            const slot *sl = &l->slots[i];
+            landing = landing || (sl->state == SLOT_LANDING && sched_drops_slot(sl, epoch, keep));
+        }
         if (!landing)
             break;
         wait_ns(l, 10000000u);
     }
-    int rc = sched_reset_epoch(l, epoch, start_batch);
-    if (!rc)
-        sched_dispatch(l);
+    sched_reset_epoch(l, epoch, start_batch, keep, &plan, &ahead);
+    sched_dispatch(l);
     pthread_mutex_unlock(&l->mu);
+out:
     return rc;
 }
 

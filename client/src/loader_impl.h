@@ -70,6 +70,7 @@ typedef enum slot_state {
 typedef struct slot {
     slot_state state;      /* [mu] */
     uint64_t batch_number; /* [mu] */
+    uint32_t epoch;        /* [mu] l->epoch, or l->epoch + 1 for a prefetched batch */
     uint64_t request_id;   /* [mu] batch_id of the live request */
     uint32_t n;            /* [mu] */
     server *server;        /* [mu] while INFLIGHT/LANDING */
@@ -179,9 +180,13 @@ struct feed_loader {
     uint32_t describe_done; /* [mu] Describe calls finished, any outcome */
 
     /* The epoch. */
+    /* plan, epoch and ahead change only in open and set_epoch, on the training
+     * thread, which may therefore read them without mu. */
     client_plan plan;      /* [mu] */
     uint32_t epoch;        /* [mu] */
     uint64_t next_assign;  /* [mu] next batch number to put in a slot */
+    client_plan ahead;     /* [mu] plan of epoch + 1, prefetched once plan is all assigned */
+    uint64_t ahead_assign; /* [mu] next batch number of ahead to put in a slot */
     uint64_t next_deliver; /* [mu] ordered: next batch number next() returns */
     uint64_t delivered;    /* [mu] this epoch */
     uint64_t to_deliver;   /* [mu] batches - start_batch */
@@ -205,7 +210,7 @@ struct feed_loader {
 
 void client_log(loader *l, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* sched.c — all with mu held. */
+/* sched.c — with mu held, except where said. */
 void sched_dispatch(loader *l);
 void sched_fail_server(loader *l, server *s, const char *why);
 void sched_check_deadlines(loader *l, uint64_t now);
@@ -213,7 +218,21 @@ void sched_check_deadlines(loader *l, uint64_t now);
  * arrived on s's stream call `from`. */
 void sched_on_batch(receiver *rx, server *s, const call_ctx *from, grpc_byte_buffer *bb);
 void sched_free_slots(loader *l);
-int sched_reset_epoch(loader *l, uint32_t epoch, uint64_t start_batch);
+/* Whether set_epoch(epoch, start_batch) continues into the prefetched epoch
+ * (epoch + 1 of the current one, from batch 0) instead of dropping everything.
+ * Training thread, mu held or not. */
+bool sched_keeps_ahead(const loader *l, uint32_t epoch, uint64_t start_batch);
+/* Whether that set_epoch drops sl's batch (sl not handed out). */
+bool sched_drops_slot(const slot *sl, uint32_t epoch, bool keep);
+/* The plans that set_epoch needs: *plan for epoch (left empty if keep: the
+ * prefetched plan becomes current) and *ahead for epoch + 1 (empty for the
+ * last epoch). Reads only what open fixed, so it may run without mu, on the
+ * training thread. 0, FEED_EINVAL (start_batch past the end), FEED_ENOMEM. */
+int sched_build_plans(const loader *l, uint32_t epoch, uint64_t start_batch, bool keep,
+                      client_plan *plan, client_plan *ahead);
+/* Switches to them, taking them over. mu held; no slot it drops is LANDING. */
+void sched_reset_epoch(loader *l, uint32_t epoch, uint64_t start_batch, bool keep,
+                       client_plan *plan, client_plan *ahead);
 
 /* conn.c */
 int conn_start(loader *l); /* starts the receiver threads */

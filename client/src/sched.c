@@ -2,7 +2,8 @@
  * Scheduling: delivery slots, which batch goes to which server, failover,
  * and landing a received batch into its slot. Everything here runs with the
  * loader's mu held (see loader_impl.h), except the body of land(), which a
- * receiver thread runs unlocked on a slot in SLOT_LANDING.
+ * receiver thread runs unlocked on a slot in SLOT_LANDING, and the plan
+ * building of set_epoch (training thread, sched_build_plans).
  *
  * A slot carries one batch from the moment it is planned until the caller
  * releases it; a re-issued batch keeps its slot, so the memory bound is
@@ -10,6 +11,11 @@
  * CLIENT_MAX_SLOTS. Each request gets a fresh batch_id; a reply is accepted
  * only if its batch_id is the live request of an INFLIGHT slot on the stream
  * it arrived on, so late duplicates and replies to dropped epochs are ignored.
+ *
+ * Across an epoch boundary: once every batch of the epoch has a slot, spare
+ * capacity goes to batches of epoch + 1 (l->ahead, from batch 0), so the next
+ * epoch does not start with nothing in flight. Those slots carry their own
+ * epoch; next() never hands them out, and set_epoch(epoch + 1, 0) adopts them.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,15 +117,16 @@ static slot *free_slot(loader *l)
     return sl;
 }
 
-static void assign(loader *l, slot *sl, uint64_t batch_number)
+static void assign(slot *sl, const client_plan *plan, uint32_t epoch, uint64_t batch_number)
 {
     const uint32_t *samples;
     uint32_t n;
-    client_plan_batch(&l->plan, batch_number, &samples, &n);
+    client_plan_batch(plan, batch_number, &samples, &n);
     for (uint32_t i = 0; i < n; i++)
         sl->indices[i] = samples[i];
     sl->n = n;
     sl->batch_number = batch_number;
+    sl->epoch = epoch;
     sl->server = NULL;
     sl->result = 0;
     sl->state = SLOT_PENDING;
@@ -142,13 +149,22 @@ static server *pick_server(loader *l)
     return best;
 }
 
+/* In plan order, this epoch's batches before the next epoch's: a re-issued
+ * batch next() waits for must not queue behind prefetched ones. */
 static slot *first_pending(loader *l)
 {
     slot *best = NULL;
+    bool best_ahead = false;
     for (uint32_t i = 0; i < l->num_slots; i++) {
         slot *sl = &l->slots[i];
-        if (sl->state == SLOT_PENDING && (!best || sl->batch_number < best->batch_number))
+        if (sl->state != SLOT_PENDING)
+            continue;
+        bool ahead = sl->epoch != l->epoch;
+        if (!best || (!ahead && best_ahead) ||
+            (ahead == best_ahead && sl->batch_number < best->batch_number)) {
             best = sl;
+            best_ahead = ahead;
+        }
     }
     return best;
 }
@@ -168,7 +184,16 @@ void sched_dispatch(loader *l)
         slot *sl = free_slot(l);
         if (!sl)
             break;
-        assign(l, sl, l->next_assign++);
+        assign(sl, &l->plan, l->epoch, l->next_assign++);
+        in_use++;
+    }
+    /* Same bound as above: prefetching the next epoch never takes more slots. */
+    while (l->next_assign == l->plan.batches && l->ahead.samples &&
+           l->ahead_assign < l->ahead.batches && in_use < cap) {
+        slot *sl = free_slot(l);
+        if (!sl)
+            break;
+        assign(sl, &l->ahead, l->epoch + 1, l->ahead_assign++);
         in_use++;
     }
     for (;;) {
@@ -177,7 +202,7 @@ void sched_dispatch(loader *l)
         if (!s)
             break;
         uint64_t id = ++l->request_seq;
-        grpc_byte_buffer *bb = wire_pack_request(NULL, id, l->epoch, sl->indices, sl->n);
+        grpc_byte_buffer *bb = wire_pack_request(NULL, id, sl->epoch, sl->indices, sl->n);
         if (!bb) {
             l->fatal = FEED_ENOMEM;
             break;
@@ -290,7 +315,7 @@ static int land(loader *l, slot *sl, const Feed__V1__Batch *b, uint64_t *counts)
     fb->indices = sl->indices;
     fb->status = sl->status;
     fb->batch_number = sl->batch_number;
-    fb->epoch = l->epoch; /* stable: set_epoch waits while a slot is LANDING */
+    fb->epoch = sl->epoch;
     fb->substituted = substituted;
     if (l->gpu) {
         if (client_gpu_slot_submit(l->gpu, sl->gpu, sl->raw, sl->labels, n, l->cfg.layout,
@@ -343,7 +368,7 @@ void sched_on_batch(receiver *rx, server *s, const call_ctx *from, grpc_byte_buf
     }
     sl->state = SLOT_LANDING;
     wire_expect e = {.batch_id = r.id,
-                     .epoch = l->epoch,
+                     .epoch = sl->epoch,
                      .indices = sl->indices,
                      .n = sl->n,
                      .h = l->cfg.transform.out_h,
@@ -403,28 +428,67 @@ out:
     wire_batch_reader_destroy(&r);
 }
 
-int sched_reset_epoch(loader *l, uint32_t epoch, uint64_t start_batch)
+bool sched_keeps_ahead(const loader *l, uint32_t epoch, uint64_t start_batch)
 {
-    client_plan plan;
-    int rc = client_plan_build(&plan, l->num_samples, l->cfg.seed, epoch, l->cfg.rank, l->cfg.world,
-                               l->cfg.batch_size, l->cfg.drop_last);
-    if (rc)
-        return rc;
-    if (start_batch > plan.batches) {
-        client_plan_free(&plan);
-        return FEED_EINVAL;
+    return start_batch == 0 && l->ahead.samples && l->epoch != UINT32_MAX && epoch == l->epoch + 1;
+}
+
+bool sched_drops_slot(const slot *sl, uint32_t epoch, bool keep)
+{
+    if (sl->state == SLOT_FREE || sl->state == SLOT_HANDED)
+        return false;
+    return !keep || sl->epoch != epoch;
+}
+
+int sched_build_plans(const loader *l, uint32_t epoch, uint64_t start_batch, bool keep,
+                      client_plan *plan, client_plan *ahead)
+{
+    const feed_loader_config *c = &l->cfg;
+    int rc = 0;
+    memset(plan, 0, sizeof(*plan));
+    memset(ahead, 0, sizeof(*ahead));
+    if (!keep) {
+        rc = client_plan_build(plan, l->num_samples, c->seed, epoch, c->rank, c->world,
+                               c->batch_size, c->drop_last);
+        if (!rc && start_batch > plan->batches)
+            rc = FEED_EINVAL;
     }
+    /* The last representable epoch has no next one to prefetch. */
+    if (!rc && epoch != UINT32_MAX)
+        rc = client_plan_build(ahead, l->num_samples, c->seed, epoch + 1, c->rank, c->world,
+                               c->batch_size, c->drop_last);
+    if (rc) {
+        client_plan_free(plan);
+        client_plan_free(ahead);
+    }
+    return rc;
+}
+
+void sched_reset_epoch(loader *l, uint32_t epoch, uint64_t start_batch, bool keep,
+                       client_plan *plan, client_plan *ahead)
+{
     for (uint32_t i = 0; i < l->num_slots; i++) {
         slot *sl = &l->slots[i];
-        if (sl->state == SLOT_PENDING || sl->state == SLOT_INFLIGHT || sl->state == SLOT_READY)
+        if (sched_drops_slot(sl, epoch, keep))
             sl->state = SLOT_FREE;
     }
-    client_plan_free(&l->plan);
-    l->plan = plan;
+    if (keep) {
+        /* The prefetched epoch becomes this one; its slots are already counted as assigned. */
+        client_plan_free(&l->plan);
+        l->plan = l->ahead;
+        l->next_assign = l->ahead_assign;
+    } else {
+        client_plan_free(&l->plan);
+        client_plan_free(&l->ahead);
+        l->plan = *plan;
+        l->next_assign = start_batch;
+    }
+    l->ahead = *ahead;
+    l->ahead_assign = 0;
+    memset(plan, 0, sizeof(*plan));
+    memset(ahead, 0, sizeof(*ahead));
     l->epoch = epoch;
-    l->next_assign = start_batch;
     l->next_deliver = start_batch;
     l->delivered = 0;
-    l->to_deliver = plan.batches - start_batch;
-    return 0;
+    l->to_deliver = l->plan.batches - start_batch;
 }

@@ -171,7 +171,11 @@ int feed_loader_next(feed_loader *l, feed_batch **out);
  * passed this point. */
 int feed_loader_release(feed_loader *l, feed_batch *b, void *stream);
 /* Start another epoch (or resume one) at start_batch. Drops batches not yet
- * handed out; batches the caller holds stay valid until released. */
+ * handed out; batches the caller holds stay valid until released. Once every
+ * batch of an epoch is requested, spare slots and window fetch the next epoch
+ * from batch 0 (next() still ends the epoch with FEED_EEOF): set_epoch(epoch
+ * + 1, 0) keeps that work, so the next epoch starts without a stall; any
+ * other epoch or start_batch drops it. */
 int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch);
 /* Batches this rank gets per epoch, and samples in the dataset. */
 uint64_t feed_loader_batches_per_epoch(const feed_loader *l);
