@@ -9,7 +9,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +17,7 @@
 
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "feed/strutil.h"
 
 typedef enum key_type {
     KEY_STR,
@@ -84,16 +84,6 @@ static const key_def keys[] = {
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 
-static void set_err(char *err, size_t cap, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t cap, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-}
-
 int feedd_parse_bytes(const char *s, uint64_t *out)
 {
     char *end = NULL;
@@ -135,33 +125,20 @@ int feedd_parse_bytes(const char *s, uint64_t *out)
     return 0;
 }
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end = NULL;
-    if (!s || !isdigit((unsigned char)s[0]))
-        return FEED_EINVAL;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0')
-        return FEED_EINVAL;
-    *out = v;
-    return 0;
-}
-
 static int add_dataset(feedd_config *cfg, const char *value, char *err, size_t cap)
 {
     const char *eq = strchr(value, '=');
     if (!eq || eq == value || eq[1] == '\0') {
-        set_err(err, cap, "dataset: expected NAME=PATH, got '%s'", value);
+        feed_set_err(err, cap, "dataset: expected NAME=PATH, got '%s'", value);
         return FEED_EINVAL;
     }
     size_t nlen = (size_t)(eq - value);
     if (nlen >= FEEDD_NAME_MAX || strlen(eq + 1) >= FEEDD_PATH_MAX) {
-        set_err(err, cap, "dataset: name or path too long in '%s'", value);
+        feed_set_err(err, cap, "dataset: name or path too long in '%s'", value);
         return FEED_EINVAL;
     }
     if (cfg->n_datasets >= FEEDD_MAX_DATASETS) {
-        set_err(err, cap, "dataset: more than %d datasets", FEEDD_MAX_DATASETS);
+        feed_set_err(err, cap, "dataset: more than %d datasets", FEEDD_MAX_DATASETS);
         return FEED_EINVAL;
     }
     feedd_dataset_arg *d = &cfg->datasets[cfg->n_datasets];
@@ -169,7 +146,7 @@ static int add_dataset(feedd_config *cfg, const char *value, char *err, size_t c
     d->name[nlen] = '\0';
     for (size_t i = 0; i < cfg->n_datasets; i++) {
         if (strcmp(cfg->datasets[i].name, d->name) == 0) {
-            set_err(err, cap, "dataset: name '%s' given twice", d->name);
+            feed_set_err(err, cap, "dataset: name '%s' given twice", d->name);
             return FEED_EINVAL;
         }
     }
@@ -189,7 +166,7 @@ static int apply(feedd_config *cfg, const key_def *k, const char *value, char *e
         return add_dataset(cfg, value, err, cap);
     case KEY_STR:
         if (strlen(value) >= k->size) {
-            set_err(err, cap, "%s: value longer than %zu bytes", k->name, k->size - 1);
+            feed_set_err(err, cap, "%s: value longer than %zu bytes", k->name, k->size - 1);
             return FEED_EINVAL;
         }
         memcpy(base + k->offset, value, strlen(value) + 1);
@@ -197,7 +174,7 @@ static int apply(feedd_config *cfg, const key_def *k, const char *value, char *e
     case KEY_LEVEL: {
         int lvl = feed_log_parse_level(value);
         if (lvl < 0) {
-            set_err(err, cap, "%s: '%s' is not error, warn, info or debug", k->name, value);
+            feed_set_err(err, cap, "%s: '%s' is not error, warn, info or debug", k->name, value);
             return FEED_EINVAL;
         }
         *(int *)(void *)(base + k->offset) = lvl;
@@ -206,14 +183,15 @@ static int apply(feedd_config *cfg, const key_def *k, const char *value, char *e
     case KEY_U32:
     case KEY_U64:
     case KEY_BYTES:
-        if ((k->type == KEY_BYTES ? feedd_parse_bytes(value, &v) : parse_u64(value, &v)) < 0) {
-            set_err(err, cap, "%s: '%s' is not a %s", k->name, value,
-                    k->type == KEY_BYTES ? "size (e.g. 512M)" : "number");
+        if ((k->type == KEY_BYTES ? feedd_parse_bytes(value, &v)
+                                  : feed_parse_u64(value, 0, UINT64_MAX, &v)) < 0) {
+            feed_set_err(err, cap, "%s: '%s' is not a %s", k->name, value,
+                         k->type == KEY_BYTES ? "size (e.g. 512M)" : "number");
             return FEED_EINVAL;
         }
         if (v < k->min || v > k->max) {
-            set_err(err, cap, "%s: %llu is outside %llu..%llu", k->name, (unsigned long long)v,
-                    (unsigned long long)k->min, (unsigned long long)k->max);
+            feed_set_err(err, cap, "%s: %llu is outside %llu..%llu", k->name, (unsigned long long)v,
+                         (unsigned long long)k->min, (unsigned long long)k->max);
             return FEED_EINVAL;
         }
         if (k->type == KEY_U32)
@@ -249,13 +227,14 @@ static int load_file(feedd_config *cfg, const char *path, char *err, size_t cap)
     int rc = 0, lineno = 0;
     FILE *f = fopen(path, "r");
     if (!f) {
-        set_err(err, cap, "config: cannot open '%s': %s", path, strerror(errno));
+        feed_set_err(err, cap, "config: cannot open '%s': %s", path, strerror(errno));
         return FEED_EINVAL;
     }
     while (fgets(line, sizeof line, f)) {
         lineno++;
         if (!strchr(line, '\n') && !feof(f)) {
-            set_err(err, cap, "%s:%d: line longer than %zu bytes", path, lineno, sizeof line - 2);
+            feed_set_err(err, cap, "%s:%d: line longer than %zu bytes", path, lineno,
+                         sizeof line - 2);
             rc = FEED_EINVAL;
             goto out;
         }
@@ -267,7 +246,7 @@ static int load_file(feedd_config *cfg, const char *path, char *err, size_t cap)
             continue;
         char *eq = strchr(s, '=');
         if (!eq) {
-            set_err(err, cap, "%s:%d: expected 'key = value'", path, lineno);
+            feed_set_err(err, cap, "%s:%d: expected 'key = value'", path, lineno);
             rc = FEED_EINVAL;
             goto out;
         }
@@ -275,14 +254,14 @@ static int load_file(feedd_config *cfg, const char *path, char *err, size_t cap)
         char *name = trim(s), *value = trim(eq + 1);
         const key_def *k = find_key(name, strlen(name));
         if (!k || k->type == KEY_CONFIG) {
-            set_err(err, cap, "%s:%d: unknown key '%s'", path, lineno, name);
+            feed_set_err(err, cap, "%s:%d: unknown key '%s'", path, lineno, name);
             rc = FEED_EINVAL;
             goto out;
         }
         char sub[1024];
         rc = apply(cfg, k, value, sub, sizeof sub);
         if (rc < 0) {
-            set_err(err, cap, "%s:%d: %s", path, lineno, sub);
+            feed_set_err(err, cap, "%s:%d: %s", path, lineno, sub);
             goto out;
         }
     }
@@ -348,20 +327,20 @@ int feedd_config_parse(int argc, char **argv, feedd_config *cfg, char *err, size
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0) {
-            set_err(err, cap, "unexpected argument '%s'", a);
+            feed_set_err(err, cap, "unexpected argument '%s'", a);
             return FEED_EINVAL;
         }
         a += 2;
         const char *eq = strchr(a, '=');
         const key_def *k = find_key(a, eq ? (size_t)(eq - a) : strlen(a));
         if (!k) {
-            set_err(err, cap, "unknown option '%s' (see --help)", argv[i]);
+            feed_set_err(err, cap, "unknown option '%s' (see --help)", argv[i]);
             return FEED_EINVAL;
         }
         const char *value = eq ? eq + 1 : NULL;
         if (!value) {
             if (i + 1 >= argc) {
-                set_err(err, cap, "%s: missing value", k->name);
+                feed_set_err(err, cap, "%s: missing value", k->name);
                 return FEED_EINVAL;
             }
             value = argv[++i];
@@ -381,7 +360,7 @@ int feedd_config_parse(int argc, char **argv, feedd_config *cfg, char *err, size
     if (cfg->max_batch_bytes > cfg->max_stream_memory)
         cfg->max_batch_bytes = cfg->max_stream_memory;
     if (cfg->n_datasets == 0) {
-        set_err(err, cap, "dataset: at least one --dataset NAME=PATH is needed");
+        feed_set_err(err, cap, "dataset: at least one --dataset NAME=PATH is needed");
         return FEED_EINVAL;
     }
     return 0;

@@ -30,6 +30,7 @@
 #include "feed/dataset.h"
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "feed/strutil.h"
 #include "feed/timeutil.h"
 #include "feed/transform.h"
 #include "nvml.h"
@@ -128,17 +129,6 @@ static const model_preset *find_preset(const char *name)
     return NULL;
 }
 
-static int parse_u32(const char *s, uint32_t *out)
-{
-    char *end = NULL;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (errno || end == s || *end || v > UINT32_MAX)
-        return FEED_EINVAL;
-    *out = (uint32_t)v;
-    return 0;
-}
-
 static int parse_double(const char *s, double *out)
 {
     char *end = NULL;
@@ -233,28 +223,28 @@ static int parse_options(int argc, char **argv, options *o)
             bad |= parse_double(optarg, &o->us_per_image) != 0;
             break;
         case O_BATCH:
-            bad |= parse_u32(optarg, &o->batch) != 0;
+            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->batch) != 0;
             break;
         case O_STEPS:
-            bad |= parse_u32(optarg, &o->steps) != 0;
+            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->steps) != 0;
             break;
         case O_SECONDS:
             bad |= parse_double(optarg, &o->seconds) != 0;
             break;
         case O_WARMUP:
-            bad |= parse_u32(optarg, &o->warmup) != 0;
+            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->warmup) != 0;
             break;
         case O_LOCAL:
-            bad |= parse_u32(optarg, &o->local_threads) != 0;
+            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->local_threads) != 0;
             break;
         case O_SERVERS:
             o->servers = optarg;
             break;
         case O_SPAWN:
-            bad |= parse_u32(optarg, &o->spawn) != 0;
+            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->spawn) != 0;
             break;
         case O_SRVTHREADS:
-            bad |= parse_u32(optarg, &o->server_threads) != 0;
+            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->server_threads) != 0;
             break;
         case O_SRVCPUS:
             o->server_cpus = optarg;
@@ -266,23 +256,23 @@ static int parse_options(int argc, char **argv, options *o)
             o->gen_tool = optarg;
             break;
         case O_WINDOW:
-            bad |= parse_u32(optarg, &o->window) != 0;
+            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->window) != 0;
             break;
         case O_PREFETCH:
-            bad |= parse_u32(optarg, &o->prefetch) != 0;
+            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->prefetch) != 0;
             break;
         case O_HIDDEN:
-            bad |= parse_u32(optarg, &o->hidden) != 0;
+            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->hidden) != 0;
             break;
         case O_LR:
             bad |= parse_double(optarg, &o->lr) != 0;
             break;
         case O_SEED:
-            bad |= parse_u32(optarg, &u) != 0;
+            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &u) != 0;
             o->seed = u;
             break;
         case O_SIZE:
-            bad |= parse_u32(optarg, &o->size) != 0;
+            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->size) != 0;
             break;
         case O_UNORDERED:
             o->unordered = true;

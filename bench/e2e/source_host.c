@@ -164,6 +164,17 @@ static void slots_free(bench_step *step, host_slot *slots, uint32_t count)
     }
 }
 
+/* The batch that hands slot's n samples to the training thread. */
+static void slot_batch(const host_slot *slot, uint32_t n, bench_batch *b)
+{
+    memset(b, 0, sizeof *b);
+    b->pixels = slot->pixels;
+    b->labels = slot->labels;
+    b->copy_done = slot->copy_done;
+    b->n = n;
+    b->bad_samples = slot->bad;
+}
+
 /* ---- sync ---- */
 
 typedef struct sync_source {
@@ -181,12 +192,7 @@ static int sync_next(bench_source *base, bench_batch *b)
     host_slot *slot = &s->slots[s->seq % 2];
     s->step->ops->event_sync(s->step, slot->copy_done);
     slot->bad = batch_maker_run(s->maker, s->seq, slot->pixels, slot->labels);
-    memset(b, 0, sizeof *b);
-    b->pixels = slot->pixels;
-    b->labels = slot->labels;
-    b->copy_done = slot->copy_done;
-    b->n = s->batch;
-    b->bad_samples = slot->bad;
+    slot_batch(slot, s->batch, b);
     s->seq++;
     return 0;
 }
@@ -296,12 +302,7 @@ static int local_next(bench_source *base, bench_batch *b)
     while (!(slot->state == SLOT_READY && slot->seq == s->consumed))
         pthread_cond_wait(&s->cond, &s->lock);
     pthread_mutex_unlock(&s->lock);
-    memset(b, 0, sizeof *b);
-    b->pixels = slot->pixels;
-    b->labels = slot->labels;
-    b->copy_done = slot->copy_done;
-    b->n = s->batch;
-    b->bad_samples = slot->bad;
+    slot_batch(slot, s->batch, b);
     b->handle = slot;
     return 0;
 }

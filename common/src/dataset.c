@@ -28,7 +28,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +38,7 @@
 #include "dataset_impl.h"
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "feed/strutil.h"
 
 #define DEFAULT_MAX_SAMPLES 100000000u
 #define DEFAULT_MAX_SAMPLE_BYTES (64u << 20)
@@ -47,19 +47,6 @@ void feed_dataset_limits_default(feed_dataset_limits *lim)
 {
     lim->max_samples = DEFAULT_MAX_SAMPLES;
     lim->max_sample_bytes = DEFAULT_MAX_SAMPLE_BYTES;
-}
-
-static void set_err(char *err, size_t err_cap, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t err_cap, const char *fmt, ...)
-{
-    if (!err || !err_cap)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_cap, fmt, ap);
-    va_end(ap);
 }
 
 /* A growable array of names (each malloc'd), bounded by max entries. */
@@ -147,7 +134,7 @@ static int list_dir(const char *dir_path, mode_t kind, size_t max, name_list *ou
     DIR *d = opendir(dir_path);
     if (!d) {
         rc = errno == ENOENT ? FEED_ENOTFOUND : FEED_EIO;
-        set_err(err, err_cap, "%s: cannot open directory: %s", dir_path, strerror(errno));
+        feed_set_err(err, err_cap, "%s: cannot open directory: %s", dir_path, strerror(errno));
         goto out;
     }
     for (;;) {
@@ -156,7 +143,8 @@ static int list_dir(const char *dir_path, mode_t kind, size_t max, name_list *ou
         if (!de) {
             if (errno) {
                 rc = FEED_EIO;
-                set_err(err, err_cap, "%s: cannot read directory: %s", dir_path, strerror(errno));
+                feed_set_err(err, err_cap, "%s: cannot read directory: %s", dir_path,
+                             strerror(errno));
             }
             break;
         }
@@ -168,13 +156,13 @@ static int list_dir(const char *dir_path, mode_t kind, size_t max, name_list *ou
             continue;
         if (out->n >= max) {
             rc = FEED_ETOOBIG;
-            set_err(err, err_cap, "%s: more than %zu %s", dir_path, max,
-                    kind == S_IFDIR ? "class directories" : "samples in all");
+            feed_set_err(err, err_cap, "%s: more than %zu %s", dir_path, max,
+                         kind == S_IFDIR ? "class directories" : "samples in all");
             break;
         }
         rc = name_list_push(out, de->d_name);
         if (rc) {
-            set_err(err, err_cap, "%s: out of memory listing the directory", dir_path);
+            feed_set_err(err, err_cap, "%s: out of memory listing the directory", dir_path);
             break;
         }
     }
@@ -243,7 +231,7 @@ static int imagefolder_open(struct feed_dataset *ds, const char *path,
         root_len--;
     if (root_len > FEED_DATASET_MAX_PATH) {
         rc = FEED_ETOOBIG;
-        set_err(err, err_cap, "%s: path longer than %u bytes", path, FEED_DATASET_MAX_PATH);
+        feed_set_err(err, err_cap, "%s: path longer than %u bytes", path, FEED_DATASET_MAX_PATH);
         goto out;
     }
     memcpy(root, path, root_len);
@@ -256,7 +244,8 @@ static int imagefolder_open(struct feed_dataset *ds, const char *path,
         goto out;
     if (classes.n == 0) {
         rc = FEED_ENOTFOUND;
-        set_err(err, err_cap, "%s: no class directories (expected root/<class>/<image>.jpg)", root);
+        feed_set_err(err, err_cap, "%s: no class directories (expected root/<class>/<image>.jpg)",
+                     root);
         goto out;
     }
     class_off = calloc(classes.n, sizeof(*class_off));
@@ -274,16 +263,16 @@ static int imagefolder_open(struct feed_dataset *ds, const char *path,
         int w = snprintf(class_dir, sizeof(class_dir), "%s/%s", prefix, classes.v[c]);
         if (w < 0 || (size_t)w >= sizeof(class_dir)) {
             rc = FEED_ETOOBIG;
-            set_err(err, err_cap, "%s/%s: path longer than %u bytes", root, classes.v[c],
-                    FEED_DATASET_MAX_PATH);
+            feed_set_err(err, err_cap, "%s/%s: path longer than %u bytes", root, classes.v[c],
+                         FEED_DATASET_MAX_PATH);
             goto out;
         }
         uint64_t room = lim->max_samples - ds->count;
         rc = list_dir(class_dir, S_IFREG, room > SIZE_MAX ? SIZE_MAX : (size_t)room, &files, err,
                       err_cap);
         if (rc == FEED_ETOOBIG)
-            set_err(err, err_cap, "%s: more than %llu samples (the max_samples limit)", root,
-                    (unsigned long long)lim->max_samples);
+            feed_set_err(err, err_cap, "%s: more than %llu samples (the max_samples limit)", root,
+                         (unsigned long long)lim->max_samples);
         if (rc)
             goto out;
         if (files.n == 0)
@@ -294,8 +283,8 @@ static int imagefolder_open(struct feed_dataset *ds, const char *path,
         for (size_t f = 0; f < files.n; f++) {
             if ((size_t)w + 1 + strlen(files.v[f]) > FEED_DATASET_MAX_PATH) {
                 rc = FEED_ETOOBIG;
-                set_err(err, err_cap, "%s/%s: path longer than %u bytes", class_dir, files.v[f],
-                        FEED_DATASET_MAX_PATH);
+                feed_set_err(err, err_cap, "%s/%s: path longer than %u bytes", class_dir,
+                             files.v[f], FEED_DATASET_MAX_PATH);
                 goto out;
             }
             rc = arena_add(&arena, class_dir, files.v[f], NULL, &ds->path_offset[ds->count]);
@@ -308,8 +297,8 @@ static int imagefolder_open(struct feed_dataset *ds, const char *path,
     }
     if (ds->count == 0) {
         rc = FEED_ENOTFOUND;
-        set_err(err, err_cap, "%s: no .jpg/.jpeg files in any of %zu class directories", root,
-                classes.n);
+        feed_set_err(err, err_cap, "%s: no .jpg/.jpeg files in any of %zu class directories", root,
+                     classes.n);
         goto out;
     }
 
@@ -326,7 +315,7 @@ static int imagefolder_open(struct feed_dataset *ds, const char *path,
     ds->format = DATASET_IMAGEFOLDER;
 out:
     if (rc == FEED_ENOMEM)
-        set_err(err, err_cap, "%s: out of memory indexing the tree", path);
+        feed_set_err(err, err_cap, "%s: out of memory indexing the tree", path);
     free(class_off);
     feed_buf_free(&arena);
     name_list_free(&classes);
@@ -354,10 +343,10 @@ int feed_dataset_open(const char *path, const feed_dataset_limits *lim, feed_dat
     feed_dataset_limits dflt;
     struct feed_dataset *ds = NULL;
     *out = NULL;
-    set_err(err, err_cap, "%s", "");
+    feed_set_err(err, err_cap, "%s", "");
     if (!path || !*path) {
         rc = FEED_EINVAL;
-        set_err(err, err_cap, "dataset path is empty");
+        feed_set_err(err, err_cap, "dataset path is empty");
         goto out;
     }
     if (!lim) {
@@ -367,13 +356,13 @@ int feed_dataset_open(const char *path, const feed_dataset_limits *lim, feed_dat
     struct stat st;
     if (stat(path, &st) != 0) {
         rc = errno == ENOENT ? FEED_ENOTFOUND : FEED_EIO;
-        set_err(err, err_cap, "%s: %s", path, strerror(errno));
+        feed_set_err(err, err_cap, "%s: %s", path, strerror(errno));
         goto out;
     }
     ds = calloc(1, sizeof(*ds));
     if (!ds) {
         rc = FEED_ENOMEM;
-        set_err(err, err_cap, "%s: out of memory", path);
+        feed_set_err(err, err_cap, "%s: out of memory", path);
         goto out;
     }
     ds->max_sample_bytes = lim->max_sample_bytes;
@@ -385,7 +374,7 @@ int feed_dataset_open(const char *path, const feed_dataset_limits *lim, feed_dat
         rc = feed_pack_open_into(ds, path, lim, err, err_cap);
     } else {
         rc = FEED_EINVAL;
-        set_err(err, err_cap, "%s: neither a directory nor a regular file", path);
+        feed_set_err(err, err_cap, "%s: neither a directory nor a regular file", path);
     }
 out:
     if (rc) {

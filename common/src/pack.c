@@ -41,7 +41,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,19 +51,7 @@
 #include "dataset_impl.h"
 #include "feed/crc32c.h"
 #include "feed/errors.h"
-
-static void set_err(char *err, size_t err_cap, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t err_cap, const char *fmt, ...)
-{
-    if (!err || !err_cap)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_cap, fmt, ap);
-    va_end(ap);
-}
+#include "feed/strutil.h"
 
 static uint32_t get_u32(const uint8_t *p)
 {
@@ -119,13 +106,13 @@ static int check_header(const uint8_t *h, uint64_t size, const char *path,
                         const feed_dataset_limits *lim, char *err, size_t err_cap)
 {
     if (memcmp(h + FEED_PACK_OFF_MAGIC, FEED_PACK_MAGIC, 8) != 0) {
-        set_err(err, err_cap, "%s: not a feed pack (bad magic)", path);
+        feed_set_err(err, err_cap, "%s: not a feed pack (bad magic)", path);
         return FEED_ECORRUPT;
     }
     uint32_t version = get_u32(h + FEED_PACK_OFF_VERSION);
     if (version != FEED_PACK_VERSION) {
-        set_err(err, err_cap, "%s: pack version %u, this build reads version %u", path, version,
-                FEED_PACK_VERSION);
+        feed_set_err(err, err_cap, "%s: pack version %u, this build reads version %u", path,
+                     version, FEED_PACK_VERSION);
         return FEED_EUNSUPPORTED;
     }
     uint32_t header_bytes = get_u32(h + FEED_PACK_OFF_HEADER_BYTES);
@@ -141,36 +128,36 @@ static int check_header(const uint8_t *h, uint64_t size, const char *path,
 
     if (header_bytes != FEED_PACK_HEADER_BYTES || index_off != FEED_PACK_HEADER_BYTES ||
         flags != 0) {
-        set_err(err, err_cap,
-                "%s: corrupt pack header (header size %u, index offset %llu, "
-                "flags %llu)",
-                path, header_bytes, (unsigned long long)index_off, (unsigned long long)flags);
+        feed_set_err(err, err_cap,
+                     "%s: corrupt pack header (header size %u, index offset %llu, "
+                     "flags %llu)",
+                     path, header_bytes, (unsigned long long)index_off, (unsigned long long)flags);
         return FEED_ECORRUPT;
     }
     if (count > lim->max_samples) {
-        set_err(err, err_cap, "%s: %llu samples, more than the max_samples limit %llu", path,
-                (unsigned long long)count, (unsigned long long)lim->max_samples);
+        feed_set_err(err, err_cap, "%s: %llu samples, more than the max_samples limit %llu", path,
+                     (unsigned long long)count, (unsigned long long)lim->max_samples);
         return FEED_ETOOBIG;
     }
     if (count == 0 || classes == 0 || classes > FEED_DATASET_MAX_CLASSES) {
-        set_err(err, err_cap, "%s: corrupt pack header (%llu samples, %u classes)", path,
-                (unsigned long long)count, classes);
+        feed_set_err(err, err_cap, "%s: corrupt pack header (%llu samples, %u classes)", path,
+                     (unsigned long long)count, classes);
         return FEED_ECORRUPT;
     }
     if (__builtin_mul_overflow(count, (uint64_t)FEED_PACK_ENTRY_BYTES, &index_bytes) ||
         __builtin_add_overflow(index_off, index_bytes, &index_end) || names_off != index_end ||
         __builtin_add_overflow(names_off, names_bytes, &names_end) || data_off != names_end ||
         __builtin_add_overflow(data_off, data_bytes, &data_end)) {
-        set_err(err, err_cap,
-                "%s: corrupt pack header (sections overflow or are not "
-                "contiguous)",
-                path);
+        feed_set_err(err, err_cap,
+                     "%s: corrupt pack header (sections overflow or are not "
+                     "contiguous)",
+                     path);
         return FEED_ECORRUPT;
     }
     if (data_end != size) {
-        set_err(err, err_cap, "%s: file is %llu bytes but its header says %llu (%s)", path,
-                (unsigned long long)size, (unsigned long long)data_end,
-                size < data_end ? "truncated" : "trailing bytes");
+        feed_set_err(err, err_cap, "%s: file is %llu bytes but its header says %llu (%s)", path,
+                     (unsigned long long)size, (unsigned long long)data_end,
+                     size < data_end ? "truncated" : "trailing bytes");
         return FEED_ECORRUPT;
     }
     return 0;
@@ -182,7 +169,7 @@ static int check_names(struct feed_dataset *ds, const uint8_t *names, uint64_t n
 {
     ds->class_names = calloc(ds->num_classes, sizeof(*ds->class_names));
     if (!ds->class_names) {
-        set_err(err, err_cap, "%s: out of memory", path);
+        feed_set_err(err, err_cap, "%s: out of memory", path);
         return FEED_ENOMEM;
     }
     uint64_t pos = 0;
@@ -191,15 +178,15 @@ static int check_names(struct feed_dataset *ds, const uint8_t *names, uint64_t n
         const uint8_t *nul = memchr(names + pos, 0, left > 256 ? 256 : (size_t)left);
         uint64_t n = nul ? (uint64_t)(nul - (names + pos)) : 0;
         if (!nul || n == 0 || n > FEED_DATASET_MAX_NAME) {
-            set_err(err, err_cap, "%s: corrupt class-name table at class %u", path, c);
+            feed_set_err(err, err_cap, "%s: corrupt class-name table at class %u", path, c);
             return FEED_ECORRUPT;
         }
         ds->class_names[c] = (const char *)(names + pos);
         pos += n + 1;
     }
     if (pos != names_bytes) {
-        set_err(err, err_cap, "%s: corrupt class-name table (%llu bytes left over)", path,
-                (unsigned long long)(names_bytes - pos));
+        feed_set_err(err, err_cap, "%s: corrupt class-name table (%llu bytes left over)", path,
+                     (unsigned long long)(names_bytes - pos));
         return FEED_ECORRUPT;
     }
     return 0;
@@ -212,31 +199,32 @@ int feed_pack_open_into(struct feed_dataset *ds, const char *path, const feed_da
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         rc = errno == ENOENT ? FEED_ENOTFOUND : FEED_EIO;
-        set_err(err, err_cap, "%s: %s", path, strerror(errno));
+        feed_set_err(err, err_cap, "%s: %s", path, strerror(errno));
         goto out;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
         rc = FEED_EIO;
-        set_err(err, err_cap, "%s: %s", path, strerror(errno));
+        feed_set_err(err, err_cap, "%s: %s", path, strerror(errno));
         goto out;
     }
     uint64_t size = (uint64_t)st.st_size;
     if (size < FEED_PACK_HEADER_BYTES) {
         rc = FEED_ECORRUPT;
-        set_err(err, err_cap, "%s: %llu bytes, shorter than the %u-byte pack header (truncated?)",
-                path, (unsigned long long)size, FEED_PACK_HEADER_BYTES);
+        feed_set_err(err, err_cap,
+                     "%s: %llu bytes, shorter than the %u-byte pack header (truncated?)", path,
+                     (unsigned long long)size, FEED_PACK_HEADER_BYTES);
         goto out;
     }
     if (size > SIZE_MAX) {
         rc = FEED_ETOOBIG;
-        set_err(err, err_cap, "%s: too large to map", path);
+        feed_set_err(err, err_cap, "%s: too large to map", path);
         goto out;
     }
     void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
         rc = FEED_EIO;
-        set_err(err, err_cap, "%s: mmap: %s", path, strerror(errno));
+        feed_set_err(err, err_cap, "%s: mmap: %s", path, strerror(errno));
         goto out;
     }
     ds->map = map;
@@ -255,8 +243,9 @@ int feed_pack_open_into(struct feed_dataset *ds, const char *path, const feed_da
     uint32_t got = pack_crc(h, data_off);
     if (want != got) {
         rc = FEED_ECORRUPT;
-        set_err(err, err_cap, "%s: header/index checksum mismatch (stored %08x, computed %08x)",
-                path, want, got);
+        feed_set_err(err, err_cap,
+                     "%s: header/index checksum mismatch (stored %08x, computed %08x)", path, want,
+                     got);
         goto out;
     }
     rc = check_names(ds, h + names_off, data_off - names_off, path, err, err_cap);
@@ -269,17 +258,18 @@ int feed_pack_open_into(struct feed_dataset *ds, const char *path, const feed_da
         feed_pack_entry(ds, i, &off, &len, &label);
         if (off < data_off || __builtin_add_overflow(off, (uint64_t)len, &end) || end > data_end) {
             rc = FEED_ECORRUPT;
-            set_err(err, err_cap,
-                    "%s: index entry %llu (offset %llu, length %u) lies outside "
-                    "the data section [%llu, %llu)",
-                    path, (unsigned long long)i, (unsigned long long)off, len,
-                    (unsigned long long)data_off, (unsigned long long)data_end);
+            feed_set_err(err, err_cap,
+                         "%s: index entry %llu (offset %llu, length %u) lies outside "
+                         "the data section [%llu, %llu)",
+                         path, (unsigned long long)i, (unsigned long long)off, len,
+                         (unsigned long long)data_off, (unsigned long long)data_end);
             goto out;
         }
         if (label >= ds->num_classes) {
             rc = FEED_ECORRUPT;
-            set_err(err, err_cap, "%s: index entry %llu has label %u, but there are %u classes",
-                    path, (unsigned long long)i, label, ds->num_classes);
+            feed_set_err(err, err_cap,
+                         "%s: index entry %llu has label %u, but there are %u classes", path,
+                         (unsigned long long)i, label, ds->num_classes);
             goto out;
         }
     }
@@ -327,16 +317,16 @@ int feed_pack_writer_open(const char *path, uint64_t count, uint32_t num_classes
     *out = NULL;
     if (count == 0 || num_classes == 0 || num_classes > FEED_DATASET_MAX_CLASSES) {
         rc = FEED_EINVAL;
-        set_err(err, err_cap, "%s: a pack needs 1.. samples and 1..%u classes", path,
-                FEED_DATASET_MAX_CLASSES);
+        feed_set_err(err, err_cap, "%s: a pack needs 1.. samples and 1..%u classes", path,
+                     FEED_DATASET_MAX_CLASSES);
         goto out;
     }
     for (uint32_t c = 0; c < num_classes; c++) {
         size_t n = strlen(class_names[c]);
         if (n == 0 || n > FEED_DATASET_MAX_NAME) {
             rc = FEED_EINVAL;
-            set_err(err, err_cap, "%s: class %u name is %zu bytes (1..%u allowed)", path, c, n,
-                    FEED_DATASET_MAX_NAME);
+            feed_set_err(err, err_cap, "%s: class %u name is %zu bytes (1..%u allowed)", path, c, n,
+                         FEED_DATASET_MAX_NAME);
             goto out;
         }
         names_bytes += n + 1;
@@ -345,8 +335,8 @@ int feed_pack_writer_open(const char *path, uint64_t count, uint32_t num_classes
         __builtin_add_overflow(index_bytes, FEED_PACK_HEADER_BYTES + names_bytes, &data_off) ||
         data_off > SIZE_MAX) {
         rc = FEED_ETOOBIG;
-        set_err(err, err_cap, "%s: %llu samples are too many for one pack", path,
-                (unsigned long long)count);
+        feed_set_err(err, err_cap, "%s: %llu samples are too many for one pack", path,
+                     (unsigned long long)count);
         goto out;
     }
     w = calloc(1, sizeof(*w));
@@ -355,8 +345,8 @@ int feed_pack_writer_open(const char *path, uint64_t count, uint32_t num_classes
         if (w)
             w->tmp_path = NULL;
         rc = FEED_ENOMEM;
-        set_err(err, err_cap, "%s: out of memory for a %llu-sample index", path,
-                (unsigned long long)count);
+        feed_set_err(err, err_cap, "%s: out of memory for a %llu-sample index", path,
+                     (unsigned long long)count);
         goto out;
     }
     w->count = count;
@@ -383,7 +373,7 @@ int feed_pack_writer_open(const char *path, uint64_t count, uint32_t num_classes
         close(fd);
     if (!w->f || fseeko(w->f, (off_t)data_off, SEEK_SET) != 0) {
         rc = FEED_EIO;
-        set_err(err, err_cap, "%s: cannot create: %s", w->tmp_path, strerror(errno));
+        feed_set_err(err, err_cap, "%s: cannot create: %s", w->tmp_path, strerror(errno));
         goto out;
     }
 out:
@@ -430,8 +420,8 @@ int feed_pack_writer_finish(feed_pack_writer *w, char *err, size_t err_cap)
     int rc = 0;
     if (w->added != w->count) {
         rc = FEED_EINVAL;
-        set_err(err, err_cap, "%s: %llu of %llu samples added", w->path,
-                (unsigned long long)w->added, (unsigned long long)w->count);
+        feed_set_err(err, err_cap, "%s: %llu of %llu samples added", w->path,
+                     (unsigned long long)w->added, (unsigned long long)w->count);
         goto out;
     }
     put_u64(w->meta + FEED_PACK_OFF_DATA_BYTES, w->data_bytes);
@@ -440,20 +430,20 @@ int feed_pack_writer_finish(feed_pack_writer *w, char *err, size_t err_cap)
         fwrite(w->meta, 1, (size_t)w->data_off, w->f) != (size_t)w->data_off || fflush(w->f) != 0 ||
         fsync(fileno(w->f)) != 0) {
         rc = FEED_EIO;
-        set_err(err, err_cap, "%s: write failed: %s", w->tmp_path, strerror(errno));
+        feed_set_err(err, err_cap, "%s: write failed: %s", w->tmp_path, strerror(errno));
         goto out;
     }
     FILE *f = w->f;
     w->f = NULL;
     if (fclose(f) != 0) {
         rc = FEED_EIO;
-        set_err(err, err_cap, "%s: write failed: %s", w->tmp_path, strerror(errno));
+        feed_set_err(err, err_cap, "%s: write failed: %s", w->tmp_path, strerror(errno));
         unlink(w->tmp_path);
         goto out;
     }
     if (rename(w->tmp_path, w->path) != 0) {
         rc = FEED_EIO;
-        set_err(err, err_cap, "rename %s -> %s: %s", w->tmp_path, w->path, strerror(errno));
+        feed_set_err(err, err_cap, "rename %s -> %s: %s", w->tmp_path, w->path, strerror(errno));
         unlink(w->tmp_path);
         goto out;
     }

@@ -44,6 +44,7 @@
 #include "feed/dataset.h"
 #include "feed/errors.h"
 #include "feed/pack.h"
+#include "feed/strutil.h"
 
 #define MAX_THREADS 64u
 #define CHUNK_PER_THREAD 16u
@@ -704,17 +705,6 @@ out:
     return rc;
 }
 
-static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return -1;
-    *out = (uint32_t)v;
-    return 0;
-}
-
 static void usage(void)
 {
     fprintf(stderr, "usage: feed-pack SRC OUT.pack [--max-side N] [--quality Q] "
@@ -736,15 +726,15 @@ int main(int argc, char **argv)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--verify") == 0) {
             verify = 1;
-        } else if (strcmp(a, "--max-side") == 0 && v && !parse_u32(v, 1, 65535, &o.max_side)) {
+        } else if (strcmp(a, "--max-side") == 0 && v && !feed_parse_u32(v, 1, 65535, &o.max_side)) {
             i++;
         } else if (strcmp(a, "--expect-max-side") == 0 && v &&
-                   !parse_u32(v, 1, 65535, &expect_max_side)) {
+                   !feed_parse_u32(v, 1, 65535, &expect_max_side)) {
             i++;
-        } else if (strcmp(a, "--quality") == 0 && v && !parse_u32(v, 1, 100, &v32)) {
+        } else if (strcmp(a, "--quality") == 0 && v && !feed_parse_u32(v, 1, 100, &v32)) {
             o.quality = (int)v32;
             i++;
-        } else if (strcmp(a, "--threads") == 0 && v && !parse_u32(v, 1, MAX_THREADS, &v32)) {
+        } else if (strcmp(a, "--threads") == 0 && v && !feed_parse_u32(v, 1, MAX_THREADS, &v32)) {
             o.threads = v32;
             i++;
         } else if (strcmp(a, "--subsample") == 0 && v) {

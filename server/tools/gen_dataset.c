@@ -34,6 +34,7 @@
 #include <jpeglib.h>
 
 #include "feed/rng.h"
+#include "feed/strutil.h"
 
 #define MAX_CLASSES 1000u
 #define MAX_PER_CLASS 100000u
@@ -220,17 +221,6 @@ out:
     return rc;
 }
 
-static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return -1;
-    *out = (uint32_t)v;
-    return 0;
-}
-
 static void usage(void)
 {
     fprintf(stderr,
@@ -259,12 +249,12 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--classes") == 0 && v && !parse_u32(v, 1, MAX_CLASSES, &classes)) {
+        if (strcmp(a, "--classes") == 0 && v && !feed_parse_u32(v, 1, MAX_CLASSES, &classes)) {
             i++;
         } else if (strcmp(a, "--per-class") == 0 && v &&
-                   !parse_u32(v, 1, MAX_PER_CLASS, &per_class)) {
+                   !feed_parse_u32(v, 1, MAX_PER_CLASS, &per_class)) {
             i++;
-        } else if (strcmp(a, "--seed") == 0 && v && !parse_u32(v, 0, UINT32_MAX, &seed)) {
+        } else if (strcmp(a, "--seed") == 0 && v && !feed_parse_u32(v, 0, UINT32_MAX, &seed)) {
             i++;
         } else if (a[0] != '-' && !out_dir) {
             out_dir = a;

@@ -1,4 +1,7 @@
-/* Unit tests for the common basics: error text, CRC32C, bounded buffers, RNG. */
+/*
+ * Unit tests for the common basics: error text, CRC32C, bounded buffers, RNG,
+ * string helpers.
+ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +14,7 @@
 #include "feed/crc32c.h"
 #include "feed/errors.h"
 #include "feed/rng.h"
+#include "feed/strutil.h"
 
 static void test_strerror(void **state)
 {
@@ -134,6 +138,68 @@ static void test_rng_below_uniform(void **state)
         assert_true(counts[k] > 9500 && counts[k] < 10500);
 }
 
+static void test_parse_u64(void **state)
+{
+    (void)state;
+    uint64_t v = 7;
+    assert_int_equal(feed_parse_u64("0", 0, UINT64_MAX, &v), 0);
+    assert_int_equal(v, 0);
+    assert_int_equal(feed_parse_u64("18446744073709551615", 0, UINT64_MAX, &v), 0);
+    assert_true(v == UINT64_MAX);
+    assert_int_equal(feed_parse_u64("42", 42, 42, &v), 0);
+    assert_int_equal(v, 42);
+    /* Rejected, and *out left alone. */
+    const char *bad[] = {"",
+                         "x",
+                         "12x",
+                         "1 ",
+                         " 1",
+                         "+1",
+                         "-1",
+                         "-0",
+                         "0x10",
+                         "1e3",
+                         "18446744073709551616",
+                         "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        v = 7;
+        assert_int_equal(feed_parse_u64(bad[i], 0, UINT64_MAX, &v), FEED_EINVAL);
+        assert_int_equal(v, 7);
+    }
+    assert_int_equal(feed_parse_u64(NULL, 0, UINT64_MAX, &v), FEED_EINVAL);
+    assert_int_equal(feed_parse_u64("9", 10, 20, &v), FEED_EINVAL);
+    assert_int_equal(feed_parse_u64("21", 10, 20, &v), FEED_EINVAL);
+}
+
+static void test_parse_u32(void **state)
+{
+    (void)state;
+    uint32_t v = 7;
+    assert_int_equal(feed_parse_u32("4294967295", 0, UINT32_MAX, &v), 0);
+    assert_int_equal(v, UINT32_MAX);
+    assert_int_equal(feed_parse_u32("100", 1, 100, &v), 0);
+    assert_int_equal(v, 100);
+    v = 7;
+    assert_int_equal(feed_parse_u32("4294967296", 0, UINT32_MAX, &v), FEED_EINVAL);
+    assert_int_equal(feed_parse_u32("0", 1, 100, &v), FEED_EINVAL);
+    assert_int_equal(feed_parse_u32("101", 1, 100, &v), FEED_EINVAL);
+    assert_int_equal(feed_parse_u32("-1", 0, UINT32_MAX, &v), FEED_EINVAL);
+    assert_int_equal(v, 7);
+}
+
+static void test_set_err(void **state)
+{
+    (void)state;
+    char err[8];
+    memset(err, 'z', sizeof err);
+    feed_set_err(err, sizeof err, "%s %d", "abc", 12345);
+    assert_string_equal(err, "abc 123"); /* truncated, terminated */
+    memset(err, 'z', sizeof err);
+    feed_set_err(err, 0, "%d", 1);
+    assert_int_equal(err[0], 'z');
+    feed_set_err(NULL, 16, "%d", 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -144,6 +210,9 @@ int main(void)
         cmocka_unit_test(test_rng_deterministic),
         cmocka_unit_test(test_rng_neighbour_independence),
         cmocka_unit_test(test_rng_below_uniform),
+        cmocka_unit_test(test_parse_u64),
+        cmocka_unit_test(test_parse_u32),
+        cmocka_unit_test(test_set_err),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
