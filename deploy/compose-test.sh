@@ -29,6 +29,6 @@ runs = {r["source"]: r for r in s["runs"]}
 for src in ("sync", "local", "remote"):
     r = runs.get(src)
     assert r and r["status"] == "ok" and r["images"] > 0, "source %s: %r" % (src, r)
-    print("%-7s %8.1f images/s  (%s step)" % (src, r["images_per_s"], s.get("device", "?")))
+    print("%-7s %8.1f images/s  (%s step)" % (src, r["images_per_s"], s["meta"]["device"]))
 print("compose test: passed")
 PY

@@ -13,5 +13,8 @@ WORKDIR /src
 COPY . .
 RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DFEED_BUILD_TESTS=OFF \
     && cmake --build /build -j"$(nproc)" \
-    && cmake --install /build --prefix /usr/local
-ENTRYPOINT ["/build/bench/e2e/feed-bench"]
+    && cmake --install /build --prefix /usr/local \
+    && ln -sf /build/bench/e2e/feed-bench /build/server/tools/feed-gen-dataset /build/server/feedd \
+             /usr/local/bin/ \
+    && cp docker/run-bench.sh /usr/local/bin/
+ENTRYPOINT ["run-bench.sh"]

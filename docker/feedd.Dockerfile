@@ -1,7 +1,8 @@
 # feedd: the preprocessing server, for CPU hosts.
 #   docker build -f docker/feedd.Dockerfile -t feedd .
-#   docker run -p 7878:7878 -p 9100:9100 -v /data/imagenet:/data:ro feedd \
-#       --dataset imagenet=/data/train --metrics-listen 0.0.0.0:9100
+#   docker run -p 7878:7878 -p 9878:9878 -v /srv/imagenet:/data:ro \
+#       -e FEED_DATA_PATH=/data/train.pack feedd
+#   docker run --entrypoint feedd feedd --dataset imagenet=/data/train ...   (any flags)
 FROM debian:bookworm-slim AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
         build-essential cmake pkg-config libjpeg-dev libgrpc-dev protobuf-c-compiler \
@@ -21,6 +22,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /build/server/feedd /build/server/tools/feed-pack \
      /build/server/tools/feed-gen-dataset /usr/local/bin/
+COPY docker/run-feedd.sh /usr/local/bin/
 USER nobody
-EXPOSE 7878 9100
-ENTRYPOINT ["feedd", "--listen", "0.0.0.0:7878"]
+EXPOSE 7878 9878
+# Serves $FEED_DATA_PATH as dataset "bench", or the generated default dataset.
+ENTRYPOINT ["run-feedd.sh"]
