@@ -2,7 +2,8 @@
  * feedd's gRPC service (see service.h).
  *
  * Threads: `cq_threads` completion-queue threads, each with its own queue;
- * a call lives on the queue that accepted it. They parse requests, start
+ * a call lives on the queue that accepted it. They parse requests (the
+ * parsing and the checks that need no stream state are in request.c), start
  * sends and statuses, and never decode. Pool workers finish batches and may
  * start a send themselves (grpc_call_start_batch is thread-safe); the send's
  * completion comes back on the call's queue.
@@ -39,9 +40,9 @@
 #include "feed/timeutil.h"
 #include "health.pb-c.h"
 #include "metrics.h"
+#include "request.h"
 
 #define REQ_SLOTS_PER_METHOD 2
-#define CLIENT_NAME_MAX 128
 #define STATUS_MSG_MAX 256
 
 typedef enum tag_kind {
@@ -81,20 +82,13 @@ typedef struct req_slot {
     grpc_byte_buffer *payload;
 } req_slot;
 
-/* Arena for unpacking requests on one completion-queue thread. */
-typedef struct arena {
-    ProtobufCAllocator alloc;
-    uint8_t *base;
-    size_t used, cap;
-} arena;
-
 struct cq_thread {
     feedd_service *svc;
     grpc_completion_queue *cq;
     pthread_t thread;
     bool started;
-    arena arena;
-    uint8_t *rbuf; /* one request's bytes, max-request-bytes */
+    feedd_arena arena; /* unpacks this thread's requests */
+    uint8_t *rbuf;     /* one request's bytes, max-request-bytes */
     req_slot *slots[METHOD_COUNT * REQ_SLOTS_PER_METHOD];
 };
 
@@ -139,17 +133,14 @@ struct stream {
     int refs;
     grpc_byte_buffer *recv_bb;
     int close_cancelled;
-    bool opened, recv_armed, recv_done, closed, failing, draining;
+    bool recv_armed, recv_done, closed, failing, draining;
     bool refused; /* a request came in while draining */
     bool send_in_flight, sent_md, status_sent;
     grpc_status_code status_code;
     char status_msg[STATUS_MSG_MAX];
     grpc_slice status_slice;
-    char client_name[CLIENT_NAME_MAX + 1];
-    uint32_t ds_id;
-    feed_transform tf;
-    uint64_t seed;
-    uint32_t window, outstanding;
+    feedd_session sess;
+    uint32_t outstanding;
     uint64_t mem, mem_sending;
     batch_job *ready_head, *ready_tail;
     feedd_queue q;
@@ -171,6 +162,7 @@ struct feedd_service {
     const feedd_config *cfg;
     const feedd_served_dataset *datasets;
     size_t n_datasets;
+    feedd_request_env env; /* cfg and datasets, for request.c */
     feedd_pool *pool;
     grpc_server *server;
     void *methods[METHOD_COUNT];
@@ -187,24 +179,6 @@ struct feedd_service {
     size_t live_unary;
     bool shutting_down, shutdown_done;
 };
-
-/* ---- arena allocator for protobuf-c unpack ---- */
-
-static void *arena_alloc(void *ud, size_t size)
-{
-    arena *a = ud;
-    size_t off = (a->used + 15) & ~(size_t)15;
-    if (size > a->cap || off > a->cap - size)
-        return NULL;
-    a->used = off + size;
-    return a->base + off;
-}
-
-static void arena_free(void *ud, void *p)
-{
-    (void)ud;
-    (void)p;
-}
 
 /* ---- small helpers ---- */
 
@@ -355,14 +329,6 @@ static void unary_done(unary *u)
     pthread_mutex_unlock(&svc->mu);
 }
 
-static int find_dataset(const feedd_service *svc, const char *name)
-{
-    for (size_t i = 0; i < svc->n_datasets; i++)
-        if (strcmp(svc->datasets[i].name, name) == 0)
-            return (int)i;
-    return -1;
-}
-
 static void handle_describe(cq_thread *cqt, grpc_call *call, grpc_byte_buffer *payload)
 {
     feedd_service *svc = cqt->svc;
@@ -377,19 +343,17 @@ static void handle_describe(cq_thread *cqt, grpc_call *call, grpc_byte_buffer *p
     size_t n = 0;
     char msg[200];
 
-    if (payload && read_bb(payload, sizeof buf, buf, &len) == 0)
-        req = feed__v1__describe_request__unpack(NULL, len, buf);
-    if (!req && payload) {
-        unary_finish(svc, call, NULL, GRPC_STATUS_INVALID_ARGUMENT,
-                     "request: not a valid feed.v1.DescribeRequest");
-        goto out;
+    if (payload) {
+        grpc_status_code code = GRPC_STATUS_INVALID_ARGUMENT;
+        snprintf(msg, sizeof msg, "request: not a valid feed.v1.DescribeRequest");
+        if (read_bb(payload, sizeof buf, buf, &len) == 0)
+            code = feedd_request_describe(&svc->env, buf, len, &req, msg, sizeof msg);
+        if (code != GRPC_STATUS_OK) {
+            unary_finish(svc, call, NULL, code, msg);
+            goto out;
+        }
     }
     const char *want = req && req->dataset ? req->dataset : "";
-    if (want[0] && find_dataset(svc, want) < 0) {
-        snprintf(msg, sizeof msg, "dataset: unknown dataset '%.64s'", want);
-        unary_finish(svc, call, NULL, GRPC_STATUS_NOT_FOUND, msg);
-        goto out;
-    }
     for (size_t i = 0; i < svc->n_datasets; i++) {
         const feedd_served_dataset *d = &svc->datasets[i];
         if (want[0] && strcmp(d->name, want) != 0)
@@ -658,8 +622,8 @@ static grpc_byte_buffer *pack_batch(stream *s, batch_job *bj)
     m.status = st;
     m.n_errors = n_err;
     m.errors = errp;
-    m.height = s->tf.out_h;
-    m.width = s->tf.out_w;
+    m.height = s->sess.tf.out_h;
+    m.width = s->sess.tf.out_w;
     m.channels = 3;
     m.dtype = FEED__V1__DTYPE__DTYPE_UINT8;
     m.layout = FEED__V1__LAYOUT__LAYOUT_NHWC;
@@ -787,85 +751,6 @@ static void arm_recv_locked(stream *s)
     }
 }
 
-/* Fill s->tf from the wire spec with the contract's defaults; 0 or INVALID_ARGUMENT text. */
-static int transform_from_wire(const Feed__V1__TransformSpec *w, feed_transform *t, char *msg,
-                               size_t cap)
-{
-    Feed__V1__TransformSpec zero = FEED__V1__TRANSFORM_SPEC__INIT;
-    if (!w)
-        w = &zero;
-    if (w->mode != FEED__V1__TRANSFORM_MODE__TRANSFORM_MODE_TRAIN &&
-        w->mode != FEED__V1__TRANSFORM_MODE__TRANSFORM_MODE_EVAL) {
-        snprintf(msg, cap, "transform.mode: unknown mode %d", (int)w->mode);
-        return FEED_EINVAL;
-    }
-    if (w->mode == FEED__V1__TRANSFORM_MODE__TRANSFORM_MODE_EVAL)
-        feed_transform_default_eval(t);
-    else
-        feed_transform_default_train(t);
-    if (w->out_height)
-        t->out_h = w->out_height;
-    if (w->out_width)
-        t->out_w = w->out_width;
-    if (w->scale_min != 0)
-        t->scale_min = w->scale_min;
-    if (w->scale_max != 0)
-        t->scale_max = w->scale_max;
-    if (w->ratio_min != 0)
-        t->ratio_min = w->ratio_min;
-    if (w->ratio_max != 0)
-        t->ratio_max = w->ratio_max;
-    t->flip_prob = w->flip_prob;
-    if (w->resize_size) {
-        t->resize_size = w->resize_size;
-    } else {
-        uint64_t side = t->out_h > t->out_w ? t->out_h : t->out_w;
-        t->resize_size = (uint32_t)(side * 256 / 224);
-    }
-    char why[160];
-    if (feed_transform_validate(t, why, sizeof why) < 0) {
-        snprintf(msg, cap, "%s%s", strncmp(why, "transform.", 10) == 0 ? "" : "transform.", why);
-        return FEED_EINVAL;
-    }
-    return 0;
-}
-
-/* Returns a gRPC status code; msg says why when not OK. Under s->mu, on the CQ thread. */
-static grpc_status_code open_session_locked(stream *s, const Feed__V1__SessionOpen *o, char *msg,
-                                            size_t cap)
-{
-    feedd_service *svc = s->svc;
-    if (o->protocol_version != 0 &&
-        o->protocol_version != FEED__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_1) {
-        snprintf(msg, cap, "open.protocol_version: %u is not supported (this server speaks 1)",
-                 o->protocol_version);
-        return GRPC_STATUS_INVALID_ARGUMENT;
-    }
-    int ds = find_dataset(svc, o->dataset ? o->dataset : "");
-    if (ds < 0) {
-        snprintf(msg, cap, "open.dataset: unknown dataset '%.64s'", o->dataset ? o->dataset : "");
-        return GRPC_STATUS_NOT_FOUND;
-    }
-    if (transform_from_wire(o->transform, &s->tf, msg, cap) < 0)
-        return GRPC_STATUS_INVALID_ARGUMENT;
-    s->ds_id = (uint32_t)ds;
-    s->seed = o->seed;
-    s->window = o->window ? o->window : 1;
-    if (s->window > svc->cfg->max_window)
-        s->window = svc->cfg->max_window;
-    snprintf(s->client_name, sizeof s->client_name, "%s", o->client_name ? o->client_name : "");
-    /* Free text from the wire goes into log lines: keep it printable ASCII. */
-    for (char *c = s->client_name; *c; c++)
-        if (*c < 0x20 || *c > 0x7e)
-            *c = '?';
-    s->opened = true;
-    FEED_LOGI("stream %s: session open client='%s' dataset=%s mode=%s %ux%u window=%u", s->peer,
-              s->client_name, svc->datasets[ds].name,
-              s->tf.mode == FEED_TRANSFORM_EVAL ? "eval" : "train", s->tf.out_h, s->tf.out_w,
-              s->window);
-    return GRPC_STATUS_OK;
-}
-
 static bool reserve_memory(feedd_service *svc, uint64_t bytes)
 {
     uint_fast64_t cur = atomic_load(&batch_mem_used);
@@ -895,7 +780,7 @@ static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sam
         job_free(bj);
         return NULL;
     }
-    const feed_dataset *ds = s->svc->datasets[s->ds_id].ds;
+    const feed_dataset *ds = s->svc->datasets[s->sess.ds_id].ds;
     memcpy(bj->indices, r->indices, n * sizeof *bj->indices);
     for (uint32_t i = 0; i < n; i++)
         bj->labels[i] = feed_dataset_label(ds, r->indices[i]);
@@ -903,9 +788,9 @@ static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sam
     bj->owner = s;
     bj->batch_id = r->batch_id;
     bj->job.ds = ds;
-    bj->job.ds_id = s->ds_id;
-    bj->job.tf = &s->tf;
-    bj->job.seed = s->seed;
+    bj->job.ds_id = s->sess.ds_id;
+    bj->job.tf = &s->sess.tf;
+    bj->job.seed = s->sess.seed;
     bj->job.epoch = r->epoch;
     bj->job.indices = bj->indices;
     bj->job.n = n;
@@ -924,64 +809,22 @@ static void handle_request_locked(stream *s, const uint8_t *buf, size_t len)
 {
     feedd_service *svc = s->svc;
     const feedd_config *cfg = svc->cfg;
-    arena *a = &s->cqt->arena;
     char msg[STATUS_MSG_MAX];
-    a->used = 0;
-    Feed__V1__BatchRequest *r = feed__v1__batch_request__unpack(&a->alloc, len, buf);
-    if (!r) {
-        fail_locked(s, GRPC_STATUS_INVALID_ARGUMENT, "request: not a valid feed.v1.BatchRequest");
+    feedd_batch_request req;
+    grpc_status_code code = feedd_request_batch(&svc->env, &s->cqt->arena, buf, len, s->peer,
+                                                &s->sess, &req, msg, sizeof msg);
+    if (code != GRPC_STATUS_OK) {
+        fail_locked(s, code, msg);
         return;
     }
-    if (r->open) {
-        if (s->opened) {
-            fail_locked(s, GRPC_STATUS_INVALID_ARGUMENT,
-                        "open: the session is already open (only the first request opens it)");
-            return;
-        }
-        grpc_status_code code = open_session_locked(s, r->open, msg, sizeof msg);
-        if (code != GRPC_STATUS_OK) {
-            fail_locked(s, code, msg);
-            return;
-        }
-    } else if (!s->opened) {
-        fail_locked(s, GRPC_STATUS_INVALID_ARGUMENT, "open: the first request must open a session");
+    if (!req.r)
         return;
-    }
-    if (r->n_indices == 0) {
-        if (!r->open)
-            fail_locked(s, GRPC_STATUS_INVALID_ARGUMENT, "indices: a request with no indices");
-        return;
-    }
-    if (r->n_indices > cfg->max_batch) {
-        snprintf(msg, sizeof msg, "indices: %zu samples > max_batch_size %u", r->n_indices,
-                 cfg->max_batch);
-        fail_locked(s, GRPC_STATUS_INVALID_ARGUMENT, msg);
-        return;
-    }
-    const feed_dataset *ds = svc->datasets[s->ds_id].ds;
-    uint64_t count = feed_dataset_count(ds);
-    for (size_t i = 0; i < r->n_indices; i++) {
-        if (r->indices[i] >= count) {
-            snprintf(msg, sizeof msg, "indices[%zu]: %llu >= num_samples %llu", i,
-                     (unsigned long long)r->indices[i], (unsigned long long)count);
-            fail_locked(s, GRPC_STATUS_INVALID_ARGUMENT, msg);
-            return;
-        }
-    }
-    size_t sample_bytes = (size_t)s->tf.out_h * s->tf.out_w * 3;
-    uint64_t bytes = (uint64_t)r->n_indices * sample_bytes;
-    if (bytes > cfg->max_batch_bytes) {
-        snprintf(msg, sizeof msg,
-                 "indices: %zu samples of %ux%u are %llu bytes > max_batch_bytes "
-                 "%llu",
-                 r->n_indices, s->tf.out_h, s->tf.out_w, (unsigned long long)bytes,
-                 (unsigned long long)cfg->max_batch_bytes);
-        fail_locked(s, GRPC_STATUS_INVALID_ARGUMENT, msg);
-        return;
-    }
-    if (s->outstanding >= s->window) {
+    const Feed__V1__BatchRequest *r = req.r;
+    size_t sample_bytes = req.sample_bytes;
+    uint64_t bytes = req.bytes;
+    if (s->outstanding >= s->sess.window) {
         snprintf(msg, sizeof msg, "window: %u batches already outstanding (window %u)",
-                 s->outstanding, s->window);
+                 s->outstanding, s->sess.window);
         fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
         return;
     }
@@ -1074,7 +917,7 @@ static void on_stream_close(stream *s)
     s->closed = true;
     drop_work_locked(s);
     FEED_LOGI("stream %s: closed%s client='%s' requests=%llu batches=%llu bytes=%llu", s->peer,
-              s->close_cancelled ? " (cancelled)" : "", s->client_name,
+              s->close_cancelled ? " (cancelled)" : "", s->sess.client_name,
               (unsigned long long)s->requests, (unsigned long long)s->batches_sent,
               (unsigned long long)s->bytes_sent);
     s->refs--;              /* the open call's reference */
@@ -1237,6 +1080,7 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
     svc->cfg = cfg;
     svc->datasets = datasets;
     svc->n_datasets = n;
+    svc->env = (feedd_request_env){cfg, datasets, n};
     svc->pool = pool;
     svc->t_shutdown = (tag){TAG_SHUTDOWN, svc};
     pthread_mutex_init(&svc->mu, NULL);
@@ -1270,12 +1114,11 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
         c->svc = svc;
         c->cq = grpc_completion_queue_create_for_next(NULL);
         /* Packed varints expand up to 8x into uint64 arrays; the rest is small. */
-        c->arena.cap = 9 * (size_t)cfg->max_request_bytes + 65536;
-        c->arena.base = malloc(c->arena.cap);
+        size_t arena_cap = 9 * (size_t)cfg->max_request_bytes + 65536;
+        feedd_arena_init(&c->arena, malloc(arena_cap), arena_cap);
         c->rbuf = malloc((size_t)cfg->max_request_bytes);
         if (!c->arena.base || !c->rbuf)
             goto fail;
-        c->arena.alloc = (ProtobufCAllocator){arena_alloc, arena_free, &c->arena};
         grpc_server_register_completion_queue(svc->server, c->cq, NULL);
     }
     for (int m = 0; m < METHOD_OTHER; m++) {

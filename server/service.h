@@ -15,13 +15,9 @@
 #include "config.h"
 #include "feed/dataset.h"
 #include "pool.h"
+#include "request.h"
 
 typedef struct feedd_service feedd_service;
-
-typedef struct feedd_served_dataset {
-    const char *name;
-    const feed_dataset *ds;
-} feedd_served_dataset;
 
 /*
  * Bind cfg->listen, start the completion-queue threads. datasets (n of them)

@@ -1,0 +1,212 @@
+/*
+ * feedd's request parsing and checks (see request.h). Runs on whichever
+ * completion-queue thread owns the stream, with the stream's lock held by
+ * the caller; the arena is that thread's.
+ */
+#include "request.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "feed/errors.h"
+#include "feed/log.h"
+
+static void *arena_alloc(void *ud, size_t size)
+{
+    feedd_arena *a = ud;
+    size_t off = (a->used + 15) & ~(size_t)15;
+    if (size > a->cap || off > a->cap - size)
+        return NULL;
+    a->used = off + size;
+    return a->base + off;
+}
+
+static void arena_free(void *ud, void *p)
+{
+    (void)ud;
+    (void)p;
+}
+
+void feedd_arena_init(feedd_arena *a, uint8_t *base, size_t cap)
+{
+    a->base = base;
+    a->cap = cap;
+    a->used = 0;
+    a->alloc = (ProtobufCAllocator){arena_alloc, arena_free, a};
+}
+
+int feedd_find_dataset(const feedd_request_env *env, const char *name)
+{
+    for (size_t i = 0; i < env->n_datasets; i++)
+        if (strcmp(env->datasets[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* Fill t from the wire spec with the contract's defaults; 0 or INVALID_ARGUMENT text. */
+static int transform_from_wire(const Feed__V1__TransformSpec *w, feed_transform *t, char *msg,
+                               size_t cap)
+{
+    Feed__V1__TransformSpec zero = FEED__V1__TRANSFORM_SPEC__INIT;
+    if (!w)
+        w = &zero;
+    if (w->mode != FEED__V1__TRANSFORM_MODE__TRANSFORM_MODE_TRAIN &&
+        w->mode != FEED__V1__TRANSFORM_MODE__TRANSFORM_MODE_EVAL) {
+        snprintf(msg, cap, "transform.mode: unknown mode %d", (int)w->mode);
+        return FEED_EINVAL;
+    }
+    if (w->mode == FEED__V1__TRANSFORM_MODE__TRANSFORM_MODE_EVAL)
+        feed_transform_default_eval(t);
+    else
+        feed_transform_default_train(t);
+    if (w->out_height)
+        t->out_h = w->out_height;
+    if (w->out_width)
+        t->out_w = w->out_width;
+    if (w->scale_min != 0)
+        t->scale_min = w->scale_min;
+    if (w->scale_max != 0)
+        t->scale_max = w->scale_max;
+    if (w->ratio_min != 0)
+        t->ratio_min = w->ratio_min;
+    if (w->ratio_max != 0)
+        t->ratio_max = w->ratio_max;
+    t->flip_prob = w->flip_prob;
+    if (w->resize_size) {
+        t->resize_size = w->resize_size;
+    } else {
+        uint64_t side = t->out_h > t->out_w ? t->out_h : t->out_w;
+        t->resize_size = (uint32_t)(side * 256 / 224);
+    }
+    char why[160];
+    if (feed_transform_validate(t, why, sizeof why) < 0) {
+        snprintf(msg, cap, "%s%s", strncmp(why, "transform.", 10) == 0 ? "" : "transform.", why);
+        return FEED_EINVAL;
+    }
+    return 0;
+}
+
+static grpc_status_code open_session(const feedd_request_env *env, const Feed__V1__SessionOpen *o,
+                                     const char *peer, feedd_session *sess, char *msg, size_t cap)
+{
+    if (o->protocol_version != 0 &&
+        o->protocol_version != FEED__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_1) {
+        snprintf(msg, cap, "open.protocol_version: %u is not supported (this server speaks 1)",
+                 o->protocol_version);
+        return GRPC_STATUS_INVALID_ARGUMENT;
+    }
+    int ds = feedd_find_dataset(env, o->dataset ? o->dataset : "");
+    if (ds < 0) {
+        snprintf(msg, cap, "open.dataset: unknown dataset '%.64s'", o->dataset ? o->dataset : "");
+        return GRPC_STATUS_NOT_FOUND;
+    }
+    if (transform_from_wire(o->transform, &sess->tf, msg, cap) < 0)
+        return GRPC_STATUS_INVALID_ARGUMENT;
+    sess->ds_id = (uint32_t)ds;
+    sess->seed = o->seed;
+    sess->window = o->window ? o->window : 1;
+    if (sess->window > env->cfg->max_window)
+        sess->window = env->cfg->max_window;
+    snprintf(sess->client_name, sizeof sess->client_name, "%s",
+             o->client_name ? o->client_name : "");
+    /* Free text from the wire goes into log lines: keep it printable ASCII. */
+    for (char *c = sess->client_name; *c; c++)
+        if (*c < 0x20 || *c > 0x7e)
+            *c = '?';
+    sess->opened = true;
+    FEED_LOGI("stream %s: session open client='%s' dataset=%s mode=%s %ux%u window=%u", peer,
+              sess->client_name, env->datasets[ds].name,
+              sess->tf.mode == FEED_TRANSFORM_EVAL ? "eval" : "train", sess->tf.out_h,
+              sess->tf.out_w, sess->window);
+    return GRPC_STATUS_OK;
+}
+
+grpc_status_code feedd_request_batch(const feedd_request_env *env, feedd_arena *a,
+                                     const uint8_t *buf, size_t len, const char *peer,
+                                     feedd_session *sess, feedd_batch_request *out, char *msg,
+                                     size_t cap)
+{
+    const feedd_config *cfg = env->cfg;
+    grpc_status_code code = GRPC_STATUS_INVALID_ARGUMENT;
+    *out = (feedd_batch_request){0};
+    a->used = 0;
+    Feed__V1__BatchRequest *r = feed__v1__batch_request__unpack(&a->alloc, len, buf);
+    if (!r) {
+        snprintf(msg, cap, "request: not a valid feed.v1.BatchRequest");
+        goto out;
+    }
+    if (r->open) {
+        if (sess->opened) {
+            snprintf(msg, cap,
+                     "open: the session is already open (only the first request opens it)");
+            goto out;
+        }
+        code = open_session(env, r->open, peer, sess, msg, cap);
+        if (code != GRPC_STATUS_OK)
+            goto out;
+        code = GRPC_STATUS_INVALID_ARGUMENT;
+    } else if (!sess->opened) {
+        snprintf(msg, cap, "open: the first request must open a session");
+        goto out;
+    }
+    if (r->n_indices == 0) {
+        if (!r->open) {
+            snprintf(msg, cap, "indices: a request with no indices");
+            goto out;
+        }
+        code = GRPC_STATUS_OK;
+        goto out;
+    }
+    if (r->n_indices > cfg->max_batch) {
+        snprintf(msg, cap, "indices: %zu samples > max_batch_size %u", r->n_indices,
+                 cfg->max_batch);
+        goto out;
+    }
+    uint64_t count = feed_dataset_count(env->datasets[sess->ds_id].ds);
+    for (size_t i = 0; i < r->n_indices; i++) {
+        if (r->indices[i] >= count) {
+            snprintf(msg, cap, "indices[%zu]: %llu >= num_samples %llu", i,
+                     (unsigned long long)r->indices[i], (unsigned long long)count);
+            goto out;
+        }
+    }
+    size_t sample_bytes = (size_t)sess->tf.out_h * sess->tf.out_w * 3;
+    uint64_t bytes = (uint64_t)r->n_indices * sample_bytes;
+    if (bytes > cfg->max_batch_bytes) {
+        snprintf(msg, cap,
+                 "indices: %zu samples of %ux%u are %llu bytes > max_batch_bytes "
+                 "%llu",
+                 r->n_indices, sess->tf.out_h, sess->tf.out_w, (unsigned long long)bytes,
+                 (unsigned long long)cfg->max_batch_bytes);
+        goto out;
+    }
+    out->r = r;
+    out->sample_bytes = sample_bytes;
+    out->bytes = bytes;
+    code = GRPC_STATUS_OK;
+out:
+    return code;
+}
+
+grpc_status_code feedd_request_describe(const feedd_request_env *env, const uint8_t *buf,
+                                        size_t len, Feed__V1__DescribeRequest **out, char *msg,
+                                        size_t cap)
+{
+    grpc_status_code code = GRPC_STATUS_OK;
+    Feed__V1__DescribeRequest *req = feed__v1__describe_request__unpack(NULL, len, buf);
+    if (!req) {
+        code = GRPC_STATUS_INVALID_ARGUMENT;
+        snprintf(msg, cap, "request: not a valid feed.v1.DescribeRequest");
+        goto out;
+    }
+    const char *want = req->dataset ? req->dataset : "";
+    if (want[0] && feedd_find_dataset(env, want) < 0) {
+        code = GRPC_STATUS_NOT_FOUND;
+        snprintf(msg, cap, "dataset: unknown dataset '%.64s'", want);
+        feed__v1__describe_request__free_unpacked(req, NULL);
+        req = NULL;
+    }
+out:
+    *out = req;
+    return code;
+}
