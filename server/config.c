@@ -62,8 +62,10 @@ static const key_def keys[] = {
      "all batch buffers together; a request beyond it is RESOURCE_EXHAUSTED"},
     {"max-stream-memory", KEY_BYTES, OFF(max_stream_memory), 0, 1 << 20, 1024 * GiB, "512M",
      "batch buffers of one stream"},
-    {"max-batch-bytes", KEY_BYTES, OFF(max_batch_bytes), 0, 1 << 16, 4 * GiB, "256M",
-     "largest Batch.data; a larger request is INVALID_ARGUMENT"},
+    /* 1G: a Batch is one gRPC message, and gRPC and libfeedclient cap messages at INT_MAX. */
+    {"max-batch-bytes", KEY_BYTES, OFF(max_batch_bytes), 0, 1 << 16, 1 * GiB, "256M",
+     "largest Batch.data; at most 1G, as one gRPC message must stay under 2 GiB; a larger "
+     "request is INVALID_ARGUMENT"},
     {"max-request-bytes", KEY_BYTES, OFF(max_request_bytes), 0, 1 << 10, 64 << 20, "1M",
      "largest incoming message (GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH)"},
     {"max-batch", KEY_U32, OFF(max_batch), 0, 1, 65536, "1024", "most samples in one batch"},
@@ -123,6 +125,20 @@ int feedd_parse_bytes(const char *s, uint64_t *out)
         return FEED_EINVAL;
     *out = (uint64_t)v << shift;
     return 0;
+}
+
+/* v as the user would write it: sizes with the largest exact K/M/G suffix. */
+static void fmt_value(const key_def *k, uint64_t v, char *out, size_t cap)
+{
+    static const char suffix[] = " KMG";
+    int unit = 0;
+    if (k->type == KEY_BYTES && v != 0)
+        for (unit = 3; unit > 0 && (v & ((1ull << (10 * unit)) - 1)) != 0; unit--)
+            ;
+    if (unit > 0)
+        snprintf(out, cap, "%llu%c", (unsigned long long)(v >> (10 * unit)), suffix[unit]);
+    else
+        snprintf(out, cap, "%llu", (unsigned long long)v);
 }
 
 static int add_dataset(feedd_config *cfg, const char *value, char *err, size_t cap)
@@ -190,8 +206,12 @@ static int apply(feedd_config *cfg, const key_def *k, const char *value, char *e
             return FEED_EINVAL;
         }
         if (v < k->min || v > k->max) {
-            feed_set_err(err, cap, "%s: %llu is outside %llu..%llu", k->name, (unsigned long long)v,
-                         (unsigned long long)k->min, (unsigned long long)k->max);
+            char sv[32], lo[32], hi[32];
+            fmt_value(k, v, sv, sizeof sv);
+            fmt_value(k, k->min, lo, sizeof lo);
+            fmt_value(k, k->max, hi, sizeof hi);
+            /* The help says what the key is for, and so why the bound is where it is. */
+            feed_set_err(err, cap, "%s: %s is outside %s..%s (%s)", k->name, sv, lo, hi, k->help);
             return FEED_EINVAL;
         }
         if (k->type == KEY_U32)

@@ -70,6 +70,21 @@ static void test_config_defaults_and_bounds(void **state)
         if (!strstr(err, want[i]))
             fail_msg("case %zu: '%s' does not name %s", i, err, want[i]);
     }
+    /* A Batch is one gRPC message: max-batch-bytes stays at 1G, well under gRPC's INT_MAX. */
+    const char *mbb[] = {"feedd", "--dataset",    "x=/tmp", "--max-batch-bytes",
+                         "1G",    "--max-memory", "4G",     "--max-stream-memory",
+                         "2G"};
+    assert_int_equal(parse(err, sizeof err, &cfg, 9, mbb), 0);
+    assert_int_equal(cfg.max_batch_bytes, 1ull << 30);
+    mbb[4] = "1025M";
+    err[0] = '\0';
+    assert_int_equal(parse(err, sizeof err, &cfg, 9, mbb), FEED_EINVAL);
+    if (!strstr(err, "max-batch-bytes: 1025M is outside 64K..1G"))
+        fail_msg("'%s' does not state the bound", err);
+    mbb[4] = "2G";
+    assert_int_equal(parse(err, sizeof err, &cfg, 9, mbb), FEED_EINVAL);
+    assert_non_null(strstr(err, "2 GiB"));
+
     const char *none[] = {"feedd"};
     assert_int_equal(parse(err, sizeof err, &cfg, 1, none), FEED_EINVAL);
     assert_non_null(strstr(err, "dataset"));
