@@ -15,6 +15,8 @@
  *  - classes sorted by name in byte order (strcmp) get labels 0..C-1; a class
  *    directory without images keeps its label (so labels do not shift when a
  *    class is empty) and is logged;
+ *  - a class directory whose name is not valid UTF-8 fails the open (see
+ *    feed/dataset.h);
  *  - caps: limits->max_samples samples, FEED_DATASET_MAX_CLASSES classes,
  *    FEED_DATASET_MAX_PATH bytes per sample path; beyond any of them the open
  *    fails with FEED_ETOOBIG and says which cap.
@@ -174,6 +176,30 @@ out:
     return rc;
 }
 
+int feed_dataset_check_class_name(const char *where, uint32_t label, const char *name, char *err,
+                                  size_t err_cap)
+{
+    size_t len = strlen(name), bad = 0;
+    if (feed_utf8_valid(name, len, &bad))
+        return 0;
+    /* The name cannot be printed as it is: that is the problem. */
+    char shown[4 * FEED_DATASET_MAX_NAME + 1];
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 5 <= sizeof(shown); i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (c >= 0x20 && c < 0x7f)
+            shown[o++] = (char)c;
+        else
+            o += (size_t)snprintf(shown + o, sizeof(shown) - o, "\\x%02x", c);
+    }
+    shown[o] = '\0';
+    feed_set_err(err, err_cap,
+                 "%s: class %u name '%s' is not valid UTF-8 (byte %zu); class names are "
+                 "protobuf strings, which must be UTF-8: rename the class",
+                 where, label, shown, bad);
+    return FEED_EINVAL;
+}
+
 /* Appends s and its NUL to the arena; returns its offset through *off. */
 static int arena_add(feed_buf *arena, const char *a, const char *b, const char *c, uint64_t *off)
 {
@@ -247,6 +273,11 @@ static int imagefolder_open(struct feed_dataset *ds, const char *path,
         feed_set_err(err, err_cap, "%s: no class directories (expected root/<class>/<image>.jpg)",
                      root);
         goto out;
+    }
+    for (size_t c = 0; c < classes.n; c++) {
+        rc = feed_dataset_check_class_name(root, (uint32_t)c, classes.v[c], err, err_cap);
+        if (rc)
+            goto out;
     }
     class_off = calloc(classes.n, sizeof(*class_off));
     if (!class_off) {

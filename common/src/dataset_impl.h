@@ -37,6 +37,14 @@ struct feed_dataset {
     const uint8_t *index; /* count entries of FEED_PACK_ENTRY_BYTES, inside map */
 };
 
+/*
+ * dataset.c: 0 when class `label`'s name is valid UTF-8 (it travels in a
+ * protobuf `string`), else FEED_EINVAL with err naming where, the label and
+ * the name (bytes outside printable ASCII written as \xNN).
+ */
+int feed_dataset_check_class_name(const char *where, uint32_t label, const char *name, char *err,
+                                  size_t err_cap);
+
 /* pack.c: open a regular file as a pack into ds (zeroed by the caller). */
 int feed_pack_open_into(struct feed_dataset *ds, const char *path, const feed_dataset_limits *lim,
                         char *err, size_t err_cap);

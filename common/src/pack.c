@@ -182,6 +182,8 @@ static int check_names(struct feed_dataset *ds, const uint8_t *names, uint64_t n
             return FEED_ECORRUPT;
         }
         ds->class_names[c] = (const char *)(names + pos);
+        if (feed_dataset_check_class_name(path, c, ds->class_names[c], err, err_cap) < 0)
+            return FEED_ECORRUPT; /* the writer refuses such names: the table is damaged */
         pos += n + 1;
     }
     if (pos != names_bytes) {
@@ -329,6 +331,9 @@ int feed_pack_writer_open(const char *path, uint64_t count, uint32_t num_classes
                          FEED_DATASET_MAX_NAME);
             goto out;
         }
+        rc = feed_dataset_check_class_name(path, c, class_names[c], err, err_cap);
+        if (rc)
+            goto out;
         names_bytes += n + 1;
     }
     if (__builtin_mul_overflow(count, (uint64_t)FEED_PACK_ENTRY_BYTES, &index_bytes) ||

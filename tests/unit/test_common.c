@@ -200,6 +200,44 @@ static void test_set_err(void **state)
     feed_set_err(NULL, 16, "%d", 1);
 }
 
+static void test_utf8_valid(void **state)
+{
+    (void)state;
+    static const char *const good[] = {"",
+                                       "ascii",
+                                       "caf\xc3\xa9",
+                                       "\xe2\x82\xac",
+                                       "\xf0\x9f\x98\x80",
+                                       "\xef\xbf\xbf",
+                                       "\xf4\x8f\xbf\xbf"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        assert_true(feed_utf8_valid(good[i], strlen(good[i]), NULL));
+    /* Each with the offset of the first ill-formed sequence. */
+    static const struct {
+        const char *s;
+        size_t bad;
+    } bad[] = {
+        {"caf\xe9", 3},          /* Latin-1 */
+        {"\x80", 0},             /* lone continuation byte */
+        {"ab\xc0\xaf", 2},       /* overlong '/' */
+        {"\xe0\x80\xaf", 0},     /* overlong, 3 bytes */
+        {"x\xed\xa0\x80", 1},    /* surrogate U+D800 */
+        {"\xf4\x90\x80\x80", 0}, /* above U+10FFFF */
+        {"\xf5\x80\x80\x80", 0}, /* no such lead byte */
+        {"ok\xe2\x82", 2},       /* truncated at the end */
+        {"\xe2\x82x", 0},        /* truncated before ASCII */
+        {"\xc3\xa9\xff", 2},     /* 0xff never appears */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        size_t at = 99;
+        assert_false(feed_utf8_valid(bad[i].s, strlen(bad[i].s), &at));
+        assert_int_equal(at, bad[i].bad);
+    }
+    /* Length bounds the check: a cut inside a sequence is ill-formed. */
+    assert_false(feed_utf8_valid("\xc3\xa9", 1, NULL));
+    assert_true(feed_utf8_valid("\xc3\xa9\xff", 2, NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -213,6 +251,7 @@ int main(void)
         cmocka_unit_test(test_parse_u64),
         cmocka_unit_test(test_parse_u32),
         cmocka_unit_test(test_set_err),
+        cmocka_unit_test(test_utf8_valid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

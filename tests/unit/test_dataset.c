@@ -316,6 +316,53 @@ static void test_read_limits_and_errors(void **state)
     feed_dataset_close(ds);
 }
 
+/*
+ * Class names go into DescribeResponse's protobuf strings: a class directory
+ * whose name is not UTF-8 (here Latin-1 "caf\xe9") fails the open, naming the
+ * class; well-formed UTF-8 names, and file names of any bytes, are fine.
+ */
+static void test_class_name_not_utf8(void **state)
+{
+    (void)state;
+    mkdir_in("caf\xc3\xa9"); /* "café" in UTF-8 */
+    write_in("caf\xc3\xa9/1.jpg", "x");
+    write_in("caf\xc3\xa9/na\xefve.jpg", "y"); /* a Latin-1 file name is never sent */
+    feed_dataset *ds = open_ok(NULL);
+    assert_string_equal(feed_dataset_class_name(ds, 0), "caf\xc3\xa9");
+    assert_int_equal(feed_dataset_count(ds), 2);
+    feed_dataset_close(ds);
+
+    mkdir_in("caf\xe9");
+    write_in("caf\xe9/1.jpg", "z");
+    char err[512];
+    ds = (feed_dataset *)err;
+    assert_int_equal(feed_dataset_open(g_root, NULL, &ds, err, sizeof(err)), FEED_EINVAL);
+    assert_null(ds);
+    /* Sorted by bytes, "caf\xc3..." < "caf\xe9": the bad one is label 1, shown escaped. */
+    if (!strstr(err, "class 1 name 'caf\\xe9' is not valid UTF-8 (byte 3)"))
+        fail_msg("message does not name the class: %s", err);
+
+    /* Overlong, surrogate and truncated sequences are refused the same way. */
+    static const char *const bad[] = {"a\xc0\xaf", "b\xed\xa0\x80", "c\xf4\x90\x80\x80",
+                                      "d\xe2\x82"};
+    char rel[64], p[1024];
+    snprintf(p, sizeof(p), "%s/caf\xe9/1.jpg", g_root);
+    assert_int_equal(unlink(p), 0);
+    snprintf(p, sizeof(p), "%s/caf\xe9", g_root);
+    assert_int_equal(rmdir(p), 0);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        mkdir_in(bad[i]);
+        snprintf(rel, sizeof(rel), "%s/1.jpg", bad[i]);
+        write_in(rel, "w");
+        assert_int_equal(feed_dataset_open(g_root, NULL, &ds, err, sizeof(err)), FEED_EINVAL);
+        assert_non_null(strstr(err, "not valid UTF-8"));
+        snprintf(p, sizeof(p), "%s/%s", g_root, rel);
+        assert_int_equal(unlink(p), 0);
+        snprintf(p, sizeof(p), "%s/%s", g_root, bad[i]);
+        assert_int_equal(rmdir(p), 0);
+    }
+}
+
 typedef struct reader_arg {
     const feed_dataset *ds;
     int failures;
@@ -406,6 +453,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_max_samples_cap, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_path_length_cap, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_read_limits_and_errors, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_class_name_not_utf8, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_concurrent_reads, setup_tmp, teardown_tmp),
         cmocka_unit_test(test_imagenet_sample),
     };

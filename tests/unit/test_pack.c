@@ -666,6 +666,11 @@ static void test_corrupt_packs(void **state)
     img[names_off + strlen("first")] = 'x';
     reseal(img, len);
     expect_refused(img, len, FEED_ECORRUPT, "class-name table");
+    /* A class name that is not UTF-8 (the writer would have refused it). */
+    memcpy(img, good, len);
+    img[names_off + 4] = (uint8_t)0xe9;
+    reseal(img, len);
+    expect_refused(img, len, FEED_ECORRUPT, "class 0 name 'firs\\xe9' is not valid UTF-8");
     /* More samples than the caller allows. */
     lim.max_samples = 2;
     assert_int_equal(open_image(good, len, &lim, err, sizeof(err)), FEED_ETOOBIG);
@@ -769,6 +774,9 @@ static void test_writer_misuse(void **state)
     assert_int_equal(feed_pack_writer_open(p, 2, 2, names, &w, err, sizeof(err)), FEED_EINVAL);
     assert_null(w);
     assert_int_equal(feed_pack_writer_open(p, 0, 1, names, &w, err, sizeof(err)), FEED_EINVAL);
+    static const char *const latin1[] = {"caf\xe9"};
+    assert_int_equal(feed_pack_writer_open(p, 1, 1, latin1, &w, err, sizeof(err)), FEED_EINVAL);
+    assert_non_null(strstr(err, "not valid UTF-8"));
 
     assert_int_equal(feed_pack_writer_open(p, 2, 1, names, &w, err, sizeof(err)), 0);
     assert_int_equal(feed_pack_writer_add(w, 1, "z", 1), FEED_EINVAL); /* label >= classes */

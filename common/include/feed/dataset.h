@@ -10,6 +10,16 @@
  *    layout), memory-mapped; every offset and length is checked against the
  *    file size at open, so a truncated or corrupt pack is refused.
  *
+ * Class names must be valid UTF-8: they travel in DescribeResponse's
+ * protobuf `string` fields, and strict clients (Python's protobuf, among
+ * others) reject a whole message holding one that is not. Open refuses such a
+ * dataset rather than escaping the name, so a name a client sees is always
+ * the directory's own: an ImageFolder with a class directory whose name is
+ * not UTF-8 fails with FEED_EINVAL, a pack holding one with FEED_ECORRUPT
+ * (the pack writer refuses such names with FEED_EINVAL), and the message
+ * names the class (label and name, other bytes as \xNN). Sample file names
+ * are never sent, so they may be any bytes.
+ *
  * A feed_dataset is immutable after open: any number of threads may call the
  * accessors at once. feed_dataset_read() uses only the caller's scratch.
  */

@@ -39,7 +39,8 @@ typedef struct feed_pack_writer feed_pack_writer;
 
 /*
  * Start a pack of exactly `count` samples and `num_classes` classes (names
- * 1..255 bytes each). 0 or a negative FEED_E code with a message in err.
+ * 1..255 bytes each, valid UTF-8: see feed/dataset.h). 0 or a negative FEED_E
+ * code with a message in err.
  */
 int feed_pack_writer_open(const char *path, uint64_t count, uint32_t num_classes,
                           const char *const *class_names, feed_pack_writer **out, char *err,

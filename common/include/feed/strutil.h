@@ -21,4 +21,12 @@ void feed_set_err(char *err, size_t cap, const char *fmt, ...)
 int feed_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
 int feed_parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out);
 
+/*
+ * Whether s[0..len) is well-formed UTF-8 as protobuf's `string` fields require
+ * it (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF).
+ * When it is not, *bad (if not NULL) gets the offset of the first byte of
+ * the first ill-formed sequence.
+ */
+int feed_utf8_valid(const char *s, size_t len, size_t *bad);
+
 #endif
