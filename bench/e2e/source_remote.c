@@ -21,6 +21,7 @@ typedef struct remote_source {
     feed_loader *loader;
     bench_step *step;
     uint32_t epoch;
+    uint64_t bad_batches; /* handed out with FEED_EBADSAMPLE (no good sample), skipped */
 } remote_source;
 
 static void client_log(void *user, int level, const char *message)
@@ -34,12 +35,24 @@ static int remote_next(bench_source *base, bench_batch *b)
 {
     remote_source *s = (remote_source *)base;
     feed_batch *fb = NULL;
-    int rc = feed_loader_next(s->loader, &fb);
-    if (rc == FEED_EEOF) {
-        rc = feed_loader_set_epoch(s->loader, ++s->epoch, 0);
-        if (rc == 0)
-            rc = feed_loader_next(s->loader, &fb);
-    }
+    uint32_t skipped_samples = 0;
+    int rc;
+    do {
+        rc = feed_loader_next(s->loader, &fb);
+        if (rc == FEED_EEOF) {
+            rc = feed_loader_set_epoch(s->loader, ++s->epoch, 0);
+            if (rc == 0)
+                rc = feed_loader_next(s->loader, &fb);
+        }
+        /* A batch with no good sample still holds its slot: give it back, count it, go on. */
+        if (rc == FEED_EBADSAMPLE && fb) {
+            s->bad_batches++;
+            skipped_samples += fb->n;
+            int rrc = feed_loader_release(s->loader, fb, s->step->ops->stream(s->step));
+            if (rrc)
+                rc = rrc;
+        }
+    } while (rc == FEED_EBADSAMPLE && fb);
     if (rc)
         return rc;
     memset(b, 0, sizeof *b);
@@ -52,7 +65,7 @@ static int remote_next(bench_source *base, bench_batch *b)
         b->labels = fb->labels;
     }
     b->n = fb->n;
-    b->bad_samples = fb->substituted;
+    b->bad_samples = fb->substituted + skipped_samples;
     b->handle = fb;
     return 0;
 }
@@ -68,6 +81,9 @@ static void remote_release(bench_source *base, bench_batch *b)
 static void remote_close(bench_source *base)
 {
     remote_source *s = (remote_source *)base;
+    if (s->bad_batches)
+        fprintf(stderr, "feed-bench: remote: %llu batches without a good sample skipped\n",
+                (unsigned long long)s->bad_batches);
     feed_loader_close(s->loader);
     free(s);
 }
