@@ -59,9 +59,9 @@ static const key_def keys[] = {
     {"metrics-port-file", KEY_STR, OFF(metrics_port_file), SZ(metrics_port_file), 0, 0, "",
      "write the bound metrics port here"},
     {"max-memory", KEY_BYTES, OFF(max_memory), 0, 1 << 20, 1024 * GiB, "1G",
-     "all batch buffers together; a request beyond it is RESOURCE_EXHAUSTED"},
+     "all batch buffers together; a request beyond it waits for memory to free"},
     {"max-stream-memory", KEY_BYTES, OFF(max_stream_memory), 0, 1 << 20, 1024 * GiB, "512M",
-     "batch buffers of one stream"},
+     "batch buffers of one stream; a request beyond it waits for the stream's sends"},
     /* 1G: a Batch is one gRPC message, and gRPC and libfeedclient cap messages at INT_MAX. */
     {"max-batch-bytes", KEY_BYTES, OFF(max_batch_bytes), 0, 1 << 16, 1 * GiB, "256M",
      "largest Batch.data; at most 1G, as one gRPC message must stay under 2 GiB; a larger "

@@ -107,6 +107,9 @@ char *feedd_metrics_render(size_t *len)
     gauge(&t, "feedd_active_streams", "Open Stream calls.", ldg(&m->active_streams));
     gauge(&t, "feedd_inflight_batches", "Accepted batches not yet handed to gRPC.",
           ldg(&m->inflight_batches));
+    gauge(&t, "feedd_waiting_batches",
+          "Accepted batches waiting for batch memory (max-memory, max-stream-memory).",
+          ldg(&m->waiting_batches));
     gauge(&t, "feedd_memory_bytes", "Batch buffers allocated.", ldg(&m->memory_bytes));
     gauge(&t, "feedd_serving", "1 while serving, 0 while draining.",
           atomic_load_explicit(&m->serving, memory_order_relaxed));

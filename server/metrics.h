@@ -38,6 +38,7 @@ typedef struct feedd_metrics {
     atomic_int_fast64_t queue_depth;      /* samples waiting for a worker */
     atomic_int_fast64_t active_streams;   /* open Stream calls */
     atomic_int_fast64_t inflight_batches; /* accepted, not yet handed to gRPC */
+    atomic_int_fast64_t waiting_batches;  /* accepted, waiting for batch memory */
     atomic_int_fast64_t memory_bytes;     /* batch buffers allocated */
     atomic_int serving;                   /* 1 SERVING, 0 draining */
 } feedd_metrics;

@@ -15,10 +15,22 @@
  * pixel bytes are handed to gRPC as a slice over the worker-written buffer
  * (no copy); the slice's destructor returns the memory to the cap.
  *
+ * Memory caps are back-pressure: an accepted batch whose buffer would pass
+ * --max-stream-memory or --max-memory waits (still counted in the window)
+ * in one FIFO shared by all streams, mem_wait. Whenever memory frees, the
+ * granter thread walks it from the head: a batch that fits both caps gets
+ * its buffer and goes to the pool; one that fits the total but not its own
+ * stream's cap is passed over (with the rest of its stream, which keeps each
+ * stream's order) because only its own stream can free that memory; one
+ * that does not fit the total stops the walk, so no later or smaller batch
+ * overtakes it and none starves. New batches go straight to the pool only
+ * when nothing waits.
+ *
  * Locks, in this order: svc->mu (stream list, counters, shutdown state),
- * then stream->mu (everything in the stream marked "guarded by mu").
- * A stream is freed when its reference count (one per pending gRPC op, one
- * per job in the pool, one for the open call) drops to zero.
+ * then stream->mu (everything in the stream marked "guarded by mu"), then
+ * mem_wait.mu (a leaf: nothing else is locked, and no gRPC call made, while
+ * it is held). A stream is freed when its reference count (one per pending
+ * gRPC op, one per accepted job, one for the open call) drops to zero.
  */
 #include "service.h"
 
@@ -100,6 +112,22 @@ struct cq_thread {
  */
 static atomic_uint_fast64_t batch_mem_used;
 
+typedef struct batch_job batch_job;
+
+/*
+ * Batches waiting for memory, and the granter's wake-up. Process-wide for the
+ * same reason as batch_mem_used: the slice destructor kicks it.
+ */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* Guarded by mu. */
+    batch_job *head, *tail; /* FIFO over every stream, linked by wait_prev/wait_next */
+    uint64_t gen;           /* bumped whenever memory frees or a batch starts waiting */
+    uint64_t pass;          /* the granter's walks, to mark streams passed over in one */
+    bool stop;
+} mem_wait = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, false};
+
 typedef struct batch_mem {
     size_t bytes;
     uint8_t data[];
@@ -107,19 +135,21 @@ typedef struct batch_mem {
 
 typedef struct stream stream;
 
-typedef struct batch_job {
+struct batch_job {
     feedd_job job;
     stream *owner;
     uint64_t batch_id;
+    uint64_t bytes; /* of the pixel buffer */
     uint32_t crc;
-    batch_mem *mem;
+    batch_mem *mem; /* NULL while the job waits for memory */
     uint64_t *indices;
     uint32_t *labels;
     feed_sample_status *status;
     uint32_t *sample_crc;
     char (*errors)[FEEDD_SAMPLE_MSG_MAX + 1];
-    struct batch_job *ready_next;
-} batch_job;
+    batch_job *ready_next;
+    batch_job *wait_prev, *wait_next; /* mem_wait's list, guarded by mem_wait.mu */
+};
 
 struct stream {
     feedd_service *svc;
@@ -140,8 +170,15 @@ struct stream {
     char status_msg[STATUS_MSG_MAX];
     grpc_slice status_slice;
     feedd_session sess;
-    uint32_t outstanding;
-    uint64_t mem, mem_sending;
+    uint32_t outstanding; /* accepted, not yet handed to gRPC (waiting for memory too) */
+    /*
+     * Bytes of this stream's buffers, from the grant until the send completes.
+     * Atomic: it only grows under mem_wait.mu (fast path or granter), and
+     * shrinks under mu.
+     */
+    atomic_uint_fast64_t mem;
+    uint64_t mem_sending;
+    uint64_t wait_pass; /* guarded by mem_wait.mu: the granter's walk that passed it over */
     batch_job *ready_head, *ready_tail;
     feedd_queue q;
     uint64_t send_started_ns;
@@ -178,6 +215,8 @@ struct feedd_service {
     size_t open_streams; /* calls whose close has not fired */
     size_t live_unary;
     bool shutting_down, shutdown_done;
+    pthread_t granter; /* gives waiting batches their memory */
+    bool granter_started;
 };
 
 /* ---- small helpers ---- */
@@ -221,12 +260,23 @@ static grpc_byte_buffer *pack_copy(const ProtobufCMessage *m)
     return bb;
 }
 
+/* Memory freed: wake the granter if a batch waits. Any thread, any locks but mem_wait.mu. */
+static void mem_kick(void)
+{
+    pthread_mutex_lock(&mem_wait.mu);
+    mem_wait.gen++;
+    if (mem_wait.head)
+        pthread_cond_signal(&mem_wait.cv);
+    pthread_mutex_unlock(&mem_wait.mu);
+}
+
 static void batch_mem_release(void *p)
 {
     batch_mem *m = p;
     atomic_fetch_sub(&batch_mem_used, m->bytes);
     feedd_gauge(&feedd_m.memory_bytes, -(int64_t)m->bytes);
     free(m);
+    mem_kick();
 }
 
 /* ---- request slots ---- */
@@ -451,6 +501,29 @@ static void stream_unref_unlock(stream *s)
         stream_free(s);
 }
 
+static void stream_mem_sub(stream *s, uint64_t bytes)
+{
+    if (bytes) {
+        atomic_fetch_sub(&s->mem, bytes);
+        mem_kick();
+    }
+}
+
+/* Under mem_wait.mu. */
+static void wait_unlink_locked(batch_job *bj)
+{
+    if (bj->wait_prev)
+        bj->wait_prev->wait_next = bj->wait_next;
+    else
+        mem_wait.head = bj->wait_next;
+    if (bj->wait_next)
+        bj->wait_next->wait_prev = bj->wait_prev;
+    else
+        mem_wait.tail = bj->wait_prev;
+    bj->wait_prev = bj->wait_next = NULL;
+    feedd_gauge(&feedd_m.waiting_batches, -1);
+}
+
 static void job_free(batch_job *bj)
 {
     if (bj->mem)
@@ -467,7 +540,7 @@ static void job_free(batch_job *bj)
 static void discard_job_locked(stream *s, batch_job *bj)
 {
     s->outstanding--;
-    s->mem -= bj->mem ? bj->mem->bytes : 0;
+    stream_mem_sub(s, bj->mem ? bj->mem->bytes : 0);
     feedd_gauge(&feedd_m.inflight_batches, -1);
     job_free(bj);
     s->refs--;
@@ -488,6 +561,23 @@ static void drop_work_locked(stream *s)
         discard_job_locked(s, bj);
     }
     s->ready_tail = NULL;
+    /* Jobs waiting for memory; one the granter already took is its to dispose of. */
+    batch_job *waiting = NULL;
+    pthread_mutex_lock(&mem_wait.mu);
+    for (batch_job *w = mem_wait.head, *next; w; w = next) {
+        next = w->wait_next;
+        if (w->owner == s) {
+            wait_unlink_locked(w);
+            w->wait_next = waiting;
+            waiting = w;
+        }
+    }
+    pthread_mutex_unlock(&mem_wait.mu);
+    while (waiting) {
+        bj = waiting;
+        waiting = bj->wait_next;
+        discard_job_locked(s, bj);
+    }
 }
 
 static void send_status_locked(stream *s, grpc_status_code code, const char *msg)
@@ -674,7 +764,7 @@ static void try_send_locked(stream *s)
         job_free(bj);
         s->refs--; /* the job's reference */
         if (!bb) {
-            s->mem -= bytes;
+            stream_mem_sub(s, bytes);
             fail_locked(s, GRPC_STATUS_INTERNAL, "could not pack a batch");
             return;
         }
@@ -696,7 +786,7 @@ static void try_send_locked(stream *s)
         if (e != GRPC_CALL_OK) {
             FEED_LOGE("stream %s: send failed to start: %d", s->peer, (int)e);
             s->send_in_flight = false;
-            s->mem -= bytes;
+            stream_mem_sub(s, bytes);
             s->refs--;
             fail_locked(s, GRPC_STATUS_INTERNAL, "send failed");
             return;
@@ -751,17 +841,26 @@ static void arm_recv_locked(stream *s)
     }
 }
 
-static bool reserve_memory(feedd_service *svc, uint64_t bytes)
+/* Take bytes from --max-memory if they fit. Under mem_wait.mu (growth happens only there). */
+static bool reserve_memory(const feedd_config *cfg, uint64_t bytes)
 {
-    uint_fast64_t cur = atomic_load(&batch_mem_used);
-    do {
-        if (cur + bytes > svc->cfg->max_memory)
-            return false;
-    } while (!atomic_compare_exchange_weak(&batch_mem_used, &cur, cur + bytes));
-    feedd_gauge(&feedd_m.memory_bytes, (int64_t)bytes);
-    return true;
+    bool ok = atomic_load(&batch_mem_used) + bytes <= cfg->max_memory;
+    if (ok) {
+        atomic_fetch_add(&batch_mem_used, bytes);
+        feedd_gauge(&feedd_m.memory_bytes, (int64_t)bytes);
+    }
+    return ok;
 }
 
+/* Give back a grant whose buffer could not be allocated. */
+static void unreserve(stream *s, uint64_t bytes)
+{
+    atomic_fetch_sub(&batch_mem_used, bytes);
+    feedd_gauge(&feedd_m.memory_bytes, -(int64_t)bytes);
+    stream_mem_sub(s, bytes);
+}
+
+/* Everything of a job but its pixel buffer, which waits for the memory caps. */
 static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sample_bytes)
 {
     uint32_t n = (uint32_t)r->n_indices;
@@ -773,10 +872,7 @@ static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sam
     bj->status = malloc(n * sizeof *bj->status);
     bj->sample_crc = malloc(n * sizeof *bj->sample_crc);
     bj->errors = malloc(n * sizeof *bj->errors);
-    bj->mem = malloc(sizeof *bj->mem + (size_t)n * sample_bytes);
-    if (!bj->indices || !bj->labels || !bj->status || !bj->sample_crc || !bj->errors || !bj->mem) {
-        free(bj->mem);
-        bj->mem = NULL;
+    if (!bj->indices || !bj->labels || !bj->status || !bj->sample_crc || !bj->errors) {
         job_free(bj);
         return NULL;
     }
@@ -784,7 +880,7 @@ static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sam
     memcpy(bj->indices, r->indices, n * sizeof *bj->indices);
     for (uint32_t i = 0; i < n; i++)
         bj->labels[i] = feed_dataset_label(ds, r->indices[i]);
-    bj->mem->bytes = (size_t)n * sample_bytes;
+    bj->bytes = (uint64_t)n * sample_bytes;
     bj->owner = s;
     bj->batch_id = r->batch_id;
     bj->job.ds = ds;
@@ -794,7 +890,6 @@ static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sam
     bj->job.epoch = r->epoch;
     bj->job.indices = bj->indices;
     bj->job.n = n;
-    bj->job.data = bj->mem->data;
     bj->job.sample_bytes = sample_bytes;
     bj->job.status = bj->status;
     bj->job.sample_crc = bj->sample_crc;
@@ -802,6 +897,93 @@ static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sam
     bj->job.done = on_job_done;
     bj->job.user = s;
     return bj;
+}
+
+/* The pixel buffer, once both caps have granted its bytes; false when malloc fails. */
+static bool job_alloc_mem(batch_job *bj)
+{
+    bj->mem = malloc(sizeof *bj->mem + (size_t)bj->bytes);
+    if (bj->mem) {
+        bj->mem->bytes = (size_t)bj->bytes;
+        bj->job.data = bj->mem->data;
+    }
+    return bj->mem != NULL;
+}
+
+/*
+ * A granted job (its bytes reserved in both caps) gets its buffer and goes
+ * to the pool, unless its stream ended meanwhile. Under s->mu; the caller
+ * holds a reference of its own besides the job's.
+ */
+static void start_granted_locked(stream *s, batch_job *bj)
+{
+    bool have = job_alloc_mem(bj);
+    if (!have) {
+        unreserve(s, bj->bytes);
+        fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, "memory: allocation failed");
+    }
+    if (!have || s->closed || s->failing || s->status_sent)
+        discard_job_locked(s, bj);
+    else
+        feedd_pool_submit(s->svc->pool, &s->q, &bj->job);
+}
+
+/*
+ * One walk of mem_wait from the head (see the top of the file); returns the
+ * jobs granted, linked by wait_next, their bytes reserved. Under mem_wait.mu.
+ */
+static batch_job *grant_locked(const feedd_config *cfg)
+{
+    batch_job *granted = NULL, **tail = &granted;
+    uint64_t pass = ++mem_wait.pass;
+    for (batch_job *bj = mem_wait.head, *next; bj; bj = next) {
+        next = bj->wait_next;
+        stream *s = bj->owner; /* alive: the job holds a reference */
+        if (s->wait_pass == pass)
+            continue;
+        if (atomic_load(&s->mem) + bj->bytes > cfg->max_stream_memory) {
+            s->wait_pass = pass;
+            continue;
+        }
+        if (!reserve_memory(cfg, bj->bytes))
+            break;
+        atomic_fetch_add(&s->mem, bj->bytes);
+        wait_unlink_locked(bj);
+        *tail = bj;
+        tail = &bj->wait_next;
+    }
+    return granted;
+}
+
+/* The granter thread: a walk whenever memory frees or a batch starts waiting. */
+static void *granter_main(void *arg)
+{
+    feedd_service *svc = arg;
+    pthread_mutex_lock(&mem_wait.mu);
+    uint64_t seen = mem_wait.gen;
+    while (!mem_wait.stop) {
+        if (seen == mem_wait.gen || !mem_wait.head) {
+            pthread_cond_wait(&mem_wait.cv, &mem_wait.mu);
+            continue;
+        }
+        seen = mem_wait.gen;
+        batch_job *granted = grant_locked(svc->cfg);
+        pthread_mutex_unlock(&mem_wait.mu);
+        while (granted) {
+            batch_job *bj = granted;
+            stream *s = bj->owner;
+            granted = bj->wait_next;
+            bj->wait_next = NULL;
+            pthread_mutex_lock(&s->mu);
+            s->refs++; /* the job's may go with it */
+            start_granted_locked(s, bj);
+            maybe_finish_locked(s);
+            stream_unref_unlock(s);
+        }
+        pthread_mutex_lock(&mem_wait.mu);
+    }
+    pthread_mutex_unlock(&mem_wait.mu);
+    return NULL;
 }
 
 /* One BatchRequest; under s->mu, on the CQ thread. */
@@ -819,8 +1001,6 @@ static void handle_request_locked(stream *s, const uint8_t *buf, size_t len)
     }
     if (!req.r)
         return;
-    const Feed__V1__BatchRequest *r = req.r;
-    size_t sample_bytes = req.sample_bytes;
     uint64_t bytes = req.bytes;
     if (s->outstanding >= s->sess.window) {
         snprintf(msg, sizeof msg, "window: %u batches already outstanding (window %u)",
@@ -828,32 +1008,46 @@ static void handle_request_locked(stream *s, const uint8_t *buf, size_t len)
         fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
         return;
     }
-    if (s->mem + bytes > cfg->max_stream_memory) {
-        snprintf(msg, sizeof msg, "memory: stream would hold %llu bytes > max-stream-memory %llu",
-                 (unsigned long long)(s->mem + bytes), (unsigned long long)cfg->max_stream_memory);
+    /*
+     * config.c clamps max-batch-bytes (checked in request.c) to both caps, so
+     * this cannot happen; were that to change, such a batch would wait forever.
+     */
+    if (bytes > cfg->max_stream_memory || bytes > cfg->max_memory) {
+        snprintf(msg, sizeof msg, "memory: a batch of %llu bytes can never fit max-stream-memory",
+                 (unsigned long long)bytes);
         fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
         return;
     }
-    if (!reserve_memory(svc, bytes)) {
-        snprintf(msg, sizeof msg, "memory: server batch memory is at its cap (max-memory %llu)",
-                 (unsigned long long)cfg->max_memory);
-        fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
-        return;
-    }
-    batch_job *bj = job_new(s, r, sample_bytes);
+    batch_job *bj = job_new(s, req.r, req.sample_bytes);
     if (!bj) {
-        atomic_fetch_sub(&batch_mem_used, bytes);
-        feedd_gauge(&feedd_m.memory_bytes, -(int64_t)bytes);
         fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, "memory: allocation failed");
         return;
     }
-    s->mem += bytes;
     s->outstanding++;
     s->requests++;
     s->refs++; /* the job's */
     feedd_gauge(&feedd_m.inflight_batches, 1);
     feedd_count(&feedd_m.requests, 1);
-    feedd_pool_submit(svc->pool, &s->q, &bj->job);
+    /* Straight to the pool only when nothing waits: a waiting batch is never overtaken. */
+    pthread_mutex_lock(&mem_wait.mu);
+    bool now = !mem_wait.head && atomic_load(&s->mem) + bytes <= cfg->max_stream_memory &&
+               reserve_memory(cfg, bytes);
+    if (now) {
+        atomic_fetch_add(&s->mem, bytes);
+    } else {
+        bj->wait_prev = mem_wait.tail;
+        if (mem_wait.tail)
+            mem_wait.tail->wait_next = bj;
+        else
+            mem_wait.head = bj;
+        mem_wait.tail = bj;
+        mem_wait.gen++;
+        feedd_gauge(&feedd_m.waiting_batches, 1);
+        pthread_cond_signal(&mem_wait.cv);
+    }
+    pthread_mutex_unlock(&mem_wait.mu);
+    if (now)
+        start_granted_locked(s, bj);
 }
 
 static void on_stream_recv(stream *s, bool ok)
@@ -892,7 +1086,7 @@ static void on_stream_send(stream *s, bool ok)
     feedd_count(&feedd_m.stage_ns[FEEDD_STAGE_SEND], dt);
     feedd_count(&feedd_m.stage_count[FEEDD_STAGE_SEND], 1);
     s->send_in_flight = false;
-    s->mem -= s->mem_sending;
+    stream_mem_sub(s, s->mem_sending);
     s->mem_sending = 0;
     if (!ok) {
         /* The call is dead: send no status; RECV_CLOSE will fire. */
@@ -1154,6 +1348,12 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
             goto fail_started;
         c->started = true;
     }
+    pthread_mutex_lock(&mem_wait.mu);
+    mem_wait.stop = false;
+    pthread_mutex_unlock(&mem_wait.mu);
+    if (pthread_create(&svc->granter, NULL, granter_main, svc) != 0)
+        goto fail_started;
+    svc->granter_started = true;
     *out = svc;
     return 0;
 fail_started:
@@ -1239,6 +1439,15 @@ int feedd_service_stop(feedd_service *svc, uint32_t grace_ms)
     if (!done)
         return FEED_ETIMEDOUT;
     FEED_LOGD("shutdown: gRPC server shut down, streams gone");
+    /* No stream is left, so no batch waits for memory. */
+    if (svc->granter_started) {
+        pthread_mutex_lock(&mem_wait.mu);
+        mem_wait.stop = true;
+        pthread_cond_broadcast(&mem_wait.cv);
+        pthread_mutex_unlock(&mem_wait.mu);
+        pthread_join(svc->granter, NULL);
+        svc->granter_started = false;
+    }
     grpc_server_destroy(svc->server);
     svc->server = NULL;
     for (uint32_t i = 0; i < svc->n_cqts; i++)

@@ -655,7 +655,9 @@ static void test_many_streams(void **state)
  * Window and memory caps. Batches of 384x384 samples (0.44 MB each) are not
  * read while the next requests go out, so the first batch's send is stuck in
  * HTTP/2 flow control and still counts: a later request meets the caps
- * deterministically. The refusal follows the stuck batch once it is read.
+ * deterministically. A refusal (window) follows the stuck batch once it is
+ * read; a batch waiting for memory shows in feedd_waiting_batches and comes
+ * once the stuck ones are read.
  */
 static void drain_and_expect(feedtest_stream *a, grpc_status_code want, const char *needle)
 {
@@ -695,16 +697,20 @@ static void test_resource_exhausted(void **state)
     assert_int_equal(send_batch(&a, NULL, 3, 0, idx, 8), 0);
     drain_and_expect(&a, GRPC_STATUS_RESOURCE_EXHAUSTED, "window");
 
-    /* Stream memory: 21 MB + 21 MB + 21 MB > 48 MB. */
+    /*
+     * Stream memory is back-pressure: 21 MB + 21 MB fit 48 MB, the third 21 MB
+     * waits (within the window) until the first is sent, then comes.
+     */
     wait_memory_free(&s2);
     make_open(&open, &spec, "good", 1, 8);
     assert_int_equal(feedtest_stream_open(ch, 60, &a), 0);
     for (int k = 0; k < 3; k++)
         assert_int_equal(send_batch(&a, k == 0 ? &open : NULL, (uint64_t)k, 0, idx, 48), 0);
-    drain_and_expect(&a, GRPC_STATUS_RESOURCE_EXHAUSTED, "memory: stream");
+    wait_metric(&s2, "feedd_waiting_batches", 1);
+    feedtest_stream_writes_done(&a);
+    drain_and_expect(&a, GRPC_STATUS_OK, "");
 
-    /* Server memory: stream a holds 42 MB; stream c's second 21 MB passes its own cap but not 64
-     * MB. */
+    /* Server memory the same: stream a holds 42 MB; stream c's second 21 MB waits for 64 MB. */
     wait_memory_free(&s2);
     double before = scrape(&s2, "feedd_requests_total");
     assert_int_equal(feedtest_stream_open(ch, 60, &a), 0);
@@ -714,12 +720,123 @@ static void test_resource_exhausted(void **state)
     assert_int_equal(feedtest_stream_open(ch2, 60, &c), 0);
     assert_int_equal(send_batch(&c, &open, 1, 0, idx, 48), 0);
     assert_int_equal(send_batch(&c, NULL, 2, 0, idx, 48), 0);
-    drain_and_expect(&c, GRPC_STATUS_RESOURCE_EXHAUSTED, "memory: server");
+    wait_metric(&s2, "feedd_waiting_batches", 1);
+    feedtest_stream_writes_done(&c);
+    drain_and_expect(&c, GRPC_STATUS_OK, "");
     feedtest_stream_writes_done(&a);
     drain_and_expect(&a, GRPC_STATUS_OK, "");
 
+    /* A stream cancelled with a batch waiting for memory leaves nothing behind. */
+    wait_memory_free(&s2);
+    assert_int_equal(feedtest_stream_open(ch, 60, &a), 0);
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(send_batch(&a, k == 0 ? &open : NULL, (uint64_t)k, 0, idx, 48), 0);
+    wait_metric(&s2, "feedd_waiting_batches", 1);
+    feedtest_stream_cancel(&a);
+    assert_int_equal(feedtest_stream_finish(&a, NULL, 0), GRPC_STATUS_CANCELLED);
+    for (int i = 0; i < 6000 && scrape(&s2, "feedd_active_streams") != 0; i++)
+        sleep_ms(10);
+    wait_memory_free(&s2);
+    assert_true(scrape(&s2, "feedd_active_streams") == 0);
+    assert_true(scrape(&s2, "feedd_waiting_batches") == 0);
+    assert_true(scrape(&s2, "feedd_inflight_batches") == 0);
+
     grpc_channel_destroy(ch);
     grpc_channel_destroy(ch2);
+    assert_int_equal(feed_test_server_stop(&s2), 0);
+    assert_int_equal(s2.exit_status, 0);
+}
+
+typedef struct bp_arg {
+    const char *target;
+    int id;
+    int batches;
+    int good;
+    grpc_status_code status;
+    char details[256];
+} bp_arg;
+
+/*
+ * One stream with window 4 that sends its next request as soon as a batch
+ * arrives (libfeedclient's pattern), 16 samples of 96x96 (442 KB) a batch.
+ */
+static void *bp_worker(void *p)
+{
+    bp_arg *a = p;
+    grpc_channel *ch = feedtest_channel(a->target);
+    Feed__V1__TransformSpec spec = train_spec(96);
+    Feed__V1__SessionOpen open;
+    make_open(&open, &spec, "good", (uint64_t)a->id, 4);
+    feedtest_stream s;
+    int sent = 0;
+    a->status = GRPC_STATUS_UNKNOWN;
+    if (feedtest_stream_open(ch, 120, &s) < 0)
+        goto out;
+    uint64_t idx[16];
+    for (int i = 0; i < 16; i++)
+        idx[i] = (uint64_t)((a->id * 5 + i) % N_SAMPLES);
+    for (; sent < 4; sent++)
+        send_batch(&s, sent == 0 ? &open : NULL, (uint64_t)sent, 0, idx, 16);
+    Feed__V1__Batch *b;
+    while ((b = feedtest_stream_recv(&s)) != NULL) {
+        if (b->n_indices == 16 && b->data.len == 16 * 96 * 96 * 3 &&
+            b->crc32c == feed_crc32c(0, b->data.data, b->data.len))
+            a->good++;
+        feed__v1__batch__free_unpacked(b, NULL);
+        if (sent < a->batches)
+            send_batch(&s, NULL, (uint64_t)sent++, 0, idx, 16);
+        else if (sent++ == a->batches)
+            feedtest_stream_writes_done(&s);
+    }
+    a->status = feedtest_stream_finish(&s, a->details, sizeof a->details);
+out:
+    grpc_channel_destroy(ch);
+    return NULL;
+}
+
+/*
+ * --max-memory holds about two batches, two streams keep four outstanding
+ * each: batches wait for memory instead of ending the streams, and every one
+ * arrives. A batch no cap could ever hold is still refused, as documented.
+ */
+static void test_memory_backpressure(void **state)
+{
+    (void)state;
+    feed_test_server s2;
+    static const char *const extra[] = {"--threads", "2", "--max-memory", "1M", NULL};
+    assert_int_equal(start_server(&s2, extra), 0);
+    enum { N = 2, BATCHES = 12 };
+    pthread_t th[N];
+    bp_arg args[N];
+    for (int i = 0; i < N; i++) {
+        args[i] = (bp_arg){.target = s2.target, .id = i, .batches = BATCHES};
+        assert_int_equal(pthread_create(&th[i], NULL, bp_worker, &args[i]), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        if (args[i].status != GRPC_STATUS_OK || args[i].good != BATCHES)
+            fail_msg("stream %d: %d of %d batches, status %d '%s'", i, args[i].good, BATCHES,
+                     args[i].status, args[i].details);
+    }
+    assert_true(scrape(&s2, "feedd_batches_total") == N * BATCHES);
+    wait_memory_free(&s2);
+    assert_true(scrape(&s2, "feedd_waiting_batches") == 0);
+
+    /* 24 x 128x128 is 1.18 MB: beyond max_batch_bytes, which is clamped to the 1 MB caps. */
+    grpc_channel *ch = feedtest_channel(s2.target);
+    grpc_status_code code;
+    Feed__V1__DescribeResponse *r = feedtest_describe(ch, "", &code);
+    assert_non_null(r);
+    assert_int_equal(r->max_batch_bytes, 1 << 20);
+    feed__v1__describe_response__free_unpacked(r, NULL);
+    Feed__V1__TransformSpec spec = train_spec(128);
+    Feed__V1__SessionOpen open;
+    make_open(&open, &spec, "good", 1, 4);
+    uint64_t idx[24];
+    for (int i = 0; i < 24; i++)
+        idx[i] = (uint64_t)i;
+    expect_stream_error(ch, &open, idx, 24, GRPC_STATUS_INVALID_ARGUMENT, "max_batch_bytes");
+    grpc_channel_destroy(ch);
     assert_int_equal(feed_test_server_stop(&s2), 0);
     assert_int_equal(s2.exit_status, 0);
 }
@@ -983,10 +1100,10 @@ int main(void)
         cmocka_unit_test(test_error_statuses),     cmocka_unit_test(test_oversized_request),
         cmocka_unit_test(test_corrupt_samples),    cmocka_unit_test(test_max_pixels),
         cmocka_unit_test(test_cancel_mid_stream),  cmocka_unit_test(test_many_streams),
-        cmocka_unit_test(test_resource_exhausted), cmocka_unit_test(test_max_streams),
-        cmocka_unit_test(test_graceful_shutdown),  cmocka_unit_test(test_drain_timeout),
-        cmocka_unit_test(test_metrics_endpoint),   cmocka_unit_test(test_config_file),
-        cmocka_unit_test(test_imagenet_sample),
+        cmocka_unit_test(test_resource_exhausted), cmocka_unit_test(test_memory_backpressure),
+        cmocka_unit_test(test_max_streams),        cmocka_unit_test(test_graceful_shutdown),
+        cmocka_unit_test(test_drain_timeout),      cmocka_unit_test(test_metrics_endpoint),
+        cmocka_unit_test(test_config_file),        cmocka_unit_test(test_imagenet_sample),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
