@@ -393,6 +393,15 @@ static void handle_describe(cq_thread *cqt, grpc_call *call, grpc_byte_buffer *p
     size_t n = 0;
     char msg[200];
 
+    /*
+     * Health already says NOT_SERVING; a client that asked Describe would go
+     * on to open a stream that can only be refused, so refuse it here.
+     */
+    if (atomic_load(&svc->draining)) {
+        unary_finish(svc, call, NULL, GRPC_STATUS_UNAVAILABLE,
+                     "server draining: open no new streams here");
+        goto out;
+    }
     if (payload) {
         grpc_status_code code = GRPC_STATUS_INVALID_ARGUMENT;
         snprintf(msg, sizeof msg, "request: not a valid feed.v1.DescribeRequest");

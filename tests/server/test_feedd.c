@@ -899,6 +899,9 @@ static void test_graceful_shutdown(void **state)
             sleep_ms(10);
     }
     assert_int_equal(health, 2); /* NOT_SERVING */
+    /* Describe says so too, so that clients open no new streams here. */
+    assert_null(feedtest_describe(ch, "", &code));
+    assert_int_equal(code, GRPC_STATUS_UNAVAILABLE);
     expect_stream_error(ch, &open, idx, 2, GRPC_STATUS_UNAVAILABLE, "draining");
     /* A new request on the old stream is refused; the three accepted batches still come. */
     assert_int_equal(send_batch(&a, NULL, 3, 0, idx, 40), 0);
