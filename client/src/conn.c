@@ -249,18 +249,46 @@ bool conn_send(loader *l, server *s, grpc_byte_buffer *bb)
     return true;
 }
 
+/* Whether anything may still use s: a slot in flight to it or being landed from it (the
+ * receiver landing uses s when it retakes mu), or a call still attached to it. */
+static bool server_in_use(const loader *l, const server *s)
+{
+    for (uint32_t i = 0; i < l->num_slots; i++) {
+        const slot *sl = &l->slots[i];
+        if ((sl->state == SLOT_INFLIGHT || sl->state == SLOT_LANDING) && sl->server == s)
+            return true;
+    }
+    return s->describe || s->stream || s->channel;
+}
+
 int conn_add_server(loader *l, const char *target, int dns_index)
 {
-    if (l->num_servers == CLIENT_MAX_SERVERS || strlen(target) > CLIENT_TARGET_MAX)
+    if (strlen(target) > CLIENT_TARGET_MAX)
         return FEED_ETOOBIG;
-    server *s = &l->servers[l->num_servers];
+    server *s = NULL;
+    if (l->num_servers < CLIENT_MAX_SERVERS) {
+        s = &l->servers[l->num_servers++];
+    } else {
+        /* Full: take an entry whose address left DNS. sched_fail_server detached its calls
+         * (their tags carry the call, whose srv is NULL) and re-issued its batches. */
+        for (uint32_t i = 0; i < l->num_servers && !s; i++) {
+            if (l->servers[i].removed && !server_in_use(l, &l->servers[i]))
+                s = &l->servers[i];
+        }
+        if (!s)
+            return FEED_ETOOBIG;
+        for (uint32_t i = 0; i < l->num_slots; i++) {
+            if (l->slots[i].server == s)
+                l->slots[i].server = NULL; /* stale, on a READY or HANDED slot */
+        }
+    }
     memset(s, 0, sizeof(*s));
     snprintf(s->target, sizeof(s->target), "%s", target);
     s->dns_target = dns_index;
     s->state = SRV_DOWN;
     s->backoff_ms = CLIENT_BACKOFF_FIRST_MS;
     s->retry_at_ns = 0;
-    return (int)l->num_servers++;
+    return (int)(s - l->servers);
 }
 
 static void on_describe(loader *l, call_ctx *c, bool ok)

@@ -3,12 +3,14 @@
  * (permutation, rank split, batches, determinism), fp16/bf16 rounding and
  * host normalisation against norm_ref.h, the Batch reader over gRPC slices
  * (pixels straight into the slot, any slicing, truncations, fields out of
- * order), the Batch checks, the bump allocator, and config validation.
+ * order), the Batch checks, the bump allocator, config validation, and
+ * applying DNS results to the server table (entries of vanished addresses reused).
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -527,6 +529,115 @@ static void test_resolve_apply(void **state)
     free(l);
 }
 
+static void reuse_addr(char *out, uint32_t k)
+{
+    snprintf(out, CLIENT_TARGET_MAX + 1, "ipv4:10.%u.%u.1:7878", k / 256, k % 256);
+}
+
+/* The live entry for target, or NULL. */
+static server *live_server(loader *l, const char *target)
+{
+    for (uint32_t k = 0; k < l->num_servers; k++) {
+        if (!l->servers[k].removed && strcmp(l->servers[k].target, target) == 0)
+            return &l->servers[k];
+    }
+    return NULL;
+}
+
+/* DNS says addresses [first, first + n). */
+static void reuse_publish(loader *l, dns_target *d, uint32_t first, uint32_t n)
+{
+    for (uint32_t a = 0; a < n; a++)
+        reuse_addr(d->addrs[a], first + a);
+    d->num_addrs = n;
+    d->gen++;
+    resolve_apply(l);
+}
+
+/* Pods replaced one by one, far more distinct addresses than CLIENT_MAX_SERVERS over a job:
+ * once the table is full, each new address takes the entry of one that left DNS, unless
+ * something still refers to that entry (a batch being landed from it). */
+static void test_resolve_reuse(void **state)
+{
+    (void)state;
+    loader *l = calloc(1, sizeof(*l));
+    assert_non_null(l);
+    char t0[] = "dns:///feedd:7878";
+    char *targets[1] = {t0};
+    l->targets = targets;
+    l->cfg.num_targets = 1;
+    dns_target d;
+    memset(&d, 0, sizeof d);
+    d.addrs = calloc(CLIENT_MAX_SERVERS, sizeof(*d.addrs));
+    assert_non_null(d.addrs);
+    l->dns = &d;
+    l->num_dns = 1;
+    const uint32_t live = CLIENT_MAX_SERVERS - 8; /* the table fills after a few rounds */
+    char want[CLIENT_TARGET_MAX + 1];
+
+    /* 3 x CLIENT_MAX_SERVERS addresses in all, two replaced per round. */
+    uint32_t first = 0;
+    for (; first + live <= 3 * CLIENT_MAX_SERVERS; first += 2) {
+        reuse_publish(l, &d, first, live);
+        assert_true(l->num_servers <= CLIENT_MAX_SERVERS);
+        for (uint32_t a = 0; a < live; a++) {
+            reuse_addr(want, first + a);
+            assert_non_null(live_server(l, want));
+        }
+    }
+    assert_int_equal(l->num_servers, CLIENT_MAX_SERVERS);
+
+    /* Round r: the two oldest leave. One is up with a batch in flight (re-issued, its entry
+     * free again); a receiver is landing a batch from the other (its entry must stay). */
+    reuse_addr(want, first);
+    server *inflight = live_server(l, want);
+    reuse_addr(want, first + 1);
+    server *landing = live_server(l, want);
+    assert_non_null(inflight);
+    assert_non_null(landing);
+    inflight->state = SRV_UP;
+    l->num_slots = 2;
+    l->slots[0].state = SLOT_INFLIGHT;
+    l->slots[0].server = inflight;
+    l->slots[1].state = SLOT_LANDING;
+    l->slots[1].server = landing;
+    first += 2;
+    reuse_publish(l, &d, first, live);
+    assert_int_equal(l->slots[0].state, SLOT_PENDING);
+    assert_null(l->slots[0].server);
+    assert_ptr_equal(l->slots[1].server, landing);
+    assert_true(landing->removed);
+    reuse_addr(want, first - 1);
+    assert_string_equal(landing->target, want); /* not reused while referenced */
+    for (uint32_t a = 0; a < live; a++) {
+        reuse_addr(want, first + a);
+        assert_non_null(live_server(l, want));
+    }
+    assert_int_equal(l->num_servers, CLIENT_MAX_SERVERS);
+
+    /* Eight more addresses than live entries can hold beside the landing one: seven removed
+     * entries are taken, and the last new address finds no room until the landing is done. */
+    char landing_target[CLIENT_TARGET_MAX + 1];
+    snprintf(landing_target, sizeof landing_target, "%s", landing->target);
+    reuse_publish(l, &d, first, live + 8);
+    reuse_addr(want, first + live + 7);
+    assert_null(live_server(l, want));
+    assert_string_equal(landing->target, landing_target);
+    assert_true(landing->removed);
+    l->slots[1].state = SLOT_READY; /* landed */
+    d.gen++;
+    resolve_apply(l);
+    assert_ptr_equal(live_server(l, want), landing);
+    assert_null(l->slots[1].server); /* no stale pointer to the reused entry */
+    for (uint32_t a = 0; a < live + 8; a++) {
+        reuse_addr(want, first + a);
+        assert_non_null(live_server(l, want));
+    }
+    assert_int_equal(l->num_servers, CLIENT_MAX_SERVERS);
+    free(d.addrs);
+    free(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -535,6 +646,7 @@ int main(void)
         cmocka_unit_test(test_f16_bf16_rounding), cmocka_unit_test(test_normalize_host_all),
         cmocka_unit_test(test_wire_batch),        cmocka_unit_test(test_config_validation),
         cmocka_unit_test(test_resolve_parse),     cmocka_unit_test(test_resolve_apply),
+        cmocka_unit_test(test_resolve_reuse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
