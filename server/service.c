@@ -1074,10 +1074,21 @@ static void on_stream_recv(stream *s, bool ok)
         s->recv_done = true;
         s->refused = true;
     } else {
+        /*
+         * gRPC itself refuses a message over max-request-bytes (its receive
+         * limit) with RESOURCE_EXHAUSTED before it gets here. Should one
+         * still come (say, larger once decompressed), it gets the same code,
+         * as the contract promises; a message that cannot be read at all is
+         * malformed.
+         */
         size_t cap = (size_t)s->svc->cfg->max_request_bytes, len = 0;
         uint8_t *buf = s->cqt->rbuf;
-        if (read_bb(bb, cap, buf, &len) < 0)
-            fail_locked(s, GRPC_STATUS_INVALID_ARGUMENT, "request: larger than max-request-bytes");
+        int rc = read_bb(bb, cap, buf, &len);
+        if (rc == FEED_ETOOBIG)
+            fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                        "request: larger than max-request-bytes");
+        else if (rc < 0)
+            fail_locked(s, GRPC_STATUS_INVALID_ARGUMENT, "request: the message could not be read");
         else
             handle_request_locked(s, buf, len);
         arm_recv_locked(s);

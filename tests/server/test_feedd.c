@@ -472,7 +472,10 @@ static void test_error_statuses(void **state)
     assert_int_equal(feedtest_health(chan, "", &code), 1);
 }
 
-/* A message over max-request-bytes is refused by gRPC itself. */
+/*
+ * A message over max-request-bytes is refused by gRPC itself (its receive
+ * limit) with RESOURCE_EXHAUSTED, the code feed.proto documents for it.
+ */
 static void test_oversized_request(void **state)
 {
     (void)state;
