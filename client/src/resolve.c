@@ -3,8 +3,9 @@
  * each every resolve_interval_ms and posts the address list under mu; a
  * receiver thread applies it (resolve_apply): new addresses become servers,
  * addresses that vanished are failed (their batches re-issued) and marked
- * removed. A failed lookup keeps the previous list: a DNS hiccup must not
- * drop every server of a running job.
+ * removed; once the table is full, a removed entry nothing refers to any more
+ * is reused (conn_add_server). A failed lookup keeps the previous list: a DNS
+ * hiccup must not drop every server of a running job.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -191,6 +192,7 @@ void resolve_free(loader *l)
 
 void resolve_apply(loader *l)
 {
+    bool is_new[CLIENT_MAX_SERVERS];
     for (uint32_t i = 0; i < l->num_dns; i++) {
         dns_target *d = &l->dns[i];
         if (d->gen == d->applied_gen)
@@ -205,13 +207,26 @@ void resolve_apply(loader *l)
                     strcmp(l->servers[k].target, d->addrs[a]) == 0)
                     found = &l->servers[k];
             }
-            if (found) {
-                if (found->removed)
-                    client_log(l, FEED_LOG_INFO, "%s is back in DNS", found->target);
-                found->removed = false;
-                found->seen = true;
+            is_new[a] = !found;
+            if (!found)
                 continue;
-            }
+            if (found->removed)
+                client_log(l, FEED_LOG_INFO, "%s is back in DNS", found->target);
+            found->removed = false;
+            found->seen = true;
+        }
+        /* Removals first: with the table full, a new address takes a vanished one's entry. */
+        for (uint32_t k = 0; k < l->num_servers; k++) {
+            server *s = &l->servers[k];
+            if (s->dns_target != d->cfg_index || s->seen || s->removed)
+                continue;
+            sched_fail_server(l, s, "address left DNS");
+            s->removed = true;
+            client_log(l, FEED_LOG_INFO, "server %s removed (no longer in DNS)", s->target);
+        }
+        for (uint32_t a = 0; a < d->num_addrs; a++) {
+            if (!is_new[a])
+                continue;
             int idx = conn_add_server(l, d->addrs[a], d->cfg_index);
             if (idx < 0) {
                 client_log(l, FEED_LOG_WARN, "server table full; ignoring %s", d->addrs[a]);
@@ -220,14 +235,6 @@ void resolve_apply(loader *l)
             l->servers[idx].seen = true;
             client_log(l, FEED_LOG_INFO, "new server %s from %s", d->addrs[a],
                        l->targets[d->cfg_index]);
-        }
-        for (uint32_t k = 0; k < l->num_servers; k++) {
-            server *s = &l->servers[k];
-            if (s->dns_target != d->cfg_index || s->seen || s->removed)
-                continue;
-            sched_fail_server(l, s, "address left DNS");
-            s->removed = true;
-            client_log(l, FEED_LOG_INFO, "server %s removed (no longer in DNS)", s->target);
         }
     }
 }
