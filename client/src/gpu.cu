@@ -168,7 +168,12 @@ extern "C" int client_gpu_host_alloc(client_gpu *g, size_t bytes, void **out)
 {
     device_scope ds(g->device);
     *out = NULL;
-    return cudaHostAlloc(out, bytes, cudaHostAllocPortable) == cudaSuccess ? 0 : FEED_ENOMEM;
+    cudaError_t e = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
+    /* A failed allocation stays the thread's last error; submit checks that after its launch,
+     * so leave it set and a later batch on this thread would fail as a CUDA error. */
+    if (e != cudaSuccess)
+        cudaGetLastError();
+    return e == cudaSuccess ? 0 : FEED_ENOMEM;
 }
 
 extern "C" void client_gpu_host_free(void *p)
@@ -191,13 +196,20 @@ extern "C" int client_gpu_slot_create(client_gpu *g, uint32_t max_n, uint32_t h,
     s->w = w;
     s->dtype = dtype;
     size_t elems = (size_t)max_n * h * w * 3;
-    bool ok = cudaMalloc(&s->d_raw, elems) == cudaSuccess &&
-              cudaMalloc(&s->d_out, elems * dtype_size(dtype)) == cudaSuccess &&
-              cudaMalloc(&s->d_labels, max_n * sizeof(int64_t)) == cudaSuccess &&
-              cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming) == cudaSuccess &&
-              cudaEventCreateWithFlags(&s->released, cudaEventDisableTiming) == cudaSuccess;
+    cudaError_t e = cudaMalloc(&s->d_raw, elems);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&s->d_out, elems * dtype_size(dtype));
+    if (e == cudaSuccess)
+        e = cudaMalloc(&s->d_labels, max_n * sizeof(int64_t));
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming);
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&s->released, cudaEventDisableTiming);
+    /* As in client_gpu_host_alloc: out of memory must not linger as the thread's last error. */
+    if (e != cudaSuccess)
+        cudaGetLastError();
     *out = s;
-    return ok ? 0 : FEED_ECUDA;
+    return e == cudaSuccess ? 0 : (e == cudaErrorMemoryAllocation ? FEED_ENOMEM : FEED_ECUDA);
 }
 
 extern "C" void client_gpu_slot_destroy(client_gpu_slot *s)
@@ -280,9 +292,13 @@ extern "C" void *client_gpu_slot_ready_event(client_gpu_slot *s)
 
 extern "C" int client_gpu_slot_release(client_gpu_slot *s, void *stream)
 {
-    if (!stream)
-        return 0;
-    if (cudaEventRecord(s->released, (cudaStream_t)stream) != cudaSuccess)
+    /* NULL is the legacy default stream (handle 0), where PyTorch's default stream runs: the
+     * step may still read the slot, so the copy stream (non-blocking, so not implicitly ordered
+     * after it) must wait for this point too. Named explicitly so that a build with per-thread
+     * default streams still means the legacy one, on the slot's device. */
+    device_scope ds(s->g->device);
+    cudaStream_t st = stream ? (cudaStream_t)stream : cudaStreamLegacy;
+    if (cudaEventRecord(s->released, st) != cudaSuccess)
         return FEED_ECUDA;
     s->release_pending = true;
     return 0;

@@ -35,11 +35,12 @@ int client_gpu_bind_thread(client_gpu *g);
 /* The loader's copy stream (a cudaStream_t), for tests that time it. */
 void *client_gpu_copy_stream(client_gpu *g);
 
-/* Page-locked host memory (cudaHostAlloc). */
+/* Page-locked host memory (cudaHostAlloc). FEED_ENOMEM if it cannot be had. */
 int client_gpu_host_alloc(client_gpu *g, size_t bytes, void **out);
 void client_gpu_host_free(void *p); /* accepts NULL */
 
-/* Device buffers for up to max_n samples of h x w x 3, output in dtype. */
+/* Device buffers for up to max_n samples of h x w x 3, output in dtype. FEED_ENOMEM when the
+ * device is out of memory; *out is set even on failure (destroy it). */
 int client_gpu_slot_create(client_gpu *g, uint32_t max_n, uint32_t h, uint32_t w, feed_dtype dtype,
                            client_gpu_slot **out);
 void client_gpu_slot_destroy(client_gpu_slot *s); /* accepts NULL */
@@ -56,7 +57,7 @@ int client_gpu_slot_submit(client_gpu *g, client_gpu_slot *s, const uint8_t *raw
 void *client_gpu_slot_data(client_gpu_slot *s);
 const int64_t *client_gpu_slot_labels(client_gpu_slot *s);
 void *client_gpu_slot_ready_event(client_gpu_slot *s);
-/* Record the release point on `stream` (cudaStream_t; NULL: released now). */
+/* Record the release point on `stream` (cudaStream_t; NULL: the legacy default stream). */
 int client_gpu_slot_release(client_gpu_slot *s, void *stream);
 
 #ifdef __cplusplus

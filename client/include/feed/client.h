@@ -167,8 +167,10 @@ void feed_loader_close(feed_loader *l);
  * data may still be in flight: make the training stream wait on
  * b->ready_event (cudaStreamWaitEvent) before using data or labels_device. */
 int feed_loader_next(feed_loader *l, feed_batch **out);
-/* The caller is done with b once `stream` (a cudaStream_t, or NULL: now) has
- * passed this point. */
+/* The caller is done with b once `stream` has passed this point. On the GPU
+ * path `stream` is a cudaStream_t, and NULL means the legacy default stream
+ * (handle 0, PyTorch's default stream), not "now": pass the stream the step
+ * ran on. On the host path NULL (or anything) means now. */
 int feed_loader_release(feed_loader *l, feed_batch *b, void *stream);
 /* Start another epoch (or resume one) at start_batch. Drops batches not yet
  * handed out; batches the caller holds stay valid until released. Once every
