@@ -76,6 +76,8 @@ static int check_config(const feed_loader_config *c, const char **why, char *tms
         *why = "window_per_server";
     else if (c->prefetch == 0 || c->prefetch > CLIENT_MAX_PREFETCH)
         *why = "prefetch";
+    else if (c->max_slots && (c->max_slots <= c->prefetch || c->max_slots > CLIENT_MAX_SLOTS))
+        *why = "max_slots"; /* the caller may hold prefetch: one more must be fetching */
     else if ((unsigned)c->dtype > FEED_DTYPE_FP32)
         *why = "dtype";
     else if ((unsigned)c->layout > FEED_LAYOUT_NHWC)

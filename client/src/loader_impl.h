@@ -8,7 +8,8 @@
  * and a resolver thread when a target is "dns:///...". One mutex, `mu`,
  * guards everything marked [mu]. A receiver drops `mu` only while it lands a
  * batch into a slot in state SLOT_LANDING, which nobody else touches; several
- * receivers land different batches at once, each with its own scratch. The
+ * receivers land different batches at once, each with its own scratch. Any
+ * thread in sched_dispatch drops it while it allocates a new slot (growing). The
  * resolver thread only posts address lists ([mu]); a receiver applies them.
  * Lock order: mu only (the resolver's own dns_mu is never held with mu).
  */
@@ -196,6 +197,8 @@ struct feed_loader {
 
     slot slots[CLIENT_MAX_SLOTS]; /* [mu] */
     uint32_t num_slots;           /* [mu] allocated */
+    bool growing;                 /* [mu] a thread is allocating slots[num_slots], mu dropped */
+    bool slots_capped;            /* [mu] an allocation failed: no more slots */
     uint32_t handed;              /* [mu] */
 
     uint64_t last_up_ns;     /* [mu] last time some server was up */
@@ -211,6 +214,7 @@ struct feed_loader {
 void client_log(loader *l, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* sched.c — with mu held, except where said. */
+/* May drop and retake mu to allocate a slot: callers must not rely on state across it. */
 void sched_dispatch(loader *l);
 void sched_fail_server(loader *l, server *s, const char *why);
 void sched_check_deadlines(loader *l, uint64_t now);

@@ -8,7 +8,8 @@
  * A slot carries one batch from the moment it is planned until the caller
  * releases it; a re-issued batch keeps its slot, so the memory bound is
  * prefetch + window_per_server x servers up (at least one), capped at
- * CLIENT_MAX_SLOTS. Each request gets a fresh batch_id; a reply is accepted
+ * max_slots (default CLIENT_MAX_SLOTS) and, once an allocation has failed, at
+ * the slots there are. Each request gets a fresh batch_id; a reply is accepted
  * only if its batch_id is the live request of an INFLIGHT slot on the stream
  * it arrived on, so late duplicates and replies to dropped epochs are ignored.
  *
@@ -103,18 +104,51 @@ static slot *free_slot(loader *l)
         if (l->slots[i].state == SLOT_FREE)
             return &l->slots[i];
     }
-    if (l->num_slots == CLIENT_MAX_SLOTS)
-        return NULL;
-    slot *sl = &l->slots[l->num_slots];
-    int rc = slot_alloc(l, sl);
-    if (rc) {
-        slot_release_memory(l, sl);
+    return NULL;
+}
+
+/* Slots the loader may use at once: prefetch + window x servers up (at least one), at most
+ * max_slots (or CLIENT_MAX_SLOTS), and no more than exist once an allocation has failed. */
+static uint32_t slot_cap(const loader *l)
+{
+    uint32_t up = servers_up(l);
+    uint64_t cap = l->cfg.prefetch + (uint64_t)l->cfg.window_per_server * (up ? up : 1);
+    uint32_t max = l->cfg.max_slots ? l->cfg.max_slots : CLIENT_MAX_SLOTS;
+    if (cap > max)
+        cap = max;
+    if (l->slots_capped && cap > l->num_slots)
+        cap = l->num_slots;
+    return (uint32_t)cap;
+}
+
+/*
+ * Allocates one more slot with mu dropped: pinning and cudaMalloc of a slot take milliseconds
+ * and must not hold up receivers or next(). Only one thread grows at a time (l->growing), and
+ * only it appends to slots[], so slots[num_slots] stays ours while unlocked; close() joins the
+ * receivers before it frees slots, and is never called while the training thread is here.
+ */
+static void grow(loader *l)
+{
+    slot fresh;
+    l->growing = true;
+    pthread_mutex_unlock(&l->mu);
+    int rc = slot_alloc(l, &fresh);
+    if (rc)
+        slot_release_memory(l, &fresh);
+    pthread_mutex_lock(&l->mu);
+    l->growing = false;
+    if (rc == 0) {
+        l->slots[l->num_slots++] = fresh;
+    } else if (l->num_slots > l->cfg.prefetch) {
+        /* Enough to keep going (the caller's prefetch plus one being fetched): a soft cap. */
+        l->slots_capped = true;
+        client_log(l, FEED_LOG_WARN,
+                   "cannot allocate delivery slot %u (%s); carrying on with %u slots",
+                   l->num_slots + 1, feed_strerror(rc), l->num_slots);
+    } else {
         client_log(l, FEED_LOG_ERROR, "cannot allocate a delivery slot: %s", feed_strerror(rc));
         l->fatal = rc;
-        return NULL;
     }
-    l->num_slots++;
-    return sl;
 }
 
 static void assign(slot *sl, const client_plan *plan, uint32_t epoch, uint64_t batch_number)
@@ -169,32 +203,45 @@ static slot *first_pending(loader *l)
     return best;
 }
 
-void sched_dispatch(loader *l)
+/* Puts planned batches into free slots up to the cap. Returns whether one more slot should be
+ * allocated for them. */
+static bool fill_slots(loader *l)
 {
-    if (l->stop || !l->plan.samples || l->fatal)
-        return;
-    uint32_t up = servers_up(l);
-    uint64_t cap = l->cfg.prefetch + (uint64_t)l->cfg.window_per_server * (up ? up : 1);
-    if (cap > CLIENT_MAX_SLOTS)
-        cap = CLIENT_MAX_SLOTS;
+    uint32_t cap = slot_cap(l);
     uint32_t in_use = 0;
     for (uint32_t i = 0; i < l->num_slots; i++)
         in_use += l->slots[i].state != SLOT_FREE;
+    bool wanted = false;
     while (l->next_assign < l->plan.batches && in_use < cap) {
         slot *sl = free_slot(l);
+        wanted = !sl;
         if (!sl)
             break;
         assign(sl, &l->plan, l->epoch, l->next_assign++);
         in_use++;
     }
     /* Same bound as above: prefetching the next epoch never takes more slots. */
-    while (l->next_assign == l->plan.batches && l->ahead.samples &&
+    while (!wanted && l->next_assign == l->plan.batches && l->ahead.samples &&
            l->ahead_assign < l->ahead.batches && in_use < cap) {
         slot *sl = free_slot(l);
+        wanted = !sl;
         if (!sl)
             break;
         assign(sl, &l->ahead, l->epoch + 1, l->ahead_assign++);
         in_use++;
+    }
+    return wanted && l->num_slots < cap && !l->growing;
+}
+
+void sched_dispatch(loader *l)
+{
+    if (l->stop || !l->plan.samples || l->fatal)
+        return;
+    /* grow() drops mu: whatever changed meanwhile is seen by the next fill_slots. */
+    while (fill_slots(l)) {
+        grow(l);
+        if (l->stop || l->fatal)
+            return;
     }
     for (;;) {
         slot *sl = first_pending(l);

@@ -432,6 +432,11 @@ static void test_config_validation(void **state)
     c.window_per_server = 65;
     assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
     c.window_per_server = 4;
+    c.max_slots = c.prefetch; /* nothing left to fetch into while the caller holds prefetch */
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.max_slots = CLIENT_MAX_SLOTS + 1;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.max_slots = 0;
     c.transform.out_h = 4;
     assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
     c.transform.out_h = 224;

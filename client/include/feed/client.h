@@ -30,8 +30,14 @@
  * step; the first few samples appear twice in an epoch), and rank r takes
  * positions r, r+world, ... drop_last then drops this rank's short last batch.
  * Memory: delivery slots hold a batch from request to release; at most
- * prefetch + window_per_server x (servers up, at least 1) are in use, at most
- * 512 are ever allocated, and each holds batch_size samples (pinned on a GPU).
+ * prefetch + window_per_server x (servers up, at least 1) are in use, capped at
+ * max_slots (default and most 512). Slots are allocated as they are needed;
+ * if an allocation fails once prefetch + 1 exist, the loader logs it and goes
+ * on with those (it fails only if it cannot get prefetch + 1). With
+ * S = h x w x 3 bytes per sample and B = batch_size, one slot takes
+ *   host path: B x S (+ B x S x dtype size unless uint8 NHWC) + 17 x B bytes;
+ *   GPU path:  pinned host B x S + 8 x B, device B x S x (1 + dtype size) + 8 x B
+ * (fp32, B 256, 224 x 224: 36.75 MiB pinned + 183.75 MiB on the device).
  *
  * Every function returns 0 or a negative FEED_E code (feed/errors.h).
  */
@@ -96,6 +102,9 @@ typedef struct feed_loader_config {
     bool ordered;         /* deliver in plan order (default true) */
     uint32_t window_per_server; /* outstanding batches per server (default 4, max 64) */
     uint32_t prefetch;          /* delivery slots ready ahead of next() (default 4, max 64) */
+    /* Bound on delivery slots, i.e. on loader memory (see Memory above): 0 = prefetch +
+     * window_per_server x servers up, at most 512; else at least prefetch + 1, at most 512. */
+    uint32_t max_slots;
     feed_dtype dtype;
     feed_layout layout;
     float mean[3], std[3]; /* out = (pixel / 255 - mean) / std for float dtypes */
