@@ -191,10 +191,10 @@ static void start_stream(loader *l, server *s)
     if (start_batch(c, rops, 2, &c->t_recv))
         goto fail;
     s->stream = c;
-    s->state = SRV_UP;
+    /* Up only once a Batch comes back (sched_on_batch): a draining server answers Describe
+     * and then refuses the stream. Backoff and the quiet flag are reset then too. */
+    s->state = SRV_CONNECTING;
     s->outstanding = 0;
-    s->backoff_ms = CLIENT_BACKOFF_FIRST_MS;
-    s->quiet = false;
     char name[64];
     snprintf(name, sizeof(name), "libfeedclient rank %u/%u", l->cfg.rank, l->cfg.world);
     wire_open wo = {.dataset = l->dataset,
@@ -205,7 +205,7 @@ static void start_stream(loader *l, server *s)
     open_bb = wire_pack_request(&wo, 0, 0, NULL, 0);
     if (!open_bb || !conn_send(l, s, open_bb))
         goto fail_up;
-    client_log(l, FEED_LOG_INFO, "server %s up (window %u)", s->target, s->window);
+    client_log(l, FEED_LOG_DEBUG, "server %s: stream open", s->target);
     return;
 fail:
     if (c && c->ops == 0)
@@ -424,8 +424,11 @@ static void on_stream_tag(receiver *rx, call_tag *t, bool ok)
     case TAG_STATUS:
         if (c->srv) {
             char *d = grpc_slice_to_c_string(c->details);
-            client_log(l, FEED_LOG_WARN, "server %s: stream ended (status %d: %s)", c->srv->target,
-                       (int)c->status, d ? d : "");
+            /* One that refuses every stream before its first batch would log each retry. */
+            client_log(l, c->srv->quiet ? FEED_LOG_DEBUG : FEED_LOG_WARN,
+                       "server %s: stream ended (status %d: %s)", c->srv->target, (int)c->status,
+                       d ? d : "");
+            c->srv->quiet = c->srv->quiet || c->srv->state == SRV_CONNECTING;
             gpr_free(d);
             sched_fail_server(l, c->srv, "stream closed");
         }

@@ -75,7 +75,6 @@ typedef struct slot {
     uint64_t request_id;   /* [mu] batch_id of the live request */
     uint32_t n;            /* [mu] */
     server *server;        /* [mu] while INFLIGHT/LANDING */
-    uint64_t sent_ns;      /* [mu] */
     uint64_t ready_seq;    /* [mu] arrival order, for ordered=false */
     int result;            /* 0 or FEED_EBADSAMPLE, returned by next() */
     /* Buffers sized for batch_size samples; pinned on the GPU path. */
@@ -117,7 +116,11 @@ struct call_ctx {
     call_tag t_unary, t_start, t_send, t_recv, t_status;
 };
 
-typedef enum server_state { SRV_DOWN, SRV_DESCRIBE, SRV_UP } server_state;
+/* DESCRIBE: Describe in flight. CONNECTING: stream open, no Batch back yet; it gets one batch
+ * at a time and its failure is not a failover, so a server that answers Describe but refuses
+ * batches (draining) neither attracts work nor counts as a failed server. UP: a Batch came
+ * back on the live stream. */
+typedef enum server_state { SRV_DOWN, SRV_DESCRIBE, SRV_CONNECTING, SRV_UP } server_state;
 
 struct server {
     char target[CLIENT_TARGET_MAX + 1];
@@ -132,6 +135,7 @@ struct server {
     call_ctx *stream;      /* [mu] */
     uint32_t window;       /* [mu] */
     uint32_t outstanding;  /* [mu] requests sent on the live stream, not yet answered */
+    uint64_t progress_ns;  /* [mu] last Batch on the live stream, or outstanding went 0 -> 1 */
     uint64_t retry_at_ns;  /* [mu] */
     uint32_t backoff_ms;   /* [mu] */
     uint64_t batches;      /* [mu] */

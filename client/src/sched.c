@@ -172,9 +172,12 @@ static server *pick_server(loader *l)
     uint32_t best_free = 0;
     for (uint32_t i = 0; i < l->num_servers; i++) {
         server *s = &l->servers[i];
-        if (s->removed || s->state != SRV_UP || !s->stream || s->outstanding >= s->window)
+        /* A server that has not yet answered a batch gets one, as a probe (see SRV_CONNECTING). */
+        uint32_t window = s->state == SRV_UP ? s->window : 1;
+        if (s->removed || (s->state != SRV_UP && s->state != SRV_CONNECTING) || !s->stream ||
+            s->outstanding >= window)
             continue;
-        uint32_t free_window = s->window - s->outstanding;
+        uint32_t free_window = window - s->outstanding;
         if (free_window > best_free) {
             best = s;
             best_free = free_window;
@@ -256,17 +259,18 @@ void sched_dispatch(loader *l)
         }
         sl->request_id = id;
         sl->server = s;
-        sl->sent_ns = feed_now_ns();
         sl->state = SLOT_INFLIGHT;
-        s->outstanding++;
+        /* The server's deadline clock runs from now if it had nothing to do. */
+        if (s->outstanding++ == 0)
+            s->progress_ns = feed_now_ns();
         if (!conn_send(l, s, bb))
             sched_fail_server(l, s, "send queue refused a request");
     }
 }
 
-void sched_fail_server(loader *l, server *s, const char *why)
+/* counted: a failover in stats and a warning, else a debug line (a server that never served). */
+static void fail_server(loader *l, server *s, const char *why, bool counted)
 {
-    bool was_up = s->state == SRV_UP;
     uint32_t moved = 0;
     if (s->describe)
         conn_abandon(s->describe);
@@ -282,7 +286,7 @@ void sched_fail_server(loader *l, server *s, const char *why)
         }
     }
     l->stats.reissued += moved;
-    if (was_up) {
+    if (counted) {
         l->stats.failovers++;
         client_log(l, FEED_LOG_WARN, "server %s failed (%s); %u batches re-issued", s->target, why,
                    moved);
@@ -300,13 +304,23 @@ void sched_fail_server(loader *l, server *s, const char *why)
     }
 }
 
+void sched_fail_server(loader *l, server *s, const char *why)
+{
+    fail_server(l, s, why, s->state == SRV_UP);
+}
+
+/* A server is stalled when it owes replies and has sent none for batch_deadline_ms. Not the age
+ * of each batch: a busy server with a deep window keeps batches queued longer than one batch
+ * takes, and that is load, not failure. */
 void sched_check_deadlines(loader *l, uint64_t now)
 {
     uint64_t limit = (uint64_t)l->cfg.batch_deadline_ms * 1000000u;
-    for (uint32_t i = 0; i < l->num_slots; i++) {
-        slot *sl = &l->slots[i];
-        if (sl->state == SLOT_INFLIGHT && now - sl->sent_ns > limit)
-            sched_fail_server(l, sl->server, "batch deadline passed");
+    for (uint32_t i = 0; i < l->num_servers; i++) {
+        server *s = &l->servers[i];
+        /* Counted even before its first batch: it took work and went silent, which a
+         * server that refuses streams (draining) does not. */
+        if (!s->removed && s->stream && s->outstanding && now - s->progress_ns > limit)
+            fail_server(l, s, "no reply within the batch deadline", true);
     }
 }
 
@@ -407,6 +421,14 @@ void sched_on_batch(receiver *rx, server *s, const call_ctx *from, grpc_byte_buf
     }
     if (s->outstanding)
         s->outstanding--;
+    s->progress_ns = feed_now_ns();
+    if (s->state == SRV_CONNECTING) {
+        /* It serves batches, not only Describe: now it gets a full window. */
+        s->state = SRV_UP;
+        s->backoff_ms = CLIENT_BACKOFF_FIRST_MS;
+        s->quiet = false;
+        client_log(l, FEED_LOG_INFO, "server %s up (window %u)", s->target, s->window);
+    }
     slot *sl = find_request(l, s, r.id);
     if (!sl) {
         client_log(l, FEED_LOG_DEBUG, "server %s: dropping reply %llu (no live request)", s->target,

@@ -9,7 +9,9 @@
  * cursor, ordered = false, host normalisation end to end, both
  * bad-sample policies on a dataset with corrupt files, and prefetch across the
  * epoch boundary (kept by set_epoch(e + 1, 0), dropped by any other cursor,
- * re-issued when its server stalls). Skips (saying so) when feedd has not been
+ * re-issued when its server stalls), a busy server with a deep window that must
+ * not be taken for a stalled one, a server that refuses streams (never up, no
+ * failovers), and max_slots. Skips (saying so) when feedd has not been
  * built.
  */
 #include <arpa/inet.h>
@@ -23,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -936,6 +939,184 @@ static void test_epoch_prefetch_failover(void **state)
     stop_servers(s, 2);
 }
 
+/* Copies file src to dst. */
+static int copy_file(const char *src, const char *dst)
+{
+    FILE *f = fopen(src, "rb");
+    if (!f)
+        return -1;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *buf = len > 0 ? malloc((size_t)len) : NULL;
+    size_t got = buf ? fread(buf, 1, (size_t)len, f) : 0;
+    fclose(f);
+    int rc = buf && got == (size_t)len ? feed_test_write_file(dst, buf, got) : -1;
+    free(buf);
+    return rc;
+}
+
+#define BIG_CLASSES 2u
+#define BIG_PER_CLASS 32u
+#define BIG_BATCH 8u
+#define BIG_WINDOW 16u
+
+/* A busy but healthy server: one feedd thread on large JPEGs, a window of 16 batches, and a
+ * batch deadline several batches long but well short of the 16 a request may queue behind.
+ * The deadline counts silence, not queueing: no failover, nothing re-issued, every sample
+ * once. (The batch time is measured first only to choose the deadline.) */
+static void test_busy_server_no_false_failover(void **state)
+{
+    (void)state;
+    NEED_FEEDD();
+    char dir[300], arg[340], src[400], path[400];
+    snprintf(dir, sizeof dir, "%s/big", g_root);
+    snprintf(arg, sizeof arg, "big=%s", dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    for (unsigned c = 0; c < BIG_CLASSES; c++) {
+        snprintf(path, sizeof path, "%s/class_%03u", dir, c);
+        assert_int_equal(mkdir(path, 0755), 0);
+        snprintf(src, sizeof src, "%s/big_src_%u.jpg", g_root, c);
+        assert_int_equal(feed_test_write_jpeg(src, 2400, 1800, 11 + c, 95), 0);
+        for (unsigned i = 0; i < BIG_PER_CLASS; i++) {
+            snprintf(path, sizeof path, "%s/class_%03u/img_%03u.jpg", dir, c, i);
+            assert_int_equal(copy_file(src, path), 0);
+        }
+    }
+    feed_test_server s[1];
+    const char *args[] = {"--dataset", arg, "--threads", "1", "--log-level", "warn", NULL};
+    assert_int_equal(spawn(args, &s[0]), 0);
+    const char *targets[1] = {s[0].target};
+    feed_loader_config c;
+    feed_loader *l = NULL;
+    run *r = calloc(1, sizeof(*r));
+    const uint32_t n = BIG_CLASSES * BIG_PER_CLASS, batches = n / BIG_BATCH;
+
+    /* One batch at a time: how long one takes here. */
+    base_cfg(&c, targets, 1, BIG_BATCH);
+    c.dataset = "big";
+    c.window_per_server = 1;
+    c.prefetch = 1;
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    assert_int_equal(take(l, r), 0); /* connection set up */
+    uint64_t t0 = feed_now_ns();
+    collect_all(l, r);
+    uint64_t batch_ms = (feed_now_ns() - t0) / 1000000u / (batches - 1);
+    feed_loader_close(l);
+    run_free(r);
+
+    base_cfg(&c, targets, 1, BIG_BATCH);
+    c.dataset = "big";
+    c.window_per_server = BIG_WINDOW;
+    c.prefetch = 2;
+    c.batch_deadline_ms = (uint32_t)(batch_ms * 4 > 50 ? batch_ms * 4 : 50);
+    print_message("busy server: %llu ms a batch, deadline %u ms, a full window queues %llu ms\n",
+                  (unsigned long long)batch_ms, c.batch_deadline_ms,
+                  (unsigned long long)(batch_ms * BIG_WINDOW));
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    collect_all(l, r);
+    feed_loader_stats st;
+    assert_int_equal(feed_loader_get_stats(l, &st), 0);
+    feed_loader_close(l);
+    print_message("busy server: failovers %llu, reissued %llu\n", (unsigned long long)st.failovers,
+                  (unsigned long long)st.reissued);
+    assert_int_equal(st.failovers, 0);
+    assert_int_equal(st.reissued, 0);
+    client_plan p;
+    assert_int_equal(client_plan_build(&p, n, SEED, EPOCH, 0, 1, BIG_BATCH, false), 0);
+    assert_int_equal(r->count, batches);
+    uint32_t seen[BIG_CLASSES * BIG_PER_CLASS] = {0};
+    for (size_t i = 0; i < r->count; i++) {
+        const uint32_t *want;
+        uint32_t wn;
+        client_plan_batch(&p, i, &want, &wn);
+        assert_int_equal(r->r[i].batch_number, i);
+        assert_int_equal(r->r[i].n, wn);
+        for (uint32_t k = 0; k < wn; k++) {
+            assert_int_equal(r->r[i].idx[k], want[k]);
+            assert_int_equal(r->r[i].lab[k], want[k] / BIG_PER_CLASS);
+            seen[want[k]]++;
+        }
+    }
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_equal(seen[i], 1);
+    client_plan_free(&p);
+    run_free(r);
+    free(r);
+    stop_servers(s, 1);
+}
+
+/* A server that answers Describe but refuses every stream (here: at --max-streams because
+ * another loader holds its only stream; a draining feedd does the same) is never up, gets no
+ * batch, and its refusals are retries, not failovers. */
+static void test_refusing_server_not_up(void **state)
+{
+    (void)state;
+    NEED_FEEDD();
+    assert_int_equal(g_ref.count, 10);
+    feed_test_server s[2];
+    const char *one[] = {"--dataset", g_good_arg,    "--threads", "1", "--max-streams",
+                         "1",         "--log-level", "error",     NULL};
+    assert_int_equal(spawn(one, &s[0]), 0);
+    assert_int_equal(start_servers(&s[1], 1, g_good_arg), 0);
+    feed_loader_config c;
+    feed_loader *holder = NULL, *l = NULL;
+    run *r = calloc(1, sizeof(*r));
+    base_cfg(&c, &(const char *){s[0].target}, 1, 10);
+    assert_int_equal(feed_loader_open(&c, &holder), 0);
+    assert_int_equal(take(holder, r), 0); /* its stream is open: the server's only one */
+    run_free(r);
+
+    const char *targets[2] = {s[0].target, s[1].target};
+    base_cfg(&c, targets, 2, 10);
+    c.log_fn = NULL; /* the refusals are expected */
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    collect_all(l, r);
+    feed_loader_stats st;
+    feed_server_stats ss;
+    assert_int_equal(feed_loader_get_stats(l, &st), 0);
+    assert_int_equal(feed_loader_server_stats(l, 0, &ss), 0);
+    print_message("refusing server: failovers %llu, reissued %llu, retries %llu\n",
+                  (unsigned long long)st.failovers, (unsigned long long)st.reissued,
+                  (unsigned long long)st.retries);
+    assert_string_equal(ss.target, s[0].target);
+    assert_false(ss.up);
+    assert_int_equal(ss.batches, 0);
+    assert_int_equal(st.failovers, 0);
+    feed_loader_close(l);
+    feed_loader_close(holder);
+    check_plan_order(r, 0, 1, 10, 0);
+    check_same_bytes(&g_ref, 0, r);
+    run_free(r);
+    free(r);
+    stop_servers(s, 2);
+}
+
+/* max_slots = prefetch + 1 over three servers (which would want 2 + 2 x 3): the epoch is
+ * still exact, in order. */
+static void test_max_slots(void **state)
+{
+    (void)state;
+    NEED_FEEDD();
+    assert_int_equal(g_ref.count, 10);
+    feed_test_server s[3];
+    assert_int_equal(start_servers(s, 3, g_good_arg), 0);
+    const char *targets[3] = {s[0].target, s[1].target, s[2].target};
+    feed_loader_config c;
+    feed_loader *l = NULL;
+    run *r = calloc(1, sizeof(*r));
+    base_cfg(&c, targets, 3, 10);
+    c.max_slots = c.prefetch + 1;
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    collect_all(l, r);
+    feed_loader_close(l);
+    check_plan_order(r, 0, 1, 10, 0);
+    check_same_bytes(&g_ref, 0, r);
+    run_free(r);
+    free(r);
+    stop_servers(s, 3);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -1003,6 +1184,9 @@ int main(void)
         cmocka_unit_test_teardown(test_epoch_prefetch_dropped, kill_leftovers),
         cmocka_unit_test_teardown(test_epoch_prefetch_unordered, kill_leftovers),
         cmocka_unit_test_teardown(test_epoch_prefetch_failover, kill_leftovers),
+        cmocka_unit_test_teardown(test_busy_server_no_false_failover, kill_leftovers),
+        cmocka_unit_test_teardown(test_refusing_server_not_up, kill_leftovers),
+        cmocka_unit_test_teardown(test_max_slots, kill_leftovers),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

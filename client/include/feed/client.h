@@ -110,7 +110,11 @@ typedef struct feed_loader_config {
     float mean[3], std[3]; /* out = (pixel / 255 - mean) / std for float dtypes */
     int device;            /* CUDA device index or FEED_DEVICE_HOST */
     feed_bad_sample_policy bad_sample_policy;
-    uint32_t batch_deadline_ms;      /* outstanding longer → server counted stalled (default 10000) */
+    /* A server that owes batches and has sent none back for this long is counted stalled and
+     * its batches re-issued (default 10000). Measured from its last reply (or from when it was
+     * first given work), not from each request: a busy server with a deep window is fine as
+     * long as batches keep coming. Make it longer than a server takes to make one batch. */
+    uint32_t batch_deadline_ms;
     uint32_t unavailable_timeout_ms; /* no server for this long → next() fails (default 30000) */
     uint32_t resolve_interval_ms;    /* DNS re-resolution period (default 5000) */
     feed_client_log_fn log_fn;       /* NULL: no logging */
@@ -140,18 +144,18 @@ typedef struct feed_loader_stats {
     uint64_t bytes_received;  /* pixel bytes off the wire */
     uint64_t wait_ns_total;   /* summed over next() calls */
     uint64_t wait_ns_max;
-    uint64_t failovers;       /* servers declared failed or stalled */
+    uint64_t failovers;       /* servers failed after serving a batch, or stalled (deadline) */
     uint64_t reissued;        /* batches re-issued to another server */
     uint64_t retries;         /* reconnection attempts */
     uint64_t crc_errors;      /* batches whose CRC32C did not match (re-issued) */
     uint64_t sample_errors[FEED_SAMPLE_STATUS_COUNT]; /* by status; [0] unused */
     uint32_t servers_known;
-    uint32_t servers_up;
+    uint32_t servers_up;      /* those that have answered a batch on their live stream */
 } feed_loader_stats;
 
 typedef struct feed_server_stats {
     char target[128];
-    bool up;
+    bool up;           /* it has answered a batch on its live stream */
     uint64_t batches;  /* completed by this server */
     uint32_t outstanding;
 } feed_server_stats;
