@@ -325,6 +325,8 @@ static void slot_reset(req_slot *slot)
 
 /* ---- unary calls ---- */
 
+static void unary_done(unary *u);
+
 static void unary_finish(feedd_service *svc, grpc_call *call, grpc_byte_buffer *resp,
                          grpc_status_code code, const char *msg)
 {
@@ -360,8 +362,9 @@ static void unary_finish(feedd_service *svc, grpc_call *call, grpc_byte_buffer *
     pthread_mutex_unlock(&svc->mu);
     grpc_call_error e = grpc_call_start_batch(call, ops, n, &u->t, NULL);
     if (e != GRPC_CALL_OK) {
-        FEED_LOGE("unary start_batch failed: %d", (int)e);
+        FEED_LOGE("unary start_batch failed: %d; cancelling the call", (int)e);
         grpc_call_cancel(call, NULL);
+        unary_done(u); /* its tag will never come: release what the tag would have */
     }
 }
 
@@ -1181,18 +1184,26 @@ static void start_stream(cq_thread *cqt, grpc_call *call)
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op.data.recv_close_on_server.cancelled = &s->close_cancelled;
-    if (grpc_call_start_batch(call, &op, 1, &s->t_close, NULL) != GRPC_CALL_OK)
-        FEED_LOGE("stream %s: RECV_CLOSE_ON_SERVER failed to start", s->peer);
-    FEED_LOGI("stream %s: connected", s->peer);
-    if (too_many) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "streams: %u streams open (max-streams)", svc->cfg->max_streams);
-        fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
-    } else if (!s->draining) {
-        arm_recv_locked(s);
+    bool close_armed = grpc_call_start_batch(call, &op, 1, &s->t_close, NULL) == GRPC_CALL_OK;
+    if (!close_armed) {
+        /* Its tag will never come, and only that tag ends the stream: end it here. */
+        FEED_LOGE("stream %s: RECV_CLOSE_ON_SERVER failed to start; cancelling the call", s->peer);
+        grpc_call_cancel(call, NULL);
+    } else {
+        FEED_LOGI("stream %s: connected", s->peer);
+        if (too_many) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "streams: %u streams open (max-streams)",
+                     svc->cfg->max_streams);
+            fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
+        } else if (!s->draining) {
+            arm_recv_locked(s);
+        }
+        maybe_finish_locked(s);
     }
-    maybe_finish_locked(s);
     pthread_mutex_unlock(&s->mu);
+    if (!close_armed)
+        on_stream_close(s); /* drops the open call's reference and the close op's */
 }
 
 /* ---- the completion-queue threads ---- */

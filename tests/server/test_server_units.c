@@ -1,13 +1,17 @@
 /*
- * Unit tests of feedd's parts without gRPC: the configuration table (bounds,
- * defaults, file + command line), the sample cache (bounded, evicts, keys by
- * every field) and the worker pool's round-robin fairness across streams.
+ * Unit tests of feedd's parts: the configuration table (bounds, defaults,
+ * file + command line), the sample cache (bounded, evicts, keys by every
+ * field), the worker pool's round-robin fairness across streams, and the
+ * gRPC service in this process with failures injected into its
+ * grpc_call_start_batch calls.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +27,11 @@
 #include "feedtest.h"
 #include "metrics.h"
 #include "pool.h"
+#include "service.h"
+
+#include <grpc/grpc.h>
+
+#include "feedtest_grpc.h"
 
 static int parse(char *err, size_t cap, feedd_config *cfg, int argc, const char **argv)
 {
@@ -324,6 +333,92 @@ static void test_pool_round_robin(void **state)
     feed_test_rmtree(dir);
 }
 
+/*
+ * The service's own grpc_call_start_batch calls, with a failure injected on
+ * demand (linked with -Wl,--wrap=grpc_call_start_batch): a start that fails
+ * means the op's tag never comes, which no real peer can provoke. Only ops
+ * with RECV_CLOSE_ON_SERVER, which only a server starts, are ever failed, so
+ * the test client in this process is untouched.
+ */
+grpc_call_error __real_grpc_call_start_batch(grpc_call *call, const grpc_op *ops, size_t nops,
+                                             void *tag, void *reserved);
+grpc_call_error __wrap_grpc_call_start_batch(grpc_call *call, const grpc_op *ops, size_t nops,
+                                             void *tag, void *reserved);
+
+enum { FAIL_NONE, FAIL_UNARY, FAIL_STREAM_CLOSE };
+static atomic_int fail_next = FAIL_NONE;
+
+grpc_call_error __wrap_grpc_call_start_batch(grpc_call *call, const grpc_op *ops, size_t nops,
+                                             void *tag, void *reserved)
+{
+    bool close = nops > 0 && ops[nops - 1].op == GRPC_OP_RECV_CLOSE_ON_SERVER;
+    int want = nops == 1 ? FAIL_STREAM_CLOSE : FAIL_UNARY;
+    int expect = want;
+    if (close && atomic_compare_exchange_strong(&fail_next, &expect, FAIL_NONE))
+        return GRPC_CALL_ERROR;
+    return __real_grpc_call_start_batch(call, ops, nops, tag, reserved);
+}
+
+/*
+ * A unary reply or a stream's RECV_CLOSE_ON_SERVER that fails to start: the
+ * call is cancelled and released on the spot, so stop does not wait for a tag
+ * that never comes (it returned FEED_ETIMEDOUT, the call object leaked).
+ */
+static void test_service_start_failures(void **state)
+{
+    (void)state;
+    char dir[256], ds_dir[300], err[256], arg[400];
+    assert_int_equal(feed_test_tmpdir("feedd-svc", dir, sizeof dir), 0);
+    snprintf(ds_dir, sizeof ds_dir, "%s/ds", dir);
+    assert_int_equal(feed_test_make_imagefolder(ds_dir, 2, 2, 3), 0);
+    snprintf(arg, sizeof arg, "d=%s", ds_dir);
+    static feedd_config cfg;
+    const char *argv[] = {"feedd", "--listen", "127.0.0.1:0", "--threads", "1", "--dataset", arg};
+    assert_int_equal(parse(err, sizeof err, &cfg, 7, argv), 0);
+    feed_dataset *ds = NULL;
+    assert_int_equal(feed_dataset_open(ds_dir, NULL, &ds, err, sizeof err), 0);
+    feedd_served_dataset served = {"d", ds};
+    feedd_pool *pool = NULL;
+    assert_int_equal(feedd_pool_new(1, NULL, 64 << 20, NULL, 0, &pool), 0);
+    grpc_init();
+    feedd_service *svc = NULL;
+    int port = 0;
+    assert_int_equal(feedd_service_start(&cfg, &served, 1, pool, &svc, &port), 0);
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    grpc_channel *ch = feedtest_channel(target);
+
+    /* Describe's reply cannot start: the call is cancelled, the next Describe works. */
+    grpc_status_code code = GRPC_STATUS_OK;
+    atomic_store(&fail_next, FAIL_UNARY);
+    assert_null(feedtest_describe(ch, "", &code));
+    assert_int_equal(code, GRPC_STATUS_CANCELLED);
+    assert_int_equal(atomic_load(&fail_next), FAIL_NONE);
+    Feed__V1__DescribeResponse *r = feedtest_describe(ch, "", &code);
+    assert_non_null(r);
+    feed__v1__describe_response__free_unpacked(r, NULL);
+
+    /* A stream whose RECV_CLOSE_ON_SERVER cannot start is cancelled and counted closed. */
+    atomic_store(&fail_next, FAIL_STREAM_CLOSE);
+    feedtest_stream st;
+    assert_int_equal(feedtest_stream_open(ch, 30, &st), 0);
+    Feed__V1__BatchRequest req = FEED__V1__BATCH_REQUEST__INIT;
+    (void)feedtest_stream_send(&st, &req);
+    assert_null(feedtest_stream_recv(&st));
+    assert_int_equal(feedtest_stream_finish(&st, NULL, 0), GRPC_STATUS_CANCELLED);
+    assert_int_equal(atomic_load(&fail_next), FAIL_NONE);
+
+    grpc_channel_destroy(ch);
+    feedd_service_drain(svc);
+    /* Before the fix: FEED_ETIMEDOUT, waiting for the two lost tags. */
+    assert_int_equal(feedd_service_stop(svc, 10000), 0);
+    feedd_service_free(svc);
+    grpc_shutdown();
+    feedd_pool_free(pool);
+    feed_dataset_close(ds);
+    feed_test_rmtree(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -332,6 +427,7 @@ int main(void)
         cmocka_unit_test(test_cache_bounded_lru),
         cmocka_unit_test(test_crc_combine),
         cmocka_unit_test(test_pool_round_robin),
+        cmocka_unit_test(test_service_start_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
