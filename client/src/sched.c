@@ -459,6 +459,11 @@ void sched_on_batch(receiver *rx, server *s, const call_ctx *from, grpc_byte_buf
         if (b && r.data_direct) {
             b->data.data = sl->raw;
             b->data.len = r.data_len;
+        } else if (b && rx->arena.target_taken && b->data.data != sl->raw) {
+            /* The slot went to another field of the pixels' size: a hostile
+             * message; reading on would alias that field with the pixels. */
+            feed__v1__batch__free_unpacked(b, &rx->arena.pa);
+            b = NULL;
         }
         rc = b ? wire_check_batch(b, &e, r.data_direct ? &r.data_crc : NULL, why, sizeof(why))
                : FEED_EPROTO;

@@ -245,7 +245,8 @@ int wire_check_batch(const Feed__V1__Batch *b, const wire_expect *e, const uint3
         why = "batch_id";
     else if (b->epoch != e->epoch)
         why = "epoch";
-    else if (b->n_indices != e->n || b->n_labels != e->n || b->n_status != e->n)
+    else if (b->n_indices != e->n || b->n_labels != e->n || b->n_status != e->n ||
+             b->n_errors > e->n)
         why = "sample count";
     else if (b->height != e->h || b->width != e->w || b->channels != 3)
         why = "shape";

@@ -384,6 +384,13 @@ static void test_wire_batch(void **state)
     e.num_classes = 10;
     uint32_t wrong = b->crc32c ^ 1u;
     assert_int_equal(wire_check_batch(b, &e, &wrong, why, sizeof why), FEED_ECORRUPT);
+    /* More SampleErrors than samples: refused (a hostile server could size
+     * the errors array to take the slot the pixels land in). */
+    size_t n_errors = b->n_errors;
+    b->n_errors = e.n + 1;
+    assert_int_equal(wire_check_batch(b, &e, NULL, why, sizeof why), FEED_EPROTO);
+    assert_non_null(strstr(why, "sample count"));
+    b->n_errors = n_errors;
     wire_batch_reader_destroy(&r);
     grpc_byte_buffer_destroy(bb);
     free(noid);
