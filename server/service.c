@@ -584,6 +584,11 @@ static void drop_work_locked(stream *s)
             waiting = w;
         }
     }
+    if (waiting) {
+        /* One of them may have been the head that held the others back. */
+        mem_wait.gen++;
+        pthread_cond_signal(&mem_wait.cv);
+    }
     pthread_mutex_unlock(&mem_wait.mu);
     while (waiting) {
         bj = waiting;

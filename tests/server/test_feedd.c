@@ -844,6 +844,58 @@ static void test_memory_backpressure(void **state)
     assert_int_equal(s2.exit_status, 0);
 }
 
+/*
+ * Fairness of the wait for memory: --max-memory holds two 10.6 MB batches.
+ * Stream a has two batches in memory (unread, stuck in flow control) and six
+ * waiting; stream b's one batch waits behind them. Stream a then reads one
+ * batch and asks for another, seven times: first come, first served gives
+ * b's batch the memory a's seventh batch frees, ahead of a's newer requests,
+ * so it arrives although a has stopped reading. A scheduler that let a's
+ * newer batches pass would leave it waiting (until the call's deadline).
+ */
+static void test_memory_fifo(void **state)
+{
+    (void)state;
+    feed_test_server s2;
+    static const char *const extra[] = {"--threads", "2", "--max-memory", "24M", NULL};
+    assert_int_equal(start_server(&s2, extra), 0);
+    grpc_channel *ch = feedtest_channel(s2.target);
+    grpc_channel *ch2 = feedtest_channel(s2.target);
+    Feed__V1__TransformSpec spec = train_spec(384);
+    Feed__V1__SessionOpen open;
+    make_open(&open, &spec, "good", 3, 8);
+    uint64_t idx[24];
+    for (int i = 0; i < 24; i++)
+        idx[i] = (uint64_t)i;
+    feedtest_stream a, b;
+    assert_int_equal(feedtest_stream_open(ch, 60, &a), 0);
+    for (int k = 0; k < 8; k++)
+        assert_int_equal(send_batch(&a, k == 0 ? &open : NULL, (uint64_t)k, 0, idx, 24), 0);
+    wait_metric(&s2, "feedd_waiting_batches", 6);
+    assert_int_equal(feedtest_stream_open(ch2, 60, &b), 0);
+    assert_int_equal(send_batch(&b, &open, 100, 0, idx, 24), 0);
+    wait_metric(&s2, "feedd_waiting_batches", 7);
+    for (int k = 0; k < 7; k++) {
+        Feed__V1__Batch *r = feedtest_stream_recv(&a);
+        assert_non_null(r);
+        feed__v1__batch__free_unpacked(r, NULL);
+        assert_int_equal(send_batch(&a, NULL, (uint64_t)(8 + k), 0, idx, 24), 0);
+    }
+    Feed__V1__Batch *r = feedtest_stream_recv(&b);
+    assert_non_null(r);
+    assert_int_equal(r->batch_id, 100);
+    assert_int_equal(r->crc32c, feed_crc32c(0, r->data.data, r->data.len));
+    feed__v1__batch__free_unpacked(r, NULL);
+    feedtest_stream_writes_done(&b);
+    drain_and_expect(&b, GRPC_STATUS_OK, "");
+    feedtest_stream_writes_done(&a);
+    drain_and_expect(&a, GRPC_STATUS_OK, "");
+    grpc_channel_destroy(ch);
+    grpc_channel_destroy(ch2);
+    assert_int_equal(feed_test_server_stop(&s2), 0);
+    assert_int_equal(s2.exit_status, 0);
+}
+
 static void test_max_streams(void **state)
 {
     (void)state;
@@ -1107,9 +1159,10 @@ int main(void)
         cmocka_unit_test(test_corrupt_samples),    cmocka_unit_test(test_max_pixels),
         cmocka_unit_test(test_cancel_mid_stream),  cmocka_unit_test(test_many_streams),
         cmocka_unit_test(test_resource_exhausted), cmocka_unit_test(test_memory_backpressure),
-        cmocka_unit_test(test_max_streams),        cmocka_unit_test(test_graceful_shutdown),
-        cmocka_unit_test(test_drain_timeout),      cmocka_unit_test(test_metrics_endpoint),
-        cmocka_unit_test(test_config_file),        cmocka_unit_test(test_imagenet_sample),
+        cmocka_unit_test(test_memory_fifo),        cmocka_unit_test(test_max_streams),
+        cmocka_unit_test(test_graceful_shutdown),  cmocka_unit_test(test_drain_timeout),
+        cmocka_unit_test(test_metrics_endpoint),   cmocka_unit_test(test_config_file),
+        cmocka_unit_test(test_imagenet_sample),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
