@@ -978,6 +978,42 @@ static void test_graceful_shutdown(void **state)
     feed_test_server_kill(&s2);
 }
 
+/* Draining finishes batches that were waiting for memory too: all four arrive, then exit 0. */
+static void test_drain_with_waiting_batches(void **state)
+{
+    (void)state;
+    feed_test_server s2;
+    static const char *const extra[] = {
+        "--threads", "2", "--max-memory", "24M", "--drain-timeout-ms", "60000", NULL};
+    assert_int_equal(start_server(&s2, extra), 0);
+    grpc_channel *ch = feedtest_channel(s2.target);
+    Feed__V1__TransformSpec spec = train_spec(384);
+    Feed__V1__SessionOpen open;
+    make_open(&open, &spec, "good", 4, 4);
+    uint64_t idx[24];
+    for (int i = 0; i < 24; i++)
+        idx[i] = (uint64_t)i;
+    feedtest_stream a;
+    assert_int_equal(feedtest_stream_open(ch, 120, &a), 0);
+    for (int k = 0; k < 4; k++)
+        assert_int_equal(send_batch(&a, k == 0 ? &open : NULL, (uint64_t)k, 0, idx, 24), 0);
+    wait_metric(&s2, "feedd_waiting_batches", 1); /* two 10.6 MB batches fill 24 MB */
+    assert_int_equal(feed_test_server_signal(&s2, SIGTERM), 0);
+    int got = 0;
+    Feed__V1__Batch *b;
+    while ((b = feedtest_stream_recv(&a)) != NULL) {
+        assert_int_equal(b->crc32c, feed_crc32c(0, b->data.data, b->data.len));
+        got++;
+        feed__v1__batch__free_unpacked(b, NULL);
+    }
+    assert_int_equal(got, 4);
+    assert_int_equal(feedtest_stream_finish(&a, NULL, 0), GRPC_STATUS_UNAVAILABLE);
+    grpc_channel_destroy(ch);
+    assert_int_equal(feed_test_server_wait(&s2, 60000), 0);
+    assert_int_equal(s2.exit_status, 0);
+    feed_test_server_kill(&s2);
+}
+
 /*
  * A client that never reads keeps its batches in flight: feedd gives up after
  * --drain-timeout-ms (SIGINT here), or at once on a second signal, and still
@@ -1153,15 +1189,25 @@ static void test_imagenet_sample(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_describe),           cmocka_unit_test(test_health_and_unimplemented),
-        cmocka_unit_test(test_bytes_match_engine), cmocka_unit_test(test_two_servers_identical),
-        cmocka_unit_test(test_error_statuses),     cmocka_unit_test(test_oversized_request),
-        cmocka_unit_test(test_corrupt_samples),    cmocka_unit_test(test_max_pixels),
-        cmocka_unit_test(test_cancel_mid_stream),  cmocka_unit_test(test_many_streams),
-        cmocka_unit_test(test_resource_exhausted), cmocka_unit_test(test_memory_backpressure),
-        cmocka_unit_test(test_memory_fifo),        cmocka_unit_test(test_max_streams),
-        cmocka_unit_test(test_graceful_shutdown),  cmocka_unit_test(test_drain_timeout),
-        cmocka_unit_test(test_metrics_endpoint),   cmocka_unit_test(test_config_file),
+        cmocka_unit_test(test_describe),
+        cmocka_unit_test(test_health_and_unimplemented),
+        cmocka_unit_test(test_bytes_match_engine),
+        cmocka_unit_test(test_two_servers_identical),
+        cmocka_unit_test(test_error_statuses),
+        cmocka_unit_test(test_oversized_request),
+        cmocka_unit_test(test_corrupt_samples),
+        cmocka_unit_test(test_max_pixels),
+        cmocka_unit_test(test_cancel_mid_stream),
+        cmocka_unit_test(test_many_streams),
+        cmocka_unit_test(test_resource_exhausted),
+        cmocka_unit_test(test_memory_backpressure),
+        cmocka_unit_test(test_memory_fifo),
+        cmocka_unit_test(test_max_streams),
+        cmocka_unit_test(test_graceful_shutdown),
+        cmocka_unit_test(test_drain_with_waiting_batches),
+        cmocka_unit_test(test_drain_timeout),
+        cmocka_unit_test(test_metrics_endpoint),
+        cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_imagenet_sample),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
