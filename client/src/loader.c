@@ -361,6 +361,9 @@ int feed_loader_next(feed_loader *l, feed_batch **out)
     sl->batch.wait_ns = waited;
     l->stats.batches++;
     l->stats.samples += sl->n;
+    for (uint32_t i = 0; i < sl->n; i++)
+        if (sl->status[i] != FEED_SAMPLE_OK)
+            l->stats.sample_errors[sl->status[i]]++;
     l->stats.wait_ns_total += waited;
     if (waited > l->stats.wait_ns_max)
         l->stats.wait_ns_max = waited;

@@ -327,9 +327,11 @@ void sched_check_deadlines(loader *l, uint64_t now)
 /*
  * Fills the slot from a checked Batch whose pixels are already in sl->raw:
  * labels, status, the bad-sample policy, then normalisation (host) or the
- * copy + kernel (GPU). Runs unlocked; counts[] collects per-status errors.
+ * copy + kernel (GPU). Runs unlocked. Sample errors are counted in stats when
+ * the batch is handed out (feed_loader_next), not here: a landed batch of the
+ * next epoch may never be handed out.
  */
-static int land(loader *l, slot *sl, const Feed__V1__Batch *b, uint64_t *counts)
+static int land(loader *l, slot *sl, const Feed__V1__Batch *b)
 {
     uint32_t n = sl->n;
     size_t sb = sample_bytes(l);
@@ -338,10 +340,8 @@ static int land(loader *l, slot *sl, const Feed__V1__Batch *b, uint64_t *counts)
     for (uint32_t i = 0; i < n; i++) {
         sl->labels[i] = b->labels[i];
         sl->status[i] = (uint8_t)b->status[i];
-        if (sl->status[i] != FEED_SAMPLE_OK) {
-            counts[sl->status[i]]++;
+        if (sl->status[i] != FEED_SAMPLE_OK)
             bad++;
-        }
     }
     if (bad && l->cfg.bad_sample_policy == FEED_BAD_SAMPLE_SUBSTITUTE) {
         /* The next good sample after i, cyclically: deterministic for a batch. */
@@ -444,7 +444,6 @@ void sched_on_batch(receiver *rx, server *s, const call_ctx *from, grpc_byte_buf
                      .w = l->cfg.transform.out_w,
                      .num_classes = l->num_classes};
     size_t raw_bytes = sample_bytes(l) * sl->n;
-    uint64_t counts[FEED_SAMPLE_STATUS_COUNT] = {0};
     char why[160] = "malformed Batch";
 
     pthread_mutex_unlock(&l->mu);
@@ -470,7 +469,7 @@ void sched_on_batch(receiver *rx, server *s, const call_ctx *from, grpc_byte_buf
         if (rc == 0 && b->data.data != sl->raw)
             memcpy(sl->raw, b->data.data, raw_bytes);
         if (rc == 0)
-            rc = land(l, sl, b, counts);
+            rc = land(l, sl, b);
     }
     pthread_mutex_lock(&l->mu);
 
@@ -480,8 +479,6 @@ void sched_on_batch(receiver *rx, server *s, const call_ctx *from, grpc_byte_buf
         l->progress_ns = feed_now_ns();
         s->batches++;
         l->stats.bytes_received += raw_bytes;
-        for (int k = 1; k < FEED_SAMPLE_STATUS_COUNT; k++)
-            l->stats.sample_errors[k] += counts[k];
         goto out;
     }
     sl->state = SLOT_PENDING;

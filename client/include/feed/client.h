@@ -148,7 +148,8 @@ typedef struct feed_loader_stats {
     uint64_t reissued;        /* batches re-issued to another server */
     uint64_t retries;         /* reconnection attempts */
     uint64_t crc_errors;      /* batches whose CRC32C did not match (re-issued) */
-    uint64_t sample_errors[FEED_SAMPLE_STATUS_COUNT]; /* by status; [0] unused */
+    /* Failed samples by status, in batches handed out by next(); [0] unused. */
+    uint64_t sample_errors[FEED_SAMPLE_STATUS_COUNT];
     uint32_t servers_known;
     uint32_t servers_up;      /* those that have answered a batch on their live stream */
 } feed_loader_stats;
