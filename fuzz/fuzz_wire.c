@@ -67,16 +67,8 @@ static int read_batch(grpc_byte_buffer *bb, uint8_t *raw)
     if (rc == 0)
         rc = wire_batch_reader_finish(&r, raw, RAW_BYTES);
     if (rc == 0) {
-        wire_arena_reset(&arena, r.data_direct ? NULL : raw, RAW_BYTES);
-        Feed__V1__Batch *b = feed__v1__batch__unpack(&arena.pa, rest.len, rest.data);
-        if (b && r.data_direct) {
-            b->data.data = raw;
-            b->data.len = r.data_len;
-        }
-        rc = b ? wire_check_batch(b, &e, r.data_direct ? &r.data_crc : NULL, why, sizeof why)
-               : FEED_EPROTO;
-        if (rc == 0 && b->data.data != raw)
-            memcpy(raw, b->data.data, RAW_BYTES);
+        Feed__V1__Batch *b;
+        rc = wire_unpack_batch(&arena, &r, raw, RAW_BYTES, &e, &b, why, sizeof why);
         /* What land() then trusts. */
         for (uint32_t i = 0; rc == 0 && i < N; i++)
             if (b->labels[i] >= 10 || (unsigned)b->status[i] >= FEED_SAMPLE_STATUS_COUNT ||

@@ -452,22 +452,8 @@ void sched_on_batch(receiver *rx, server *s, const call_ctx *from, grpc_byte_buf
     if (rc == 0)
         rc = wire_batch_reader_finish(&r, sl->raw, raw_bytes);
     if (rc == 0) {
-        /* Data already in the slot, or (out of order) in rbuf: then unpack lands it there. */
-        wire_arena_reset(&rx->arena, r.data_direct ? NULL : sl->raw, raw_bytes);
-        Feed__V1__Batch *b = feed__v1__batch__unpack(&rx->arena.pa, rx->rbuf.len, rx->rbuf.data);
-        if (b && r.data_direct) {
-            b->data.data = sl->raw;
-            b->data.len = r.data_len;
-        } else if (b && rx->arena.target_taken && b->data.data != sl->raw) {
-            /* The slot went to another field of the pixels' size: a hostile
-             * message; reading on would alias that field with the pixels. */
-            feed__v1__batch__free_unpacked(b, &rx->arena.pa);
-            b = NULL;
-        }
-        rc = b ? wire_check_batch(b, &e, r.data_direct ? &r.data_crc : NULL, why, sizeof(why))
-               : FEED_EPROTO;
-        if (rc == 0 && b->data.data != sl->raw)
-            memcpy(sl->raw, b->data.data, raw_bytes);
+        Feed__V1__Batch *b;
+        rc = wire_unpack_batch(&rx->arena, &r, sl->raw, raw_bytes, &e, &b, why, sizeof(why));
         if (rc == 0)
             rc = land(l, sl, b);
     }

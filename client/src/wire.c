@@ -273,3 +273,31 @@ int wire_check_batch(const Feed__V1__Batch *b, const wire_expect *e, const uint3
     }
     return 0;
 }
+
+int wire_unpack_batch(wire_arena *a, const wire_batch_reader *r, uint8_t *dst, size_t dst_len,
+                      const wire_expect *e, Feed__V1__Batch **out, char *msg, size_t msg_cap)
+{
+    *out = NULL;
+    wire_arena_reset(a, r->data_direct ? NULL : dst, dst_len);
+    Feed__V1__Batch *b = feed__v1__batch__unpack(&a->pa, r->rest->len, r->rest->data);
+    if (!b) {
+        snprintf(msg, msg_cap, "batch %llu: malformed Batch", (unsigned long long)e->batch_id);
+        return FEED_EPROTO;
+    }
+    if (r->data_direct) {
+        b->data.data = dst;
+        b->data.len = r->data_len;
+    } else if (a->target_taken && b->data.data != dst) {
+        /* dst went to another field of the pixels' size: a hostile message;
+         * reading on would alias that field with the pixels. */
+        snprintf(msg, msg_cap, "batch %llu: malformed Batch", (unsigned long long)e->batch_id);
+        return FEED_EPROTO;
+    }
+    int rc = wire_check_batch(b, e, r->data_direct ? &r->data_crc : NULL, msg, msg_cap);
+    if (rc)
+        return rc;
+    if (b->data.data != dst)
+        memcpy(dst, b->data.data, dst_len);
+    *out = b;
+    return 0;
+}

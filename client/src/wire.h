@@ -100,4 +100,14 @@ typedef struct wire_expect {
 int wire_check_batch(const Feed__V1__Batch *b, const wire_expect *e, const uint32_t *data_crc,
                      char *msg, size_t msg_cap);
 
+/*
+ * After wire_batch_reader_finish(r, dst, dst_len): unpacks the rest of the
+ * message (r->rest) with arena a, puts the pixels in dst (already there, or
+ * landed there by the unpack), and checks the Batch against e. *out points
+ * into the arena until its next reset. 0, FEED_EPROTO (malformed or not what
+ * was asked; msg says which) or FEED_ECORRUPT (CRC32C mismatch).
+ */
+int wire_unpack_batch(wire_arena *a, const wire_batch_reader *r, uint8_t *dst, size_t dst_len,
+                      const wire_expect *e, Feed__V1__Batch **out, char *msg, size_t msg_cap);
+
 #endif
