@@ -515,7 +515,7 @@ static void *io_main(void *arg)
             l->last_tick_ns = now;
             tick(l, now);
         }
-        sched_dispatch(l);
+        sched_dispatch(l, true);
         pthread_cond_broadcast(&l->cond);
     }
     pthread_cond_broadcast(&l->cond);

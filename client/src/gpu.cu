@@ -159,6 +159,22 @@ extern "C" int client_gpu_bind_thread(client_gpu *g)
     return cudaSetDevice(g->device) == cudaSuccess ? 0 : FEED_ECUDA;
 }
 
+extern "C" int client_gpu_current_device(void)
+{
+    int d = -1;
+    if (cudaGetDevice(&d) != cudaSuccess) {
+        cudaGetLastError();
+        d = -1;
+    }
+    return d;
+}
+
+extern "C" void client_gpu_set_device(int device)
+{
+    if (device >= 0)
+        cudaSetDevice(device);
+}
+
 extern "C" void *client_gpu_copy_stream(client_gpu *g)
 {
     return g->copy;
@@ -302,4 +318,11 @@ extern "C" int client_gpu_slot_release(client_gpu_slot *s, void *stream)
         return FEED_ECUDA;
     s->release_pending = true;
     return 0;
+}
+
+extern "C" int client_gpu_slot_stream_wait(client_gpu_slot *s, void *stream)
+{
+    device_scope ds(s->g->device);
+    cudaStream_t st = stream ? (cudaStream_t)stream : cudaStreamLegacy;
+    return cudaStreamWaitEvent(st, s->ready, 0) == cudaSuccess ? 0 : FEED_ECUDA;
 }

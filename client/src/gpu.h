@@ -32,6 +32,9 @@ int client_gpu_open(int device, client_gpu **out, char *err, size_t err_cap);
 void client_gpu_close(client_gpu *g); /* accepts NULL */
 /* Make g's device current in the calling thread. */
 int client_gpu_bind_thread(client_gpu *g);
+/* The calling thread's current device (-1 if none can be had), and setting it back. */
+int client_gpu_current_device(void);
+void client_gpu_set_device(int device); /* ignores -1 */
 /* The loader's copy stream (a cudaStream_t), for tests that time it. */
 void *client_gpu_copy_stream(client_gpu *g);
 
@@ -59,6 +62,8 @@ const int64_t *client_gpu_slot_labels(client_gpu_slot *s);
 void *client_gpu_slot_ready_event(client_gpu_slot *s);
 /* Record the release point on `stream` (cudaStream_t; NULL: the legacy default stream). */
 int client_gpu_slot_release(client_gpu_slot *s, void *stream);
+/* Make `stream` (NULL: the legacy default stream) wait for the slot's ready event. */
+int client_gpu_slot_stream_wait(client_gpu_slot *s, void *stream);
 
 #ifdef __cplusplus
 }

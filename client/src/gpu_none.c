@@ -112,3 +112,20 @@ int client_gpu_slot_release(client_gpu_slot *s, void *stream)
     (void)stream;
     return FEED_ECUDA;
 }
+
+int client_gpu_slot_stream_wait(client_gpu_slot *s, void *stream)
+{
+    (void)s;
+    (void)stream;
+    return FEED_ECUDA;
+}
+
+int client_gpu_current_device(void)
+{
+    return -1;
+}
+
+void client_gpu_set_device(int device)
+{
+    (void)device;
+}

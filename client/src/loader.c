@@ -4,7 +4,6 @@
  * receiver threads (conn.c) and the scheduler (sched.c) do the rest; the
  * locking rules are in loader_impl.h.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,30 +11,13 @@
 
 #include <grpc/grpc.h>
 
-/* Everything declared in the public header is exported from the shared
- * library; it must be the first inclusion of feed/client.h in this file. */
-#pragma GCC visibility push(default)
 #include "feed/client.h"
-#pragma GCC visibility pop
-
 #include "feed/errors.h"
 #include "feed/log.h"
 #include "feed/timeutil.h"
 #include "normalize.h"
 
 #include "loader_impl.h"
-
-void client_log(loader *l, int level, const char *fmt, ...)
-{
-    if (!l->cfg.log_fn)
-        return;
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    l->cfg.log_fn(l->cfg.log_user, level, msg);
-}
 
 void feed_loader_config_default(feed_loader_config *cfg)
 {
@@ -200,6 +182,10 @@ int feed_loader_open(const feed_loader_config *cfg, feed_loader **out)
     pthread_cond_init(&l->dns_cond, &ca);
     pthread_condattr_destroy(&ca);
     grpc_init();
+    rc = logq_start(l);
+    if (rc)
+        goto out;
+    rc = FEED_ENOMEM;
     l->dataset = dup_str(cfg->dataset);
     l->targets = calloc(cfg->num_targets, sizeof(*l->targets));
     if (!l->dataset || !l->targets)
@@ -245,7 +231,7 @@ int feed_loader_open(const feed_loader_config *cfg, feed_loader **out)
         rc = sched_build_plans(l, cfg->epoch, cfg->start_batch, false, &plan, &ahead);
     if (!rc) {
         sched_reset_epoch(l, cfg->epoch, cfg->start_batch, false, &plan, &ahead);
-        sched_dispatch(l);
+        sched_dispatch(l, false);
     }
     pthread_mutex_unlock(&l->mu);
     if (rc)
@@ -264,10 +250,13 @@ void feed_loader_close(feed_loader *l)
     resolve_stop(l);
     conn_stop(l);
     resolve_free(l);
+    /* The slots' memory belongs to the loader's device; the caller's device is put back. */
+    int caller_device = l->gpu ? client_gpu_current_device() : -1;
     if (l->gpu)
         client_gpu_bind_thread(l->gpu);
     sched_free_slots(l);
     client_gpu_close(l->gpu);
+    client_gpu_set_device(caller_device);
     client_plan_free(&l->plan);
     client_plan_free(&l->ahead);
     if (l->targets) {
@@ -276,6 +265,7 @@ void feed_loader_close(feed_loader *l)
     }
     free(l->targets);
     free(l->dataset);
+    logq_stop(l);
     pthread_cond_destroy(&l->cond);
     pthread_cond_destroy(&l->dns_cond);
     pthread_mutex_destroy(&l->mu);
@@ -367,12 +357,22 @@ int feed_loader_next(feed_loader *l, feed_batch **out)
     l->stats.wait_ns_total += waited;
     if (waited > l->stats.wait_ns_max)
         l->stats.wait_ns_max = waited;
-    sched_dispatch(l);
+    sched_dispatch(l, false);
     *out = &sl->batch;
     rc = sl->result;
 out:
     pthread_mutex_unlock(&l->mu);
     return rc;
+}
+
+/* The slot whose batch the caller holds, or NULL. mu held. */
+static slot *handed_slot(loader *l, const feed_batch *b)
+{
+    for (uint32_t i = 0; i < l->num_slots; i++) {
+        if (&l->slots[i].batch == b)
+            return l->slots[i].state == SLOT_HANDED ? &l->slots[i] : NULL;
+    }
+    return NULL;
 }
 
 int feed_loader_release(feed_loader *l, feed_batch *b, void *stream)
@@ -381,20 +381,27 @@ int feed_loader_release(feed_loader *l, feed_batch *b, void *stream)
         return FEED_EINVAL;
     int rc = FEED_EINVAL;
     pthread_mutex_lock(&l->mu);
-    slot *sl = NULL;
-    for (uint32_t i = 0; i < l->num_slots && !sl; i++) {
-        if (&l->slots[i].batch == b)
-            sl = &l->slots[i];
-    }
-    if (!sl || sl->state != SLOT_HANDED)
+    slot *sl = handed_slot(l, b);
+    if (!sl)
         goto out;
     rc = 0;
     if (sl->gpu)
         rc = client_gpu_slot_release(sl->gpu, stream);
     sl->state = SLOT_FREE;
     l->handed--;
-    sched_dispatch(l);
+    sched_dispatch(l, false);
 out:
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+int feed_loader_stream_wait(feed_loader *l, const feed_batch *b, void *stream)
+{
+    if (!l || !b)
+        return FEED_EINVAL;
+    pthread_mutex_lock(&l->mu);
+    slot *sl = handed_slot(l, b);
+    int rc = !sl ? FEED_EINVAL : (sl->gpu ? client_gpu_slot_stream_wait(sl->gpu, stream) : 0);
     pthread_mutex_unlock(&l->mu);
     return rc;
 }
@@ -424,7 +431,7 @@ int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch)
         wait_ns(l, 10000000u);
     }
     sched_reset_epoch(l, epoch, start_batch, keep, &plan, &ahead);
-    sched_dispatch(l);
+    sched_dispatch(l, false);
     pthread_mutex_unlock(&l->mu);
 out:
     return rc;
@@ -473,4 +480,14 @@ int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server_stats *out)
     }
     pthread_mutex_unlock(&l->mu);
     return rc;
+}
+
+const char *feed_client_version(void)
+{
+    return FEED_CLIENT_VERSION_STRING;
+}
+
+uint32_t feed_client_version_number(void)
+{
+    return FEED_CLIENT_VERSION_NUM;
 }

@@ -11,7 +11,12 @@
  * receivers land different batches at once, each with its own scratch. Any
  * thread in sched_dispatch drops it while it allocates a new slot (growing). The
  * resolver thread only posts address lists ([mu]); a receiver applies them.
- * Lock order: mu only (the resolver's own dns_mu is never held with mu).
+ * Lock order: mu, then the log queue's mu (a leaf; logq.c); the resolver's own
+ * dns_mu is never held with mu. cfg.log_fn is called only by the log thread,
+ * with no lock held.
+ * Slots are allocated only on the loader's own threads (receivers), never on
+ * the training thread: next()/release()/set_epoch() dispatch without growing,
+ * and a receiver grows on its next pass (at most CLIENT_TICK_MS later).
  */
 #ifndef FEED_CLIENT_LOADER_IMPL_H
 #define FEED_CLIENT_LOADER_IMPL_H
@@ -49,6 +54,26 @@
 
 typedef struct feed_loader loader;
 typedef struct server server;
+
+#define LOG_QUEUE_CAP 64u
+#define LOG_MSG_CAP 512u
+
+typedef struct log_entry {
+    int level;
+    char text[LOG_MSG_CAP];
+} log_entry;
+
+/* Messages waiting for the log thread (logq.c). */
+typedef struct log_queue {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;             /* [mu] a message, or stop */
+    log_entry entries[LOG_QUEUE_CAP]; /* [mu] ring */
+    uint32_t head, len;              /* [mu] */
+    uint64_t dropped;                /* [mu] since the last delivered drop count */
+    bool stop;                       /* [mu] */
+    bool initialised, started;       /* open/close only */
+    pthread_t thread;
+} log_queue;
 
 /* One receiver thread and its scratch, used only by that thread. */
 typedef struct receiver {
@@ -213,13 +238,19 @@ struct feed_loader {
 
     client_gpu *gpu;  /* NULL on the host path */
     size_t out_bytes; /* per slot output size at batch_size samples */
+
+    log_queue logq;
 };
 
+/* logq.c — queues a message for the log thread; any thread, mu held or not. */
 void client_log(loader *l, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int logq_start(loader *l); /* before any other thread; 0 or FEED_ENOMEM */
+void logq_stop(loader *l); /* delivers what is queued, joins the log thread; after every other */
 
 /* sched.c — with mu held, except where said. */
-/* May drop and retake mu to allocate a slot: callers must not rely on state across it. */
-void sched_dispatch(loader *l);
+/* Fills slots and sends requests. With may_grow (the loader's own threads only) it may drop and
+ * retake mu to allocate a slot: callers must not rely on state across it. */
+void sched_dispatch(loader *l, bool may_grow);
 void sched_fail_server(loader *l, server *s, const char *why);
 void sched_check_deadlines(loader *l, uint64_t now);
 /* A receiver thread, mu held on entry and exit (dropped while landing); bb

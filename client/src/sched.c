@@ -236,12 +236,12 @@ static bool fill_slots(loader *l)
     return wanted && l->num_slots < cap && !l->growing;
 }
 
-void sched_dispatch(loader *l)
+void sched_dispatch(loader *l, bool may_grow)
 {
     if (l->stop || !l->plan.samples || l->fatal)
         return;
     /* grow() drops mu: whatever changed meanwhile is seen by the next fill_slots. */
-    while (fill_slots(l)) {
+    while (fill_slots(l) && may_grow) {
         grow(l);
         if (l->stop || l->fatal)
             return;

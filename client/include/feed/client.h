@@ -10,18 +10,26 @@
  * own CUDA stream and normalised there; feed_batch.ready_event tells the
  * training stream when a batch is ready, so the loader never blocks it.
  *
- * Threads: feed_loader_next() and feed_loader_release() are called from one
- * thread (the training loop). feed_loader_get_stats() and
- * feed_loader_server_stats() may be called from any thread. The loader runs
- * its own threads: 2 to 4 receivers (one gRPC completion queue) and, for
- * dns:/// targets, one resolver.
+ * Threads: feed_loader_next() and feed_loader_set_epoch() are called from one
+ * thread (the training loop). feed_loader_release(), feed_loader_stream_wait(),
+ * feed_loader_get_stats() and feed_loader_server_stats() may be called from
+ * any thread. The loader runs its own threads: 2 to 4 receivers (one gRPC
+ * completion queue), for dns:/// targets one resolver, and with a log_fn one
+ * log thread. Memory for delivery slots (pinned host memory, cudaMalloc) is
+ * allocated only on the loader's own threads, never inside next() or
+ * release(); close() leaves the calling thread's current CUDA device as it
+ * found it.
  * Memory: the loader owns every feed_batch and everything it points to; a
  * batch stays valid until it is released. Pass NULL pointers nowhere except
  * where said.
  * fork(): a loader must not be used in a forked child; open a new one there.
  * The library never exits, never prints, never installs signal handlers; it
- * logs through cfg.log_fn, which is called from any of the loader's threads
- * (never two at once for one loader) and must not call back into the loader.
+ * logs through cfg.log_fn, which is called only from the loader's log thread,
+ * with no lock of the loader held (so a callback may take a lock of its own,
+ * such as Python's GIL, even while another thread is inside next()), one
+ * message at a time, in order. Messages wait in a bounded queue (64): when
+ * the callback falls behind, newer ones are dropped and their count logged.
+ * close() delivers the queued messages before it returns.
  *
  * Plan: the epoch permutation is Fisher-Yates over the RNG stream (seed,
  * epoch, FEED_RNG_PERMUTATION_STREAM); for world > 1 it is padded by wrapping
@@ -39,7 +47,8 @@
  *   GPU path:  pinned host B x S + 8 x B, device B x S x (1 + dtype size) + 8 x B
  * (fp32, B 256, 224 x 224: 36.75 MiB pinned + 183.75 MiB on the device).
  *
- * Every function returns 0 or a negative FEED_E code (feed/errors.h).
+ * Every function returns 0 or a negative FEED_E code (feed/errors.h) unless
+ * said otherwise; the codes each can return are listed with it.
  */
 #ifndef FEED_CLIENT_H
 #define FEED_CLIENT_H
@@ -49,11 +58,22 @@
 #include <stdint.h>
 
 #include "feed/errors.h"
+#include "feed/export.h"
 #include "feed/transform.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The version of this header; feed_client_version() gives the library's. */
+#define FEED_CLIENT_VERSION_MAJOR 0
+#define FEED_CLIENT_VERSION_MINOR 2
+#define FEED_CLIENT_VERSION_PATCH 0
+#define FEED_CLIENT_VERSION_STRING "0.2.0"
+/* MAJOR << 16 | MINOR << 8 | PATCH, for comparisons. */
+#define FEED_CLIENT_VERSION_NUM                                                                    \
+    ((FEED_CLIENT_VERSION_MAJOR << 16) | (FEED_CLIENT_VERSION_MINOR << 8) |                        \
+     FEED_CLIENT_VERSION_PATCH)
 
 #define FEED_DEVICE_HOST (-1)
 
@@ -163,44 +183,58 @@ typedef struct feed_server_stats {
 
 /* Fills cfg with defaults: train transform 224, batch 256, ordered, window 4,
  * prefetch 4, fp32 NCHW with ImageNet mean/std, device 0, substitute. */
-void feed_loader_config_default(feed_loader_config *cfg);
+FEED_EXPORT void feed_loader_config_default(feed_loader_config *cfg);
 
 /* Validates cfg, connects (Describe) and starts the epoch. FEED_EINVAL for a
  * bad config, FEED_ENOTFOUND for an unknown dataset, FEED_EUNAVAILABLE if no
  * server answers within unavailable_timeout_ms, FEED_ECUDA, FEED_ENOMEM. */
-int feed_loader_open(const feed_loader_config *cfg, feed_loader **out);
+FEED_EXPORT int feed_loader_open(const feed_loader_config *cfg, feed_loader **out);
 /* Stops receivers, frees everything. Accepts NULL. Outstanding batches become invalid. */
-void feed_loader_close(feed_loader *l);
+FEED_EXPORT void feed_loader_close(feed_loader *l);
 
 /* Next batch of the epoch. FEED_EEOF after the last one (call set_epoch to go
- * on), FEED_EUNAVAILABLE when no server answered for unavailable_timeout_ms
+ * on), FEED_EINVAL (NULL argument), FEED_EUNAVAILABLE when no server answered for unavailable_timeout_ms
  * (or servers answered but no batch arrived for that long, or for
  * batch_deadline_ms if longer, while batches were wanted),
  * FEED_EBADSAMPLE under the fail policy (*out is set: release it too),
- * FEED_ESTATE if prefetch batches are held unreleased. On the GPU path the
+ * FEED_ESTATE if prefetch batches are held unreleased, FEED_ENOMEM or
+ * FEED_ECUDA for a failure the loader cannot recover from. On the GPU path the
  * data may still be in flight: make the training stream wait on
  * b->ready_event (cudaStreamWaitEvent) before using data or labels_device. */
-int feed_loader_next(feed_loader *l, feed_batch **out);
+FEED_EXPORT int feed_loader_next(feed_loader *l, feed_batch **out);
 /* The caller is done with b once `stream` has passed this point. On the GPU
  * path `stream` is a cudaStream_t, and NULL means the legacy default stream
  * (handle 0, PyTorch's default stream), not "now": pass the stream the step
- * ran on. On the host path NULL (or anything) means now. */
-int feed_loader_release(feed_loader *l, feed_batch *b, void *stream);
+ * ran on. On the host path NULL (or anything) means now. 0, FEED_EINVAL (b is
+ * not a batch of l that the caller holds), FEED_ECUDA. Any thread. */
+FEED_EXPORT int feed_loader_release(feed_loader *l, feed_batch *b, void *stream);
 /* Start another epoch (or resume one) at start_batch. Drops batches not yet
  * handed out; batches the caller holds stay valid until released. Once every
  * batch of an epoch is requested, spare slots and window fetch the next epoch
  * from batch 0 (next() still ends the epoch with FEED_EEOF): set_epoch(epoch
  * + 1, 0) keeps that work, so the next epoch starts without a stall; any
- * other epoch or start_batch drops it. */
-int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch);
+ * other epoch or start_batch drops it. 0, FEED_EINVAL (start_batch past the
+ * end of the epoch), FEED_ENOMEM. */
+FEED_EXPORT int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch);
 /* Batches this rank gets per epoch, and samples in the dataset. */
-uint64_t feed_loader_batches_per_epoch(const feed_loader *l);
-uint64_t feed_loader_dataset_size(const feed_loader *l);
+FEED_EXPORT uint64_t feed_loader_batches_per_epoch(const feed_loader *l);
+FEED_EXPORT uint64_t feed_loader_dataset_size(const feed_loader *l);
 
-/* Named _get_ because feed_loader_stats is the struct's typedef. */
-int feed_loader_get_stats(feed_loader *l, feed_loader_stats *out);
-/* Per-server stats; i < stats.servers_known. */
-int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server_stats *out);
+/* Makes `stream` wait, on the device, until b's data and labels_device are
+ * ready (cudaStreamWaitEvent on b->ready_event); the host does not block. On
+ * the GPU path `stream` is a cudaStream_t and NULL means the legacy default
+ * stream; on the host path it does nothing. 0, FEED_EINVAL (b is not a batch
+ * of l that the caller holds), FEED_ECUDA. Any thread. */
+FEED_EXPORT int feed_loader_stream_wait(feed_loader *l, const feed_batch *b, void *stream);
+
+/* Named _get_ because feed_loader_stats is the struct's typedef. 0 or FEED_EINVAL. */
+FEED_EXPORT int feed_loader_get_stats(feed_loader *l, feed_loader_stats *out);
+/* Per-server stats; i < stats.servers_known. 0 or FEED_EINVAL (no server i). */
+FEED_EXPORT int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server_stats *out);
+
+/* The library's version: "MAJOR.MINOR.PATCH", never NULL; and as FEED_CLIENT_VERSION_NUM. */
+FEED_EXPORT const char *feed_client_version(void);
+FEED_EXPORT uint32_t feed_client_version_number(void);
 
 #ifdef __cplusplus
 }

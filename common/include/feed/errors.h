@@ -6,6 +6,8 @@
 #ifndef FEED_ERRORS_H
 #define FEED_ERRORS_H
 
+#include "feed/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -36,9 +38,9 @@ enum {
 };
 
 /* Text for a code; never NULL. Unknown codes give "unknown error". */
-const char *feed_strerror(int err);
+FEED_EXPORT const char *feed_strerror(int err);
 /* The code's name ("FEED_EINVAL"); never NULL. */
-const char *feed_err_name(int err);
+FEED_EXPORT const char *feed_err_name(int err);
 
 /*
  * Outcome of one sample. The numeric values are the wire values of
@@ -57,7 +59,7 @@ typedef enum feed_sample_status {
 } feed_sample_status;
 
 /* Short lower-case name of a sample status ("corrupt"); used in metrics labels. */
-const char *feed_sample_status_name(feed_sample_status s);
+FEED_EXPORT const char *feed_sample_status_name(feed_sample_status s);
 
 #ifdef __cplusplus
 }

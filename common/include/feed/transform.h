@@ -17,6 +17,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "feed/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum feed_transform_mode {
     FEED_TRANSFORM_TRAIN = 0,
     FEED_TRANSFORM_EVAL = 1,
@@ -44,17 +50,21 @@ typedef struct feed_sample_plan {
     bool flip;
 } feed_sample_plan;
 
-void feed_transform_default_train(feed_transform *t);
-void feed_transform_default_eval(feed_transform *t);
+FEED_EXPORT void feed_transform_default_train(feed_transform *t);
+FEED_EXPORT void feed_transform_default_eval(feed_transform *t);
 
 /*
  * 0 if the spec is usable, else FEED_EINVAL with a message naming the field
  * in msg (always NUL-terminated when msg_cap > 0).
  */
-int feed_transform_validate(const feed_transform *t, char *msg, size_t msg_cap);
+FEED_EXPORT int feed_transform_validate(const feed_transform *t, char *msg, size_t msg_cap);
 
 /* The plan for one sample of an img_w x img_h image (both >= 1). */
-void feed_plan_sample(const feed_transform *t, uint32_t img_w, uint32_t img_h, uint64_t seed,
-                      uint32_t epoch, uint64_t sample_index, feed_sample_plan *out);
+FEED_EXPORT void feed_plan_sample(const feed_transform *t, uint32_t img_w, uint32_t img_h,
+                                  uint64_t seed, uint32_t epoch, uint64_t sample_index,
+                                  feed_sample_plan *out);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,0 +1,216 @@
+/*
+ * The parts of libfeedclient's public API that a Python (or any other
+ * foreign) caller leans on, against a real feedd on 127.0.0.1: log_fn is
+ * never called with the loader's lock held (a callback that takes the GIL
+ * would deadlock otherwise), release() and stream_wait() from a thread other
+ * than the training thread, stream_wait() refusing a batch not held, and the
+ * version macros against the library's version.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "feed/client.h"
+#include "feed/errors.h"
+#include "feedtest.h"
+#include "loader_impl.h"
+
+#define SIDE 32u
+
+static char g_root[256];
+static char g_data_arg[340];
+static feed_test_server g_srv;
+static char g_target[64];
+
+static void base_cfg(feed_loader_config *c, const char *const *targets, size_t n)
+{
+    feed_loader_config_default(c);
+    c->targets = targets;
+    c->num_targets = n;
+    c->dataset = "small";
+    c->transform.out_h = c->transform.out_w = SIDE;
+    c->batch_size = 8;
+    c->seed = 5;
+    c->dtype = FEED_DTYPE_UINT8;
+    c->layout = FEED_LAYOUT_NHWC;
+    c->device = FEED_DEVICE_HOST;
+}
+
+/* What the log callback saw: messages, and whether it could take the loader's mu. */
+typedef struct log_probe {
+    pthread_mutex_t mu;
+    loader *l; /* [mu] set once open has returned */
+    unsigned messages, checked, lock_failures;
+} log_probe;
+
+/* Takes the loader's mu as a callback that locks the GIL would. Were the
+ * calling thread the one holding mu, the wait would time out. */
+static void probing_log(void *user, int level, const char *message)
+{
+    (void)level;
+    (void)message;
+    log_probe *p = user;
+    pthread_mutex_lock(&p->mu);
+    loader *l = p->l;
+    p->messages++;
+    pthread_mutex_unlock(&p->mu);
+    if (!l)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 5;
+    int rc = pthread_mutex_timedlock(&l->mu, &ts);
+    if (rc == 0)
+        pthread_mutex_unlock(&l->mu);
+    pthread_mutex_lock(&p->mu);
+    p->checked++;
+    p->lock_failures += rc != 0;
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void test_log_without_lock(void **state)
+{
+    (void)state;
+    /* A dead second target: every retry of it is logged from a receiver thread. */
+    const char *targets[] = {g_target, "127.0.0.1:1"};
+    log_probe p = {.l = NULL};
+    pthread_mutex_init(&p.mu, NULL);
+    feed_loader_config c;
+    base_cfg(&c, targets, 2);
+    c.log_fn = probing_log;
+    c.log_user = &p;
+    feed_loader *l = NULL;
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    pthread_mutex_lock(&p.mu);
+    p.l = l;
+    pthread_mutex_unlock(&p.mu);
+    /* Retries back off to 2 s: three checked messages come within seconds. */
+    unsigned checked = 0;
+    for (int i = 0; i < 600 && checked < 3; i++) {
+        usleep(100000);
+        pthread_mutex_lock(&p.mu);
+        checked = p.checked;
+        pthread_mutex_unlock(&p.mu);
+    }
+    feed_batch *b = NULL;
+    assert_int_equal(feed_loader_next(l, &b), 0);
+    assert_int_equal(feed_loader_release(l, b, NULL), 0);
+    pthread_mutex_lock(&p.mu);
+    p.l = NULL;
+    pthread_mutex_unlock(&p.mu);
+    feed_loader_close(l);
+    assert_true(checked >= 3);
+    assert_int_equal(p.lock_failures, 0);
+    pthread_mutex_destroy(&p.mu);
+}
+
+typedef struct release_job {
+    feed_loader *l;
+    feed_batch *b;
+    int wait_rc, release_rc;
+} release_job;
+
+static void *release_elsewhere(void *arg)
+{
+    release_job *j = arg;
+    j->wait_rc = feed_loader_stream_wait(j->l, j->b, NULL);
+    j->release_rc = feed_loader_release(j->l, j->b, NULL);
+    return NULL;
+}
+
+static void test_release_from_another_thread(void **state)
+{
+    (void)state;
+    const char *targets[] = {g_target};
+    feed_loader_config c;
+    base_cfg(&c, targets, 1);
+    feed_loader *l = NULL;
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    uint64_t batches = feed_loader_batches_per_epoch(l);
+    for (uint64_t i = 0; i < batches; i++) {
+        feed_batch *b = NULL;
+        assert_int_equal(feed_loader_next(l, &b), 0);
+        assert_null(b->ready_event);
+        release_job j = {l, b, -100, -100};
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, release_elsewhere, &j), 0);
+        pthread_join(t, NULL);
+        assert_int_equal(j.wait_rc, 0);
+        assert_int_equal(j.release_rc, 0);
+        /* Released: neither call accepts it any more. */
+        assert_int_equal(feed_loader_stream_wait(l, b, NULL), FEED_EINVAL);
+        assert_int_equal(feed_loader_release(l, b, NULL), FEED_EINVAL);
+    }
+    feed_batch *b = NULL;
+    assert_int_equal(feed_loader_next(l, &b), FEED_EEOF);
+    feed_batch stranger;
+    memset(&stranger, 0, sizeof(stranger));
+    assert_int_equal(feed_loader_stream_wait(l, &stranger, NULL), FEED_EINVAL);
+    assert_int_equal(feed_loader_stream_wait(NULL, &stranger, NULL), FEED_EINVAL);
+    feed_loader_close(l);
+}
+
+static void test_version(void **state)
+{
+    (void)state;
+    char want[32];
+    snprintf(want, sizeof(want), "%d.%d.%d", FEED_CLIENT_VERSION_MAJOR, FEED_CLIENT_VERSION_MINOR,
+             FEED_CLIENT_VERSION_PATCH);
+    assert_string_equal(feed_client_version(), want);
+    assert_string_equal(FEED_CLIENT_VERSION_STRING, want);
+    assert_int_equal(feed_client_version_number(), FEED_CLIENT_VERSION_NUM);
+    assert_int_equal(FEED_CLIENT_VERSION_NUM, (FEED_CLIENT_VERSION_MAJOR << 16) |
+                                                  (FEED_CLIENT_VERSION_MINOR << 8) |
+                                                  FEED_CLIENT_VERSION_PATCH);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    char exe[512];
+    const char *bdir = getenv("FEED_BUILD_DIR");
+    snprintf(exe, sizeof exe, "%s/server/feedd", bdir ? bdir : ".");
+    if (!bdir || access(exe, X_OK) != 0) {
+        fprintf(stderr, "feedd not built at %s\n", exe);
+        return -1;
+    }
+    if (feed_test_tmpdir("client-api", g_root, sizeof g_root))
+        return -1;
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/small", g_root);
+    snprintf(g_data_arg, sizeof g_data_arg, "small=%s", dir);
+    if (feed_test_make_imagefolder(dir, 2, 12, 3))
+        return -1;
+    const char *args[] = {"--dataset", g_data_arg, "--threads", "2", NULL};
+    if (feed_test_server_start(args, &g_srv))
+        return -1;
+    snprintf(g_target, sizeof g_target, "127.0.0.1:%d", g_srv.port);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    feed_test_server_stop(&g_srv);
+    return feed_test_rmtree(g_root) ? -1 : 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_version),
+        cmocka_unit_test(test_log_without_lock),
+        cmocka_unit_test(test_release_from_another_thread),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
