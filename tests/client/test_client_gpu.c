@@ -7,7 +7,10 @@
  *    not overwritten before that stream passes the release;
  *  - the real loader on the GPU against real feedd: the same bytes as the
  *    host path, labels on the device, and next()'s CPU cost per batch when
- *    data is ready (thread CPU time; asserted <= 50 us).
+ *    data is ready (thread CPU time; asserted <= 50 us); feed_loader_stream_wait
+ *    orders the step's stream after the batch; next() and release() never
+ *    allocate CUDA memory on the training thread (cudaMalloc and cudaHostAlloc
+ *    are wrapped at link time and counted per thread).
  * Skips every test, saying why, when built without CUDA or when
  * cudaGetDeviceCount finds no device. Prints a summary table at the end.
  */
@@ -32,9 +35,43 @@
 #include "norm_ref.h"
 
 #ifdef FEED_HAVE_CUDA
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include <cuda_runtime_api.h>
 
 int feedtest_gpu_spin(void *stream, long long cycles);
+
+/* Allocation counters behind -Wl,--wrap=cudaMalloc,--wrap=cudaHostAlloc. */
+cudaError_t __real_cudaMalloc(void **p, size_t n);
+cudaError_t __real_cudaHostAlloc(void **p, size_t n, unsigned int flags);
+cudaError_t __wrap_cudaMalloc(void **p, size_t n);
+cudaError_t __wrap_cudaHostAlloc(void **p, size_t n, unsigned int flags);
+static pthread_t g_training_thread;
+static atomic_bool g_watching;
+static atomic_uint g_allocs_training, g_allocs_elsewhere;
+
+static void count_alloc(void)
+{
+    if (!atomic_load(&g_watching))
+        return;
+    if (pthread_equal(pthread_self(), g_training_thread))
+        atomic_fetch_add(&g_allocs_training, 1);
+    else
+        atomic_fetch_add(&g_allocs_elsewhere, 1);
+}
+
+cudaError_t __wrap_cudaMalloc(void **p, size_t n)
+{
+    count_alloc();
+    return __real_cudaMalloc(p, n);
+}
+
+cudaError_t __wrap_cudaHostAlloc(void **p, size_t n, unsigned int flags)
+{
+    count_alloc();
+    return __real_cudaHostAlloc(p, n, flags);
+}
 
 #define SUMMARY_MAX 32
 static char g_summary[SUMMARY_MAX][160];
@@ -244,6 +281,8 @@ static void test_loader_on_gpu(void **state)
     c.device = FEED_DEVICE_HOST;
     assert_int_equal(feed_loader_open(&c, &lh), 0);
     c.device = 0;
+    g_training_thread = pthread_self();
+    atomic_store(&g_watching, true);
     assert_int_equal(feed_loader_open(&c, &lg), 0);
     cudaStream_t step;
     CK(cudaStreamCreateWithFlags(&step, cudaStreamNonBlocking));
@@ -257,7 +296,7 @@ static void test_loader_on_gpu(void **state)
         assert_non_null(bg->labels_device);
         assert_int_equal(bg->bytes, bh->bytes);
         host = realloc(host, bg->bytes);
-        CK(cudaStreamWaitEvent(step, (cudaEvent_t)bg->ready_event, 0));
+        assert_int_equal(feed_loader_stream_wait(lg, bg, step), 0);
         CK(cudaMemcpyAsync(host, bg->data, bg->bytes, cudaMemcpyDeviceToHost, step));
         int64_t lab[16];
         CK(cudaMemcpyAsync(lab, bg->labels_device, bg->n * sizeof(int64_t), cudaMemcpyDeviceToHost,
@@ -270,6 +309,15 @@ static void test_loader_on_gpu(void **state)
     }
     free(host);
     feed_loader_close(lh);
+    atomic_store(&g_watching, false);
+    unsigned on_training = atomic_load(&g_allocs_training);
+    unsigned elsewhere = atomic_load(&g_allocs_elsewhere);
+    print_message("CUDA allocations: %u on the training thread, %u on the loader's threads\n",
+                  on_training, elsewhere);
+    assert_int_equal(on_training, 0);
+    assert_true(elsewhere > 0); /* the wrappers saw the slots being made */
+    summary("next()/release()/open(): 0 CUDA allocations on the training thread (%u elsewhere)",
+            elsewhere);
     summary("loader GPU path == host path: %llu batches, bf16 NCHW, bytes and device labels",
             (unsigned long long)nb);
 
@@ -301,7 +349,11 @@ static void test_loader_on_gpu(void **state)
                   med, p90, (double)cost[m - 1] / 1000.0, m);
     summary("next() CPU cost, data ready: median %.1f us, p90 %.1f us (limit 50 us)", med, p90);
     assert_true(med <= 50.0);
+    int device_before = -1, device_after = -1;
+    CK(cudaGetDevice(&device_before));
     feed_loader_close(lg);
+    CK(cudaGetDevice(&device_after));
+    assert_int_equal(device_after, device_before);
     cudaStreamDestroy(step);
     feed_test_server_kill(&srv);
     feed_test_rmtree(root);
