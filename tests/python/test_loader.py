@@ -1,0 +1,279 @@
+"""feedclient.Loader on the host path against real feedd processes: every
+sample of an epoch exactly once with its ImageFolder label, resume through
+state_dict() byte for byte, the DistributedSampler rank rules, len, set_epoch,
+dtype/layout against the library's own uint8 output, batch lifetime (slots
+held by tensors, StateError past prefetch, close with live tensors), the bad
+sample policies, the errors, and logging through Python while another
+thread waits in next()."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import math
+import threading
+
+import pytest
+import torch
+
+import feedclient
+from conftest import CLASSES, PER_CLASS
+
+N = CLASSES * PER_CLASS
+
+
+def make(server, dataset="small", **kw):
+    args = dict(batch_size=8, seed=7, device="cpu", size=32, dtype=torch.uint8, layout="NHWC")
+    args.update(kw)
+    return feedclient.Loader([server.target], dataset, **args)
+
+
+def epoch_batches(loader):
+    """(images copy, labels, indices) of every batch of one iteration."""
+    out = []
+    for images, labels, indices in loader:
+        out.append((images.clone(), labels, indices))
+    return out
+
+
+def test_epoch_exactly_once_with_labels(server):
+    with make(server, with_indices=True) as loader:
+        assert len(loader) == math.ceil(N / 8)
+        assert loader.dataset_size == N
+        batches = epoch_batches(loader)
+    assert len(batches) == len(loader)
+    seen = torch.cat([b[2] for b in batches]).tolist()
+    assert sorted(seen) == list(range(N))
+    for images, labels, indices in batches:
+        assert images.shape == (len(indices), 32, 32, 3)
+        assert images.dtype == torch.uint8
+        # ImageFolder order: classes sorted, files sorted within a class.
+        assert (labels == indices // PER_CLASS).all()
+    assert batches[-1][0].shape[0] == N % 8
+
+
+def test_same_epoch_same_bytes_other_epoch_other_order(server):
+    with make(server, with_indices=True) as loader:
+        loader.set_epoch(3)
+        first = epoch_batches(loader)
+        loader.set_epoch(3)
+        again = epoch_batches(loader)
+        loader.set_epoch(4)
+        other = epoch_batches(loader)
+    for a, b in zip(first, again):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[2], b[2])
+    assert torch.cat([b[2] for b in first]).tolist() != torch.cat([b[2] for b in other]).tolist()
+
+
+@pytest.mark.parametrize("stop_after", [0, 3, 11])
+def test_resume_equals_uninterrupted(server, stop_after):
+    with make(server, with_indices=True, epoch=2) as loader:
+        loader.set_epoch(2)
+        whole = epoch_batches(loader)
+    with make(server, with_indices=True, epoch=2) as loader:
+        loader.set_epoch(2)
+        it = iter(loader)
+        head = []
+        for _ in range(stop_after):
+            images, labels, indices = next(it)
+            head.append((images.clone(), labels, indices))
+            del images
+        state = loader.state_dict()
+    assert state["epoch"] == 2 and state["batch"] == stop_after
+    with make(server, with_indices=True) as resumed:
+        resumed.load_state_dict(state)
+        resumed.set_epoch(2)  # the usual loop calls it; the loaded position is kept
+        tail = epoch_batches(resumed)
+        assert resumed.state_dict()["batch"] == len(resumed)
+    joined = head + tail
+    assert len(joined) == len(whole)
+    for a, b in zip(joined, whole):
+        assert torch.equal(a[0], b[0])
+        assert torch.equal(a[1], b[1])
+        assert torch.equal(a[2], b[2])
+
+
+def test_state_dict_refuses_other_config(server):
+    with make(server) as loader:
+        state = loader.state_dict()
+    with make(server, seed=8) as other:
+        with pytest.raises(ValueError, match="seed"):
+            other.load_state_dict(state)
+
+
+@pytest.mark.parametrize("world", [1, 3, 5])
+def test_rank_split_follows_distributed_sampler(server, world):
+    """DistributedSampler(drop_last=False): the permutation is padded by wrapping around to a
+    multiple of world, rank r takes positions r, r + world, ...; every rank gets ceil(n/world)
+    samples, ranks are disjoint apart from the padding and together cover the dataset."""
+    per_rank = math.ceil(N / world)
+    ranks = []
+    for rank in range(world):
+        with make(server, with_indices=True, rank=rank, world=world) as loader:
+            assert len(loader) == math.ceil(per_rank / 8)
+            ranks.append(torch.cat([b[2] for b in epoch_batches(loader)]).tolist())
+    assert all(len(r) == per_rank for r in ranks)
+    padded = [ranks[p % world][p // world] for p in range(per_rank * world)]
+    assert sorted(padded[:N]) == list(range(N))
+    assert padded[N:] == padded[:per_rank * world - N]
+
+
+def test_drop_last(server):
+    with make(server, drop_last=True, with_indices=True) as loader:
+        assert len(loader) == N // 8
+        batches = epoch_batches(loader)
+    assert all(b[0].shape[0] == 8 for b in batches)
+    assert len(batches) == N // 8
+
+
+def test_normalised_dtypes_and_layouts_match_uint8(server):
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    with make(server, layout="NCHW", dtype=torch.uint8) as raw_loader:
+        raw = [b[0].clone() for b in raw_loader]
+    m = torch.tensor(mean).view(1, 3, 1, 1)
+    s = torch.tensor(std).view(1, 3, 1, 1)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for layout in ("NCHW", "NHWC", "channels_last"):
+            with make(server, dtype=dtype, layout=layout) as loader:
+                for (images, _), r in zip(loader, raw):
+                    assert images.dtype == dtype
+                    if layout == "NHWC":
+                        assert images.shape == (r.shape[0], 32, 32, 3)
+                        images = images.permute(0, 3, 1, 2)
+                    else:
+                        assert images.shape == r.shape
+                    if layout == "channels_last":
+                        assert images.is_contiguous(memory_format=torch.channels_last)
+                    want = ((r.float() / 255.0 - m) / s).to(dtype)
+                    assert torch.equal(images, want), (dtype, layout)
+
+
+def test_slot_lifetime(server):
+    """A batch's images stay intact while referenced; past prefetch the loader raises."""
+    with make(server, prefetch=2, window_per_server=1) as loader:
+        it = iter(loader)
+        kept, _ = next(it)
+        copy = kept.clone()
+        view = kept[1:3]  # a view keeps the slot too
+        del kept
+        gc.collect()
+        held, _ = next(it)
+        with pytest.raises(feedclient.StateError, match="prefetch"):
+            next(it)
+        del held
+        for _ in range(4):
+            next(it)  # slots cycle; the one under `view` is not among them
+        assert torch.equal(view, copy[1:3])
+        del view
+        rest = sum(1 for _ in it)
+        assert rest == len(loader) - 6
+
+
+def test_close_with_live_tensors(server):
+    loader = make(server)
+    images, _ = next(iter(loader))
+    copy = images.clone()
+    loader.close()
+    loader.close()
+    assert torch.equal(images, copy)
+    with pytest.raises(feedclient.StateError, match="closed"):
+        iter(loader)
+    with pytest.raises(feedclient.StateError):
+        loader.stats()
+    del images
+
+
+def test_stats(server):
+    with make(server) as loader:
+        n = sum(b[0].shape[0] for b in loader)
+        st = loader.stats()
+    assert st["batches"] == len(loader)
+    assert st["samples"] == n == N
+    assert st["bytes_received"] == N * 32 * 32 * 3
+    assert st["servers_up"] == 1 and st["servers"][0]["target"] == server.target
+    assert set(st["sample_errors"]) >= {"corrupt", "truncated", "not_jpeg", "empty"}
+
+
+def test_bad_samples_substitute_and_fail(server):
+    with make(server, dataset="bad", batch_size=14, with_indices=True) as loader:
+        (images, labels, indices), = list(loader)
+        st = loader.stats()
+    assert images.shape[0] == 14
+    assert st["sample_errors"]["not_jpeg"] == 1 and st["sample_errors"]["empty"] == 1
+    with make(server, dataset="bad", batch_size=14, bad_sample_policy="fail") as loader:
+        with pytest.raises(feedclient.BadSampleError) as err:
+            next(iter(loader))
+    names = {feedclient.sample_status_name(s) for s in err.value.status if s}
+    assert names == {"not_jpeg", "empty"}
+    assert sorted(err.value.indices) == list(range(14))
+
+
+def test_errors(server):
+    with pytest.raises(feedclient.NotFoundError) as e:
+        feedclient.Loader([server.target], "no-such-dataset", batch_size=4, device="cpu")
+    assert isinstance(e.value, LookupError) and e.value.name == "FEED_ENOTFOUND"
+    with pytest.raises(feedclient.UnavailableError) as e:
+        feedclient.Loader(["127.0.0.1:1"], "small", batch_size=4, device="cpu",
+                          unavailable_timeout=0.5)
+    assert isinstance(e.value, ConnectionError)
+    with pytest.raises(feedclient.InvalidArgumentError, match="batch_size"):
+        feedclient.Loader([server.target], "small", batch_size=0, device="cpu")
+    with pytest.raises(ValueError, match="shuffle"):
+        feedclient.Loader([server.target], "small", shuffle=False, device="cpu")
+    with pytest.raises(ValueError, match="rank"):
+        feedclient.Loader([server.target], "small", rank=1, device="cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(feedclient.CudaError):
+            feedclient.Loader([server.target], "small", device="cuda:0")
+
+
+def test_server_killed_mid_epoch(spawn):
+    a, b = spawn(), spawn()
+    with feedclient.Loader([a.target, b.target], "small", batch_size=4, seed=3, device="cpu",
+                           size=32, dtype=torch.uint8, with_indices=True,
+                           window_per_server=2, prefetch=2) as loader:
+        seen = []
+        for k, (_, _, indices) in enumerate(loader):
+            seen += indices.tolist()
+            if k == 3:
+                a.stop()
+    assert sorted(seen) == list(range(N))
+
+
+def test_log_callback_while_next_waits(server, caplog):
+    """A dead second target makes the receivers log all along; the log callback takes the GIL
+    while the training thread waits inside next() (GIL released by ctypes)."""
+    caplog.set_level(logging.DEBUG, logger="feedclient")
+    results = []
+
+    def train():
+        with make(server, dataset="small") as loader:
+            loader2 = feedclient.Loader([server.target, "127.0.0.1:1"], "small", batch_size=8,
+                                        device="cpu", size=32, dtype=torch.uint8)
+            with loader2:
+                for _ in range(3):
+                    results.append(sum(1 for _ in loader2))
+            results.append(sum(1 for _ in loader))
+
+    t = threading.Thread(target=train)
+    t.start()
+    t.join(timeout=120)
+    assert not t.is_alive(), "deadlock between the log callback and next()"
+    assert results == [len(range(0, N, 8))] * 4
+    assert any("127.0.0.1:1" in r.getMessage() for r in caplog.records)
+
+
+def test_rank_world_from_torch_distributed(server, tmp_path):
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0,
+                            world_size=1)
+    try:
+        with make(server) as loader:
+            assert loader.state_dict()["rank"] == 0 and loader.state_dict()["world"] == 1
+    finally:
+        dist.destroy_process_group()
+
+
+def test_version_and_library():
+    assert feedclient.library_version() == feedclient.__version__
+    assert feedclient.library_path.endswith((".so", ".so.0")) or ".so." in feedclient.library_path
