@@ -189,7 +189,8 @@ def test_stats(server):
         st = loader.stats()
     assert st["batches"] == len(loader)
     assert st["samples"] == n == N
-    assert st["bytes_received"] == N * 32 * 32 * 3
+    # Received includes what was prefetched of the next epoch.
+    assert st["bytes_received"] >= N * 32 * 32 * 3 and st["bytes_received"] % (32 * 32 * 3) == 0
     assert st["servers_up"] == 1 and st["servers"][0]["target"] == server.target
     assert set(st["sample_errors"]) >= {"corrupt", "truncated", "not_jpeg", "empty"}
 
