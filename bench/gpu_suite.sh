@@ -3,7 +3,10 @@
 # the GPU machine, from a bundle made by bench/make_gpu_bundle.sh (this script
 # sits in it). Stages (default: all, in this order):
 #   client   test_client_gpu: normalize kernel vs host reference, copy/compute
-#            overlap timeline, next() CPU cost (libfeedclient, issue 4)
+#            overlap timeline, next() CPU cost, stream_wait, no CUDA allocation
+#            on the training thread (libfeedclient)
+#   python   the feedclient package's pytest suite on the GPU path and the host
+#            path (tests/python/test_gpu.py, test_loader.py) against real feedd
 #   preproc  feed-preproc-bench (1 and N threads, with the full-decode
 #            reference) and torchvision's transform (1 and N processes) on the
 #            same original JPEGs
@@ -29,7 +32,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: gpu_suite.sh OUTDIR [client preproc wire e2e]}
 shift
-stages=${*:-client preproc wire e2e}
+stages=${*:-client python preproc wire e2e}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -53,6 +56,19 @@ stage_client() {
   ln -sf "$bin/feed-gen-dataset" "$work/fake-build/server/tools/feed-gen-dataset"
   FEED_BUILD_DIR=$work/fake-build "$bin/test_client_gpu" > "$out/client/test_client_gpu.txt" 2>&1
   echo "rc=$?" >> "$out/client/test_client_gpu.txt"
+}
+
+stage_python() {
+  stamp "python: feedclient pytest (GPU and host paths)"
+  mkdir -p "$out/python" "$work/fake-build/server/tools"
+  ln -sf "$bin/feedd" "$work/fake-build/server/feedd"
+  ln -sf "$bin/feed-gen-dataset" "$work/fake-build/server/tools/feed-gen-dataset"
+  local pp=$here/python
+  python3 -c "import pytest" 2> /dev/null || pp=$pp:$here/pylib
+  (cd "$here/tests/python" && FEED_BUILD_DIR=$work/fake-build PYTHONPATH=$pp \
+    FEEDCLIENT_LIBRARY=$here/lib/libfeedclient.so python3 -m pytest -q -rs -p no:cacheprovider \
+    test_gpu.py test_loader.py) > "$out/python/pytest.txt" 2>&1
+  echo "rc=$?" >> "$out/python/pytest.txt"
 }
 
 stage_preproc() {
@@ -106,6 +122,7 @@ echo "#### feedd GPU suite ($(nproc --all) CPUs): stages $stages"
 for s in $stages; do
   case $s in
     client) echo "## client"; tail -n 12 "$out/client/test_client_gpu.txt" ;;
+    python) echo "## python"; tail -n 8 "$out/python/pytest.txt" ;;
     preproc) echo "## preproc (engine vs torchvision, same JPEGs)"; cat "$out/preproc/ratio.txt" ;;
     wire) echo "## wire"; cat "$out/wire/scaling.txt" "$out/wire/multi.txt" | grep -v '^#' | tail -n 20 ;;
     e2e)

@@ -14,6 +14,11 @@
 #              every image of the first DATA_CLASSES classes (default 300,
 #              one image each; the whole 110 MB sample does not fit the 64 MiB
 #              a device call carries). The suite packs them there.
+#   DIR/lib/libfeedclient.so  for the Python package
+#   DIR/python  the feedclient package; DIR/pylib  Debian's pytest (pure Python)
+#              for the GPU machine, which has none
+#   DIR/tests/python  the package's pytest suite; DIR/torch  the PyTorch
+#              head-to-head (torch/run_h2h.sh)
 #   DIR/*.sh, *.py  the suite and the scripts it calls
 # Build first with CUDA (scripts/build.sh BUILD_DIR -DCMAKE_BUILD_TYPE=Release).
 set -euo pipefail
@@ -48,6 +53,16 @@ for b in "$dir"/bin/*; do ldd "$b" | awk '/=> \//{print $3}'; done | sort -u |
     cp -L "$lib" "$dir/lib/"
   done
 
+cp -L "$build/client/libfeedclient.so" "$dir/lib/"
+mkdir -p "$dir/python" "$dir/pylib" "$dir/tests" "$dir/torch"
+cp -r "$root/python/src/feedclient" "$dir/python/"
+cp -r "$root/tests/python" "$dir/tests/"
+rm -rf "$dir/tests/python/__pycache__" "$dir/python/feedclient/__pycache__"
+cp "$root"/bench/torch/*.py "$root"/bench/torch/*.sh "$dir/torch/"
+for m in _pytest pytest pluggy iniconfig packaging attr attrs py py.py; do
+  cp -r "/usr/lib/python3/dist-packages/$m" "$dir/pylib/"
+done
+find "$dir/pylib" -name __pycache__ -prune -exec rm -rf {} +
 cp "$root/bench/gpu_suite.sh" "$root/bench/plot.py" "$root/bench/e2e/calibrate_presets.py" \
    "$root/bench/e2e/repeat_pack.py" "$root/bench/preproc/torchvision_bench.py" \
    "$root/bench/preproc/ratio.py" "$dir/"

@@ -9,8 +9,8 @@ Where the library is found, first match wins:
   2. a ``libfeedclient.so*`` placed inside this package's folder;
   3. the dynamic loader's search for ``libfeedclient.so.0`` (an installed
      prefix known to ``ldconfig``, ``LD_LIBRARY_PATH``, the rpath);
-  4. the repository's build trees (``build*/client/``) when the package runs
-     from a checkout (``python/src/feedclient``).
+  4. the repository's build tree (``build/client/``, where scripts/build.sh
+     puts it) when the package runs from a checkout (``python/src/feedclient``).
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def _candidates() -> list[str]:
     out.append("libfeedclient.so.0")
     repo = os.path.dirname(os.path.dirname(os.path.dirname(here)))
     if os.path.isfile(os.path.join(repo, "client", "include", "feed", "client.h")):
-        out += sorted(glob.glob(os.path.join(repo, "build*", "client", "libfeedclient.so")))
+        out.append(os.path.join(repo, "build", "client", "libfeedclient.so"))
     return out
 
 

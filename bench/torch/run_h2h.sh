@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# run_h2h.sh OUTDIR [CONFIG...] — the PyTorch head-to-head on the GPU machine,
+# from the bundle (bench/make_gpu_bundle.sh puts this script in it as
+# torch/run_h2h.sh). Configurations (default: all, in this order):
+#   r18-synth r18-dl-orig r18-feed-orig r18-dl-reenc r18-feed-reenc
+#   r50-synth r50-dl-orig r50-feed-orig  dl-sweep
+# r18/r50: torchvision resnet18/resnet50; synth: batches already on the GPU
+# (the ceiling); dl: torchvision ImageFolder + DataLoader(num_workers=K);
+# feed: feedclient.Loader over two feedd servers. orig: the bundle's original
+# ImageNet JPEGs; reenc: the same images re-encoded once (max side 400, q90,
+# 4:2:0) by reencode.py. Each tree lists every image REPEAT times (symbolic
+# links), so an epoch has >= 50,000 samples; DataLoader and feedd read the
+# same files. dl-sweep: DataLoader with K in SWEEP_WORKERS, one short window
+# each, to show the K used is its best.
+#
+# Cores (16): DataLoader and synthetic runs use the whole machine; for feed
+# runs the training process is pinned to CPUs 0-1 and the two feedd servers
+# (7 workers each) to 2-8 and 9-15, so both sources get the same 16 cores.
+#
+# Environment: REPEAT (167), WARMUP (15 s), SECONDS_PER (20 s), WINDOWS (5),
+# WORKERS (DataLoader K, 15), SWEEP_WORKERS ("8 12 15"), BATCH (256).
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:?usage: run_h2h.sh OUTDIR [CONFIG...]}
+shift
+configs=${*:-r18-synth r18-dl-orig r18-feed-orig r18-dl-reenc r18-feed-reenc r50-synth r50-dl-orig r50-feed-orig dl-sweep}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONPATH="$here/python${PYTHONPATH:+:$PYTHONPATH}"
+export FEEDCLIENT_LIBRARY=$here/lib/libfeedclient.so
+repeat=${REPEAT:-167}
+common=(--warmup "${WARMUP:-15}" --seconds "${SECONDS_PER:-20}" --windows "${WINDOWS:-5}"
+        --batch "${BATCH:-256}" --json "$out/h2h.jsonl")
+work=${H2H_WORK:-/tmp/feedd-h2h}
+stamp() { echo "== $(date -u +%T) $*" >&2; }
+
+# tree SRC DST: every image of SRC listed REPEAT times in DST (same classes).
+tree() {
+  local src=$1 dst=$2
+  [ -d "$dst" ] && return
+  mkdir -p "$dst.tmp"
+  for c in "$src"/*/; do
+    c=${c%/}
+    mkdir -p "$dst.tmp/$(basename "$c")"
+    for f in "$c"/*; do
+      for ((r = 0; r < repeat; r++)); do
+        ln -s "$f" "$dst.tmp/$(basename "$c")/r${r}_$(basename "$f")"
+      done
+    done
+  done
+  mv "$dst.tmp" "$dst"
+}
+
+mkdir -p "$work"
+if [ ! -d "$work/reenc-src" ]; then
+  stamp "re-encoding the originals (max side 400, q90, 4:2:0)"
+  python3 "$here/torch/reencode.py" "$here/data/tree" "$work/reenc-src.tmp" &&
+    mv "$work/reenc-src.tmp" "$work/reenc-src"
+fi
+tree "$here/data/tree" "$work/orig"
+tree "$work/reenc-src" "$work/reenc"
+du -sL "$here/data/tree" "$work/reenc-src" > "$out/data-sizes.txt" 2>&1
+find "$work/orig" -type l | wc -l > "$out/samples-per-epoch.txt"
+
+pids=() targets=()
+start_servers() {
+  [ ${#pids[@]} -gt 0 ] && return
+  local i=0
+  for cpus in 2-8 9-15; do
+    rm -f "$work/port$i"
+    taskset -c "$cpus" "$here/bin/feedd" --listen 127.0.0.1:0 --port-file "$work/port$i" \
+      --threads 7 --dataset "orig=$work/orig" --dataset "reenc=$work/reenc" --log-level warn \
+      > "$out/feedd$i.log" 2>&1 &
+    pids+=($!)
+    i=$((i + 1))
+  done
+  for i in 0 1; do
+    for _ in $(seq 600); do [ -s "$work/port$i" ] && break; sleep 0.1; done
+    targets+=("127.0.0.1:$(cat "$work/port$i")")
+  done
+}
+stop_servers() {
+  [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null
+  wait 2>/dev/null
+  pids=() targets=()
+}
+trap stop_servers EXIT
+
+run() { # label args...
+  local label=$1
+  shift
+  stamp "$label"
+  ${PIN:-} python3 "$here/torch/headtohead.py" --label "$label" --series "$out/series-$label.json" \
+    "$@" 2>&1 | tee -a "$out/h2h.log" | grep -E "median|Error|error" >&2
+}
+
+for cfg in $configs; do
+  case $cfg in
+    r18-*) model=resnet18 ;;
+    r50-*) model=resnet50 ;;
+  esac
+  case $cfg in
+    r*-synth) run "$cfg" --source synthetic --model "$model" "${common[@]}" ;;
+    r*-dl-orig|r*-dl-reenc)
+      run "$cfg" --source dataloader --model "$model" --tree "$work/${cfg##*-}" \
+        --workers "${WORKERS:-15}" "${common[@]}" ;;
+    r*-feed-orig|r*-feed-reenc)
+      start_servers
+      PIN="taskset -c 0-1" run "$cfg" --source feedclient --model "$model" \
+        --dataset "${cfg##*-}" --targets "$(IFS=,; echo "${targets[*]}")" \
+        --pids "$(IFS=,; echo "${pids[*]}")" "${common[@]}"
+      stop_servers ;;
+    dl-sweep)
+      for k in ${SWEEP_WORKERS:-8 12 15}; do
+        python3 "$here/torch/headtohead.py" --label "sweep-k$k" --source dataloader \
+          --model resnet18 --tree "$work/orig" --workers "$k" --warmup 10 --seconds 10 \
+          --windows 1 --json "$out/sweep.jsonl" 2>&1 | tee -a "$out/h2h.log" | grep median >&2
+      done ;;
+    *) echo "run_h2h: unknown configuration $cfg" >&2 ;;
+  esac
+done
+python3 "$here/torch/h2h_report.py" "$out" > "$out/summary.md" 2>&1
+cat "$out/summary.md"
