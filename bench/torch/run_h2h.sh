@@ -18,7 +18,8 @@
 # (7 workers each) to 2-8 and 9-15, so both sources get the same 16 cores.
 #
 # Environment: REPEAT (167), WARMUP (15 s), SECONDS_PER (20 s), WINDOWS (5),
-# WORKERS (DataLoader K, 15), SWEEP_WORKERS ("8 12 15"), BATCH (256).
+# WORKERS (DataLoader K, 15), SWEEP_WORKERS ("8 12 15"), BATCH (256),
+# TRAIN_CPUS (0-1), SERVER_CPUS ("2-8 9-15"), SERVER_THREADS (7), DEVICE (cuda:0).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:?usage: run_h2h.sh OUTDIR [CONFIG...]}
@@ -31,25 +32,23 @@ export PYTHONPATH="$here/python${PYTHONPATH:+:$PYTHONPATH}"
 export FEEDCLIENT_LIBRARY=$here/lib/libfeedclient.so
 repeat=${REPEAT:-167}
 common=(--warmup "${WARMUP:-15}" --seconds "${SECONDS_PER:-20}" --windows "${WINDOWS:-5}"
-        --batch "${BATCH:-256}" --json "$out/h2h.jsonl")
+        --batch "${BATCH:-256}" --device "${DEVICE:-cuda:0}" --json "$out/h2h.jsonl")
 work=${H2H_WORK:-/tmp/feedd-h2h}
 stamp() { echo "== $(date -u +%T) $*" >&2; }
 
 # tree SRC DST: every image of SRC listed REPEAT times in DST (same classes).
 tree() {
-  local src=$1 dst=$2
-  [ -d "$dst" ] && return
-  mkdir -p "$dst.tmp"
-  for c in "$src"/*/; do
-    c=${c%/}
-    mkdir -p "$dst.tmp/$(basename "$c")"
-    for f in "$c"/*; do
-      for ((r = 0; r < repeat; r++)); do
-        ln -s "$f" "$dst.tmp/$(basename "$c")/r${r}_$(basename "$f")"
-      done
-    done
-  done
-  mv "$dst.tmp" "$dst"
+  [ -d "$2" ] || python3 - "$1" "$2" "$repeat" <<'PY'
+import os, sys
+src, dst, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for c in sorted(os.listdir(src)):
+    if os.path.isdir(os.path.join(src, c)):
+        os.makedirs(os.path.join(dst + ".tmp", c))
+        for f in os.listdir(os.path.join(src, c)):
+            for r in range(repeat):
+                os.symlink(os.path.join(src, c, f), os.path.join(dst + ".tmp", c, f"r{r}_{f}"))
+os.rename(dst + ".tmp", dst)
+PY
 }
 
 mkdir -p "$work"
@@ -67,10 +66,10 @@ pids=() targets=()
 start_servers() {
   [ ${#pids[@]} -gt 0 ] && return
   local i=0
-  for cpus in 2-8 9-15; do
+  for cpus in ${SERVER_CPUS:-2-8 9-15}; do
     rm -f "$work/port$i"
     taskset -c "$cpus" "$here/bin/feedd" --listen 127.0.0.1:0 --port-file "$work/port$i" \
-      --threads 7 --dataset "orig=$work/orig" --dataset "reenc=$work/reenc" --log-level warn \
+      --threads "${SERVER_THREADS:-7}" --dataset "orig=$work/orig" --dataset "reenc=$work/reenc" --log-level warn \
       > "$out/feedd$i.log" 2>&1 &
     pids+=($!)
     i=$((i + 1))
@@ -107,7 +106,7 @@ for cfg in $configs; do
         --workers "${WORKERS:-15}" "${common[@]}" ;;
     r*-feed-orig|r*-feed-reenc)
       start_servers
-      PIN="taskset -c 0-1" run "$cfg" --source feedclient --model "$model" \
+      PIN="taskset -c ${TRAIN_CPUS:-0-1}" run "$cfg" --source feedclient --model "$model" \
         --dataset "${cfg##*-}" --targets "$(IFS=,; echo "${targets[*]}")" \
         --pids "$(IFS=,; echo "${pids[*]}")" "${common[@]}"
       stop_servers ;;
@@ -115,6 +114,7 @@ for cfg in $configs; do
       for k in ${SWEEP_WORKERS:-8 12 15}; do
         python3 "$here/torch/headtohead.py" --label "sweep-k$k" --source dataloader \
           --model resnet18 --tree "$work/orig" --workers "$k" --warmup 10 --seconds 10 \
+          --device "${DEVICE:-cuda:0}" --batch "${BATCH:-256}" \
           --windows 1 --json "$out/sweep.jsonl" 2>&1 | tee -a "$out/h2h.log" | grep median >&2
       done ;;
     *) echo "run_h2h: unknown configuration $cfg" >&2 ;;
