@@ -1,0 +1,550 @@
+/*
+ * A feed.v1.Feed/Stream call: its requests come in on the completion-queue
+ * thread that owns the call, each accepted batch becomes a job that waits
+ * for memory (memory.h) and then goes to the pool, the pool worker that
+ * finishes it queues it ready, and batches go out one SEND_MESSAGE at a
+ * time; the status goes out once nothing is left to send.
+ *
+ * Protocol per call: RECV_CLOSE_ON_SERVER armed first, alone; one
+ * RECV_MESSAGE in flight; at most `window` accepted batches not yet handed
+ * to gRPC; one SEND_MESSAGE in flight (finished batches wait in a ready
+ * list, bounded by the window). Pixel bytes go to gRPC without a copy
+ * (batch_pack.c).
+ *
+ * Ownership and threads: the stream object is the call's; it is touched
+ * under s->mu by the call's completion-queue thread (requests, send and
+ * close tags), by pool workers (on_job_done), by the granter thread
+ * (feedd_stream_on_granted) and by the main thread (feedd_stream_drain). It
+ * is freed when its reference count (one per pending gRPC op, one per
+ * accepted job, one for the open call) drops to zero. Lock order: see
+ * service_internal.h.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/grpc.h>
+#include <grpc/support/alloc.h>
+
+#include "feed.pb-c.h"
+#include "feed/errors.h"
+#include "feed/log.h"
+#include "feed/timeutil.h"
+#include "metrics.h"
+#include "service_internal.h"
+
+static void peer_of(grpc_call *call, char *out, size_t cap)
+{
+    char *p = grpc_call_get_peer(call);
+    snprintf(out, cap, "%s", p ? p : "?");
+    gpr_free(p);
+}
+static void stream_free(stream *s)
+{
+    feedd_service *svc = s->svc;
+    pthread_mutex_lock(&svc->mu);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        svc->streams = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    svc->live_streams--;
+    pthread_cond_broadcast(&svc->cv);
+    pthread_mutex_unlock(&svc->mu);
+    grpc_slice_unref(s->status_slice);
+    if (s->recv_bb)
+        grpc_byte_buffer_destroy(s->recv_bb);
+    grpc_call_unref(s->call);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+/* Drop a reference; call with s->mu held; unlocks it. */
+static void stream_unref_unlock(stream *s)
+{
+    bool last = --s->refs == 0;
+    pthread_mutex_unlock(&s->mu);
+    if (last)
+        stream_free(s);
+}
+
+static void stream_mem_sub(stream *s, uint64_t bytes)
+{
+    feedd_memory_stream_release(s->svc->memory, &s->mem, bytes);
+}
+
+static batch_job *job_of_waiter(feedd_mem_waiter *w)
+{
+    return (batch_job *)(void *)((char *)w - offsetof(batch_job, wait));
+}
+
+static void job_free(batch_job *bj)
+{
+    if (bj->mem)
+        feedd_memory_buf_free(bj->mem);
+    free(bj->indices);
+    free(bj->labels);
+    free(bj->status);
+    free(bj->sample_crc);
+    free(bj->errors);
+    free(bj);
+}
+
+/* A job that will not be sent; under s->mu. Drops its stream reference count too. */
+static void discard_job_locked(stream *s, batch_job *bj)
+{
+    s->outstanding--;
+    stream_mem_sub(s, bj->mem ? bj->mem->bytes : 0);
+    feedd_gauge(&feedd_m.inflight_batches, -1);
+    job_free(bj);
+    s->refs--;
+}
+
+/* Drop queued and ready work; under s->mu. The caller holds a reference. */
+static void drop_work_locked(stream *s)
+{
+    batch_job *bj = (batch_job *)(void *)feedd_pool_cancel(s->svc->pool, &s->q);
+    while (bj) {
+        batch_job *next = (batch_job *)(void *)bj->job.qnext;
+        discard_job_locked(s, bj);
+        bj = next;
+    }
+    while (s->ready_head) {
+        bj = s->ready_head;
+        s->ready_head = bj->ready_next;
+        discard_job_locked(s, bj);
+    }
+    s->ready_tail = NULL;
+    /* Jobs waiting for memory; one the granter already took is its to dispose of. */
+    feedd_mem_waiter *waiting = feedd_memory_withdraw(s->svc->memory, &s->mem);
+    while (waiting) {
+        bj = job_of_waiter(waiting);
+        waiting = waiting->next;
+        discard_job_locked(s, bj);
+    }
+}
+
+static void send_status_locked(stream *s, grpc_status_code code, const char *msg)
+{
+    grpc_op ops[2];
+    size_t n = 0;
+    memset(ops, 0, sizeof ops);
+    s->status_sent = true;
+    s->status_code = code;
+    snprintf(s->status_msg, sizeof s->status_msg, "%s", msg ? msg : "");
+    s->status_slice = grpc_slice_from_copied_string(s->status_msg);
+    if (!s->sent_md) {
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        s->sent_md = true;
+    }
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = code;
+    ops[n++].data.send_status_from_server.status_details = &s->status_slice;
+    s->refs++;
+    if (grpc_call_start_batch(s->call, ops, n, &s->t_status, NULL) != GRPC_CALL_OK) {
+        s->refs--;
+        grpc_call_cancel(s->call, NULL);
+    }
+    if ((unsigned)code < FEEDD_STATUS_CODES)
+        feedd_count(&feedd_m.stream_status[code], 1);
+    if (code != GRPC_STATUS_OK)
+        FEED_LOGI("stream %s: ending with status %d: %s", s->peer, (int)code, s->status_msg);
+}
+
+/* End the stream with an error now: queued and ready batches are dropped. Under s->mu. */
+static void fail_locked(stream *s, grpc_status_code code, const char *msg)
+{
+    if (s->failing || s->status_sent || s->closed)
+        return;
+    s->failing = true;
+    s->status_code = code;
+    snprintf(s->status_msg, sizeof s->status_msg, "%s", msg);
+    drop_work_locked(s);
+}
+
+static void maybe_finish_locked(stream *s)
+{
+    if (s->closed || s->status_sent || s->send_in_flight)
+        return;
+    if (s->failing) {
+        char msg[STATUS_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", s->status_msg);
+        send_status_locked(s, s->status_code, msg);
+        return;
+    }
+    if (s->outstanding > 0 || s->ready_head)
+        return;
+    if (s->recv_done && !s->refused)
+        send_status_locked(s, GRPC_STATUS_OK, NULL);
+    else if (s->draining)
+        send_status_locked(s, GRPC_STATUS_UNAVAILABLE, "server draining: no new batches");
+}
+/* Start the next send if none is in flight; under s->mu. */
+static void try_send_locked(stream *s)
+{
+    while (!s->send_in_flight && s->ready_head && !s->closed && !s->status_sent && !s->failing) {
+        batch_job *bj = s->ready_head;
+        s->ready_head = bj->ready_next;
+        if (!s->ready_head)
+            s->ready_tail = NULL;
+        size_t bytes = bj->mem->bytes;
+        grpc_byte_buffer *bb = feedd_batch_pack(bj, s->sess.tf.out_h, s->sess.tf.out_w, s->peer);
+        s->outstanding--;
+        feedd_gauge(&feedd_m.inflight_batches, -1);
+        job_free(bj);
+        s->refs--; /* the job's reference */
+        if (!bb) {
+            stream_mem_sub(s, bytes);
+            fail_locked(s, GRPC_STATUS_INTERNAL, "could not pack a batch");
+            return;
+        }
+        grpc_op ops[2];
+        size_t n = 0;
+        memset(ops, 0, sizeof ops);
+        if (!s->sent_md) {
+            ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+            s->sent_md = true;
+        }
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = bb;
+        s->mem_sending = bytes;
+        s->send_in_flight = true;
+        s->send_started_ns = feed_now_ns();
+        s->refs++;
+        grpc_call_error e = grpc_call_start_batch(s->call, ops, n, &s->t_send, NULL);
+        grpc_byte_buffer_destroy(bb); /* the call holds its own reference to the slices */
+        if (e != GRPC_CALL_OK) {
+            FEED_LOGE("stream %s: send failed to start: %d", s->peer, (int)e);
+            s->send_in_flight = false;
+            stream_mem_sub(s, bytes);
+            s->refs--;
+            fail_locked(s, GRPC_STATUS_INTERNAL, "send failed");
+            return;
+        }
+        s->batches_sent++;
+        s->bytes_sent += bytes;
+        feedd_count(&feedd_m.batches, 1);
+        feedd_count(&feedd_m.bytes, bytes);
+    }
+}
+
+/* Pool worker thread: the last sample of a batch is done. */
+static void on_job_done(feedd_job *job)
+{
+    batch_job *bj = (batch_job *)(void *)job;
+    stream *s = bj->owner;
+    bj->crc = job->crc;
+    pthread_mutex_lock(&s->mu);
+    if (s->closed || s->failing || s->status_sent || atomic_load(&job->cancelled)) {
+        s->refs++; /* discard drops the job's reference; keep ours for the unlock below */
+        discard_job_locked(s, bj);
+        maybe_finish_locked(s);
+        stream_unref_unlock(s);
+        return;
+    }
+    bj->ready_next = NULL;
+    if (s->ready_tail)
+        s->ready_tail->ready_next = bj;
+    else
+        s->ready_head = bj;
+    s->ready_tail = bj;
+    s->refs++; /* try_send may drop the job's reference */
+    try_send_locked(s);
+    maybe_finish_locked(s);
+    stream_unref_unlock(s);
+}
+
+static void arm_recv_locked(stream *s)
+{
+    if (s->recv_armed || s->recv_done || s->closed || s->status_sent || s->failing)
+        return;
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &s->recv_bb;
+    s->refs++;
+    s->recv_armed = true;
+    if (grpc_call_start_batch(s->call, &op, 1, &s->t_recv, NULL) != GRPC_CALL_OK) {
+        s->refs--;
+        s->recv_armed = false;
+        s->recv_done = true;
+    }
+}
+/* Everything of a job but its pixel buffer, which waits for the memory caps. */
+static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sample_bytes)
+{
+    uint32_t n = (uint32_t)r->n_indices;
+    batch_job *bj = calloc(1, sizeof *bj);
+    if (!bj)
+        return NULL;
+    bj->indices = malloc(n * sizeof *bj->indices);
+    bj->labels = malloc(n * sizeof *bj->labels);
+    bj->status = malloc(n * sizeof *bj->status);
+    bj->sample_crc = malloc(n * sizeof *bj->sample_crc);
+    bj->errors = malloc(n * sizeof *bj->errors);
+    if (!bj->indices || !bj->labels || !bj->status || !bj->sample_crc || !bj->errors) {
+        job_free(bj);
+        return NULL;
+    }
+    const feed_dataset *ds = s->svc->datasets[s->sess.ds_id].ds;
+    memcpy(bj->indices, r->indices, n * sizeof *bj->indices);
+    for (uint32_t i = 0; i < n; i++)
+        bj->labels[i] = feed_dataset_label(ds, r->indices[i]);
+    bj->wait.acct = &s->mem;
+    bj->wait.bytes = (uint64_t)n * sample_bytes;
+    bj->owner = s;
+    bj->batch_id = r->batch_id;
+    bj->job.ds = ds;
+    bj->job.ds_id = s->sess.ds_id;
+    bj->job.tf = &s->sess.tf;
+    bj->job.seed = s->sess.seed;
+    bj->job.epoch = r->epoch;
+    bj->job.indices = bj->indices;
+    bj->job.n = n;
+    bj->job.sample_bytes = sample_bytes;
+    bj->job.status = bj->status;
+    bj->job.sample_crc = bj->sample_crc;
+    bj->job.errors = bj->errors;
+    bj->job.done = on_job_done;
+    bj->job.user = s;
+    return bj;
+}
+
+/* The pixel buffer, once both caps have granted its bytes; false when malloc fails. */
+static bool job_alloc_mem(stream *s, batch_job *bj)
+{
+    bj->mem = feedd_memory_buf_new(s->svc->memory, bj->wait.bytes);
+    if (bj->mem)
+        bj->job.data = bj->mem->data;
+    return bj->mem != NULL;
+}
+
+/*
+ * A granted job (its bytes reserved in both caps) gets its buffer and goes
+ * to the pool, unless its stream ended meanwhile. Under s->mu; the caller
+ * holds a reference of its own besides the job's.
+ */
+static void start_granted_locked(stream *s, batch_job *bj)
+{
+    bool have = job_alloc_mem(s, bj);
+    if (!have) {
+        feedd_memory_unreserve(s->svc->memory, &s->mem, bj->wait.bytes);
+        fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, "memory: allocation failed");
+    }
+    if (!have || s->closed || s->failing || s->status_sent)
+        discard_job_locked(s, bj);
+    else
+        feedd_pool_submit(s->svc->pool, &s->q, &bj->job);
+}
+/* One BatchRequest; under s->mu, on the CQ thread. */
+static void handle_request_locked(stream *s, const uint8_t *buf, size_t len)
+{
+    feedd_service *svc = s->svc;
+    const feedd_config *cfg = svc->cfg;
+    char msg[STATUS_MSG_MAX];
+    feedd_batch_request req;
+    grpc_status_code code = feedd_request_batch(&svc->env, &s->cqt->arena, buf, len, s->peer,
+                                                &s->sess, &req, msg, sizeof msg);
+    if (code != GRPC_STATUS_OK) {
+        fail_locked(s, code, msg);
+        return;
+    }
+    if (!req.r)
+        return;
+    uint64_t bytes = req.bytes;
+    if (s->outstanding >= s->sess.window) {
+        snprintf(msg, sizeof msg, "window: %u batches already outstanding (window %u)",
+                 s->outstanding, s->sess.window);
+        fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
+        return;
+    }
+    /*
+     * config.c clamps max-batch-bytes (checked in request.c) to both caps, so
+     * this cannot happen; were that to change, such a batch would wait forever.
+     */
+    if (bytes > cfg->max_stream_memory || bytes > cfg->max_memory) {
+        snprintf(msg, sizeof msg, "memory: a batch of %llu bytes can never fit max-stream-memory",
+                 (unsigned long long)bytes);
+        fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
+        return;
+    }
+    batch_job *bj = job_new(s, req.r, req.sample_bytes);
+    if (!bj) {
+        fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, "memory: allocation failed");
+        return;
+    }
+    s->outstanding++;
+    s->requests++;
+    s->refs++; /* the job's */
+    feedd_gauge(&feedd_m.inflight_batches, 1);
+    feedd_count(&feedd_m.requests, 1);
+    /* Straight to the pool only when nothing waits: a waiting batch is never overtaken. */
+    if (feedd_memory_admit(svc->memory, &bj->wait))
+        start_granted_locked(s, bj);
+}
+
+void feedd_stream_on_recv(stream *s, bool ok)
+{
+    pthread_mutex_lock(&s->mu);
+    s->recv_armed = false;
+    grpc_byte_buffer *bb = s->recv_bb;
+    s->recv_bb = NULL;
+    if (!ok || !bb) {
+        s->recv_done = true;
+    } else if (s->closed || s->status_sent || s->failing) {
+        s->recv_done = true;
+    } else if (s->draining) {
+        /* Accept nothing more; the status follows the batches already accepted. */
+        s->recv_done = true;
+        s->refused = true;
+    } else {
+        /*
+         * gRPC itself refuses a message over max-request-bytes (its receive
+         * limit) with RESOURCE_EXHAUSTED before it gets here. Should one
+         * still come (say, larger once decompressed), it gets the same code,
+         * as the contract promises; a message that cannot be read at all is
+         * malformed.
+         */
+        size_t cap = (size_t)s->svc->cfg->max_request_bytes, len = 0;
+        uint8_t *buf = s->cqt->rbuf;
+        int rc = feedd_read_bb(bb, cap, buf, &len);
+        if (rc == FEED_ETOOBIG)
+            fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                        "request: larger than max-request-bytes");
+        else if (rc < 0)
+            fail_locked(s, GRPC_STATUS_INVALID_ARGUMENT, "request: the message could not be read");
+        else
+            handle_request_locked(s, buf, len);
+        arm_recv_locked(s);
+    }
+    if (bb)
+        grpc_byte_buffer_destroy(bb);
+    maybe_finish_locked(s);
+    stream_unref_unlock(s);
+}
+
+void feedd_stream_on_send(stream *s, bool ok)
+{
+    pthread_mutex_lock(&s->mu);
+    uint64_t dt = feed_now_ns() - s->send_started_ns;
+    feedd_count(&feedd_m.stage_ns[FEEDD_STAGE_SEND], dt);
+    feedd_count(&feedd_m.stage_count[FEEDD_STAGE_SEND], 1);
+    s->send_in_flight = false;
+    stream_mem_sub(s, s->mem_sending);
+    s->mem_sending = 0;
+    if (!ok) {
+        /* The call is dead: send no status; RECV_CLOSE will fire. */
+        s->status_sent = true;
+        drop_work_locked(s);
+    }
+    try_send_locked(s);
+    maybe_finish_locked(s);
+    stream_unref_unlock(s);
+}
+
+void feedd_stream_on_status(stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    stream_unref_unlock(s);
+}
+
+void feedd_stream_on_close(stream *s)
+{
+    feedd_service *svc = s->svc;
+    pthread_mutex_lock(&s->mu);
+    s->closed = true;
+    drop_work_locked(s);
+    FEED_LOGI("stream %s: closed%s client='%s' requests=%llu batches=%llu bytes=%llu", s->peer,
+              s->close_cancelled ? " (cancelled)" : "", s->sess.client_name,
+              (unsigned long long)s->requests, (unsigned long long)s->batches_sent,
+              (unsigned long long)s->bytes_sent);
+    s->refs--;              /* the open call's reference */
+    stream_unref_unlock(s); /* the RECV_CLOSE op's */
+    feedd_gauge(&feedd_m.active_streams, -1);
+    pthread_mutex_lock(&svc->mu);
+    svc->open_streams--;
+    pthread_cond_broadcast(&svc->cv);
+    pthread_mutex_unlock(&svc->mu);
+}
+
+void feedd_stream_start(cq_thread *cqt, grpc_call *call)
+{
+    feedd_service *svc = cqt->svc;
+    stream *s = calloc(1, sizeof *s);
+    if (!s) {
+        feedd_unary_finish(svc, call, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    s->svc = svc;
+    s->cqt = cqt;
+    s->call = call;
+    s->t_recv = (tag){TAG_STREAM_RECV, s};
+    s->t_send = (tag){TAG_STREAM_SEND, s};
+    s->t_close = (tag){TAG_STREAM_CLOSE, s};
+    s->t_status = (tag){TAG_STREAM_STATUS, s};
+    s->status_slice = grpc_empty_slice();
+    peer_of(call, s->peer, sizeof s->peer);
+    pthread_mutex_init(&s->mu, NULL);
+
+    pthread_mutex_lock(&svc->mu);
+    bool too_many = svc->open_streams >= svc->cfg->max_streams;
+    s->next = svc->streams;
+    if (svc->streams)
+        svc->streams->prev = s;
+    svc->streams = s;
+    svc->live_streams++;
+    svc->open_streams++;
+    pthread_mutex_unlock(&svc->mu);
+    feedd_gauge(&feedd_m.active_streams, 1);
+    feedd_count(&feedd_m.streams_opened, 1);
+
+    pthread_mutex_lock(&s->mu);
+    s->refs = 2; /* the open call and the RECV_CLOSE op */
+    s->draining = atomic_load(&svc->draining);
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &s->close_cancelled;
+    bool close_armed = grpc_call_start_batch(call, &op, 1, &s->t_close, NULL) == GRPC_CALL_OK;
+    if (!close_armed) {
+        /* Its tag will never come, and only that tag ends the stream: end it here. */
+        FEED_LOGE("stream %s: RECV_CLOSE_ON_SERVER failed to start; cancelling the call", s->peer);
+        grpc_call_cancel(call, NULL);
+    } else {
+        FEED_LOGI("stream %s: connected", s->peer);
+        if (too_many) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "streams: %u streams open (max-streams)",
+                     svc->cfg->max_streams);
+            fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
+        } else if (!s->draining) {
+            arm_recv_locked(s);
+        }
+        maybe_finish_locked(s);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!close_armed)
+        feedd_stream_on_close(s); /* drops the open call's reference and the close op's */
+}
+
+void feedd_stream_on_granted(feedd_mem_waiter *w)
+{
+    batch_job *bj = job_of_waiter(w);
+    stream *s = bj->owner; /* alive: the job holds a reference */
+    pthread_mutex_lock(&s->mu);
+    s->refs++; /* the job's may go with it */
+    start_granted_locked(s, bj);
+    maybe_finish_locked(s);
+    stream_unref_unlock(s);
+}
+
+void feedd_stream_drain(stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->draining = true;
+    if (s->refs > 0)
+        maybe_finish_locked(s);
+    pthread_mutex_unlock(&s->mu);
+}
