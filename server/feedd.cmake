@@ -5,6 +5,7 @@ add_executable(feedd
   ${CMAKE_CURRENT_LIST_DIR}/pool.c
   ${CMAKE_CURRENT_LIST_DIR}/service.c
   ${CMAKE_CURRENT_LIST_DIR}/unary.c
+  ${CMAKE_CURRENT_LIST_DIR}/stream_sm.c
   ${CMAKE_CURRENT_LIST_DIR}/stream.c
   ${CMAKE_CURRENT_LIST_DIR}/request.c
   ${CMAKE_CURRENT_LIST_DIR}/memory.c

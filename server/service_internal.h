@@ -3,7 +3,8 @@
  *
  *   service.c     start/drain/stop, request slots, the completion-queue threads
  *   unary.c       Describe, Health/Check, UNIMPLEMENTED
- *   stream.c      a Stream call: requests in, jobs to the pool, batches out, status
+ *   stream_sm.c   a Stream call's state machine, no I/O
+ *   stream.c      a Stream call's transport: requests in, jobs to the pool, batches out
  *   memory.c      memory admission: the caps, the waiting FIFO, the granter thread
  *   batch_pack.c  a finished job as a Batch message, its pixels not copied
  *
@@ -37,6 +38,7 @@
 #include "pool.h"
 #include "request.h"
 #include "service.h"
+#include "stream_sm.h"
 
 #define STATUS_MSG_MAX 256
 
@@ -95,7 +97,7 @@ struct batch_job {
     feed_sample_status *status;
     uint32_t *sample_crc;
     char (*errors)[FEEDD_SAMPLE_MSG_MAX + 1];
-    batch_job *ready_next;
+    feedd_sm_job sm; /* the stream's state machine links it */
 };
 
 /* A Stream call; see stream.c. */
@@ -108,21 +110,16 @@ struct stream {
     pthread_mutex_t mu;
     stream *prev, *next; /* svc->streams, guarded by svc->mu */
     /* Guarded by mu. */
+    feedd_stream_sm sm; /* what the call does next (stream_sm.h) */
     int refs;
     grpc_byte_buffer *recv_bb;
     int close_cancelled;
-    bool recv_armed, recv_done, closed, failing, draining;
-    bool refused; /* a request came in while draining */
-    bool send_in_flight, sent_md, status_sent;
-    grpc_status_code status_code;
-    char status_msg[STATUS_MSG_MAX];
+    bool sent_md;
     grpc_slice status_slice;
     feedd_session sess;
-    uint32_t outstanding; /* accepted, not yet handed to gRPC (waiting for memory too) */
     /* Bytes of this stream's buffers, from the grant until the send completes (memory.h). */
     feedd_mem_account mem;
     uint64_t mem_sending;
-    batch_job *ready_head, *ready_tail;
     feedd_queue q;
     uint64_t send_started_ns;
     uint64_t batches_sent, bytes_sent, requests;

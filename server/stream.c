@@ -1,23 +1,23 @@
 /*
- * A feed.v1.Feed/Stream call: its requests come in on the completion-queue
- * thread that owns the call, each accepted batch becomes a job that waits
- * for memory (memory.h) and then goes to the pool, the pool worker that
- * finishes it queues it ready, and batches go out one SEND_MESSAGE at a
- * time; the status goes out once nothing is left to send.
+ * A feed.v1.Feed/Stream call: the transport around its state machine
+ * (stream_sm.h, which decides; this file does what it says). Requests come
+ * in on the completion-queue thread that owns the call; each accepted batch
+ * becomes a job that asks the memory caps for its buffer (memory.h) and
+ * then goes to the pool; the pool worker that finishes it hands it back; the
+ * batches go out one SEND_MESSAGE at a time, packed without copying the
+ * pixels (batch_pack.c); the status goes out last.
  *
  * Protocol per call: RECV_CLOSE_ON_SERVER armed first, alone; one
- * RECV_MESSAGE in flight; at most `window` accepted batches not yet handed
- * to gRPC; one SEND_MESSAGE in flight (finished batches wait in a ready
- * list, bounded by the window). Pixel bytes go to gRPC without a copy
- * (batch_pack.c).
+ * RECV_MESSAGE in flight; one SEND_MESSAGE in flight.
  *
  * Ownership and threads: the stream object is the call's; it is touched
  * under s->mu by the call's completion-queue thread (requests, send and
  * close tags), by pool workers (on_job_done), by the granter thread
- * (feedd_stream_on_granted) and by the main thread (feedd_stream_drain). It
- * is freed when its reference count (one per pending gRPC op, one per
- * accepted job, one for the open call) drops to zero. Lock order: see
- * service_internal.h.
+ * (feedd_stream_on_granted) and by the main thread (feedd_stream_drain).
+ * Every handler feeds the event to s->sm and then runs apply() on what it
+ * asked for. The stream is freed when its reference count (one per pending
+ * gRPC op, one per accepted job, one for the open call) drops to zero. Lock
+ * order: see service_internal.h.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -40,6 +40,7 @@ static void peer_of(grpc_call *call, char *out, size_t cap)
     snprintf(out, cap, "%s", p ? p : "?");
     gpr_free(p);
 }
+
 static void stream_free(stream *s)
 {
     feedd_service *svc = s->svc;
@@ -80,6 +81,11 @@ static batch_job *job_of_waiter(feedd_mem_waiter *w)
     return (batch_job *)(void *)((char *)w - offsetof(batch_job, wait));
 }
 
+static batch_job *job_of_sm(feedd_sm_job *j)
+{
+    return (batch_job *)(void *)((char *)j - offsetof(batch_job, sm));
+}
+
 static void job_free(batch_job *bj)
 {
     if (bj->mem)
@@ -92,37 +98,120 @@ static void job_free(batch_job *bj)
     free(bj);
 }
 
-/* A job that will not be sent; under s->mu. Drops its stream reference count too. */
+/* An accepted job that will not be sent; under s->mu. Drops the job's stream reference too. */
 static void discard_job_locked(stream *s, batch_job *bj)
 {
-    s->outstanding--;
     stream_mem_sub(s, bj->mem ? bj->mem->bytes : 0);
     feedd_gauge(&feedd_m.inflight_batches, -1);
     job_free(bj);
     s->refs--;
 }
 
-/* Drop queued and ready work; under s->mu. The caller holds a reference. */
-static void drop_work_locked(stream *s)
+static void apply(stream *s, feedd_sm_out *out);
+
+/* drop_work: the stream's jobs back from the pool queue and the memory FIFO. Under s->mu. */
+static void take_back_jobs_locked(stream *s)
 {
+    feedd_sm_out out = {0};
     batch_job *bj = (batch_job *)(void *)feedd_pool_cancel(s->svc->pool, &s->q);
     while (bj) {
         batch_job *next = (batch_job *)(void *)bj->job.qnext;
         discard_job_locked(s, bj);
+        feedd_sm_on_dropped(&s->sm, &out);
         bj = next;
     }
-    while (s->ready_head) {
-        bj = s->ready_head;
-        s->ready_head = bj->ready_next;
-        discard_job_locked(s, bj);
-    }
-    s->ready_tail = NULL;
-    /* Jobs waiting for memory; one the granter already took is its to dispose of. */
+    /* One the granter already took is its to dispose of (feedd_stream_on_granted). */
     feedd_mem_waiter *waiting = feedd_memory_withdraw(s->svc->memory, &s->mem);
     while (waiting) {
         bj = job_of_waiter(waiting);
         waiting = waiting->next;
         discard_job_locked(s, bj);
+        feedd_sm_on_dropped(&s->sm, &out);
+    }
+    apply(s, &out);
+}
+
+/* The pixel buffer, once both caps have granted its bytes; false when malloc fails. */
+static bool job_alloc_mem(stream *s, batch_job *bj)
+{
+    bj->mem = feedd_memory_buf_new(s->svc->memory, bj->wait.bytes);
+    if (bj->mem)
+        bj->job.data = bj->mem->data;
+    else
+        feedd_memory_unreserve(s->svc->memory, &s->mem, bj->wait.bytes);
+    return bj->mem != NULL;
+}
+
+/* The machine accepted bj: it holds a stream reference until it is sent or dropped. */
+static void admit_locked(stream *s, batch_job *bj)
+{
+    s->requests++;
+    s->refs++;
+    feedd_gauge(&feedd_m.inflight_batches, 1);
+    feedd_count(&feedd_m.requests, 1);
+    /* Straight to the pool only when nothing waits: a waiting batch is never overtaken. */
+    if (feedd_memory_admit(s->svc->memory, &bj->wait)) {
+        feedd_sm_out out = {0};
+        feedd_sm_on_granted(&s->sm, &bj->sm, job_alloc_mem(s, bj), &out);
+        apply(s, &out);
+    }
+}
+
+/* Pack and start sending bj, which the machine no longer counts. Under s->mu. */
+static void send_locked(stream *s, batch_job *bj)
+{
+    feedd_sm_out out = {0};
+    size_t bytes = bj->mem->bytes;
+    grpc_byte_buffer *bb = feedd_batch_pack(bj, s->sess.tf.out_h, s->sess.tf.out_w, s->peer);
+    feedd_gauge(&feedd_m.inflight_batches, -1);
+    job_free(bj);
+    s->refs--; /* the job's reference */
+    if (!bb) {
+        stream_mem_sub(s, bytes);
+        feedd_sm_on_send_failed(&s->sm, GRPC_STATUS_INTERNAL, "could not pack a batch", &out);
+    } else {
+        grpc_op ops[2];
+        size_t n = 0;
+        memset(ops, 0, sizeof ops);
+        if (!s->sent_md) {
+            ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+            s->sent_md = true;
+        }
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = bb;
+        s->mem_sending = bytes;
+        s->send_started_ns = feed_now_ns();
+        s->refs++;
+        grpc_call_error e = grpc_call_start_batch(s->call, ops, n, &s->t_send, NULL);
+        grpc_byte_buffer_destroy(bb); /* the call holds its own reference to the slices */
+        if (e != GRPC_CALL_OK) {
+            FEED_LOGE("stream %s: send failed to start: %d", s->peer, (int)e);
+            stream_mem_sub(s, bytes);
+            s->mem_sending = 0;
+            s->refs--;
+            feedd_sm_on_send_failed(&s->sm, GRPC_STATUS_INTERNAL, "send failed", &out);
+        } else {
+            s->batches_sent++;
+            s->bytes_sent += bytes;
+            feedd_count(&feedd_m.batches, 1);
+            feedd_count(&feedd_m.bytes, bytes);
+        }
+    }
+    apply(s, &out);
+}
+
+static void arm_recv_locked(stream *s)
+{
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &s->recv_bb;
+    s->refs++;
+    if (grpc_call_start_batch(s->call, &op, 1, &s->t_recv, NULL) != GRPC_CALL_OK) {
+        feedd_sm_out out = {0};
+        s->refs--;
+        feedd_sm_on_recv(&s->sm, false, &out);
+        apply(s, &out);
     }
 }
 
@@ -131,10 +220,7 @@ static void send_status_locked(stream *s, grpc_status_code code, const char *msg
     grpc_op ops[2];
     size_t n = 0;
     memset(ops, 0, sizeof ops);
-    s->status_sent = true;
-    s->status_code = code;
-    snprintf(s->status_msg, sizeof s->status_msg, "%s", msg ? msg : "");
-    s->status_slice = grpc_slice_from_copied_string(s->status_msg);
+    s->status_slice = grpc_slice_from_copied_string(msg);
     if (!s->sent_md) {
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
         s->sent_md = true;
@@ -150,84 +236,32 @@ static void send_status_locked(stream *s, grpc_status_code code, const char *msg
     if ((unsigned)code < FEEDD_STATUS_CODES)
         feedd_count(&feedd_m.stream_status[code], 1);
     if (code != GRPC_STATUS_OK)
-        FEED_LOGI("stream %s: ending with status %d: %s", s->peer, (int)code, s->status_msg);
+        FEED_LOGI("stream %s: ending with status %d: %s", s->peer, (int)code, msg);
 }
 
-/* End the stream with an error now: queued and ready batches are dropped. Under s->mu. */
-static void fail_locked(stream *s, grpc_status_code code, const char *msg)
+/*
+ * Do what the machine asked, in stream_sm.h's order. Under s->mu; the caller
+ * holds a reference of its own, so none of this frees the stream.
+ */
+static void apply(stream *s, feedd_sm_out *out)
 {
-    if (s->failing || s->status_sent || s->closed)
-        return;
-    s->failing = true;
-    s->status_code = code;
-    snprintf(s->status_msg, sizeof s->status_msg, "%s", msg);
-    drop_work_locked(s);
-}
-
-static void maybe_finish_locked(stream *s)
-{
-    if (s->closed || s->status_sent || s->send_in_flight)
-        return;
-    if (s->failing) {
-        char msg[STATUS_MSG_MAX];
-        snprintf(msg, sizeof msg, "%s", s->status_msg);
-        send_status_locked(s, s->status_code, msg);
-        return;
+    while (out->discard) {
+        feedd_sm_job *j = out->discard;
+        out->discard = j->next;
+        discard_job_locked(s, job_of_sm(j));
     }
-    if (s->outstanding > 0 || s->ready_head)
-        return;
-    if (s->recv_done && !s->refused)
-        send_status_locked(s, GRPC_STATUS_OK, NULL);
-    else if (s->draining)
-        send_status_locked(s, GRPC_STATUS_UNAVAILABLE, "server draining: no new batches");
-}
-/* Start the next send if none is in flight; under s->mu. */
-static void try_send_locked(stream *s)
-{
-    while (!s->send_in_flight && s->ready_head && !s->closed && !s->status_sent && !s->failing) {
-        batch_job *bj = s->ready_head;
-        s->ready_head = bj->ready_next;
-        if (!s->ready_head)
-            s->ready_tail = NULL;
-        size_t bytes = bj->mem->bytes;
-        grpc_byte_buffer *bb = feedd_batch_pack(bj, s->sess.tf.out_h, s->sess.tf.out_w, s->peer);
-        s->outstanding--;
-        feedd_gauge(&feedd_m.inflight_batches, -1);
-        job_free(bj);
-        s->refs--; /* the job's reference */
-        if (!bb) {
-            stream_mem_sub(s, bytes);
-            fail_locked(s, GRPC_STATUS_INTERNAL, "could not pack a batch");
-            return;
-        }
-        grpc_op ops[2];
-        size_t n = 0;
-        memset(ops, 0, sizeof ops);
-        if (!s->sent_md) {
-            ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-            s->sent_md = true;
-        }
-        ops[n].op = GRPC_OP_SEND_MESSAGE;
-        ops[n++].data.send_message.send_message = bb;
-        s->mem_sending = bytes;
-        s->send_in_flight = true;
-        s->send_started_ns = feed_now_ns();
-        s->refs++;
-        grpc_call_error e = grpc_call_start_batch(s->call, ops, n, &s->t_send, NULL);
-        grpc_byte_buffer_destroy(bb); /* the call holds its own reference to the slices */
-        if (e != GRPC_CALL_OK) {
-            FEED_LOGE("stream %s: send failed to start: %d", s->peer, (int)e);
-            s->send_in_flight = false;
-            stream_mem_sub(s, bytes);
-            s->refs--;
-            fail_locked(s, GRPC_STATUS_INTERNAL, "send failed");
-            return;
-        }
-        s->batches_sent++;
-        s->bytes_sent += bytes;
-        feedd_count(&feedd_m.batches, 1);
-        feedd_count(&feedd_m.bytes, bytes);
-    }
+    if (out->drop_work)
+        take_back_jobs_locked(s);
+    if (out->admit)
+        admit_locked(s, job_of_sm(out->admit));
+    if (out->start)
+        feedd_pool_submit(s->svc->pool, &s->q, &job_of_sm(out->start)->job);
+    if (out->send)
+        send_locked(s, job_of_sm(out->send));
+    if (out->arm_recv)
+        arm_recv_locked(s);
+    if (out->finish)
+        send_status_locked(s, out->code, out->msg);
 }
 
 /* Pool worker thread: the last sample of a batch is done. */
@@ -235,43 +269,15 @@ static void on_job_done(feedd_job *job)
 {
     batch_job *bj = (batch_job *)(void *)job;
     stream *s = bj->owner;
+    feedd_sm_out out = {0};
     bj->crc = job->crc;
     pthread_mutex_lock(&s->mu);
-    if (s->closed || s->failing || s->status_sent || atomic_load(&job->cancelled)) {
-        s->refs++; /* discard drops the job's reference; keep ours for the unlock below */
-        discard_job_locked(s, bj);
-        maybe_finish_locked(s);
-        stream_unref_unlock(s);
-        return;
-    }
-    bj->ready_next = NULL;
-    if (s->ready_tail)
-        s->ready_tail->ready_next = bj;
-    else
-        s->ready_head = bj;
-    s->ready_tail = bj;
-    s->refs++; /* try_send may drop the job's reference */
-    try_send_locked(s);
-    maybe_finish_locked(s);
+    s->refs++; /* the job's may go while we work */
+    feedd_sm_on_job_done(&s->sm, &bj->sm, atomic_load(&job->cancelled), &out);
+    apply(s, &out);
     stream_unref_unlock(s);
 }
 
-static void arm_recv_locked(stream *s)
-{
-    if (s->recv_armed || s->recv_done || s->closed || s->status_sent || s->failing)
-        return;
-    grpc_op op;
-    memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_RECV_MESSAGE;
-    op.data.recv_message.recv_message = &s->recv_bb;
-    s->refs++;
-    s->recv_armed = true;
-    if (grpc_call_start_batch(s->call, &op, 1, &s->t_recv, NULL) != GRPC_CALL_OK) {
-        s->refs--;
-        s->recv_armed = false;
-        s->recv_done = true;
-    }
-}
 /* Everything of a job but its pixel buffer, which waits for the memory caps. */
 static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sample_bytes)
 {
@@ -312,34 +318,8 @@ static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sam
     return bj;
 }
 
-/* The pixel buffer, once both caps have granted its bytes; false when malloc fails. */
-static bool job_alloc_mem(stream *s, batch_job *bj)
-{
-    bj->mem = feedd_memory_buf_new(s->svc->memory, bj->wait.bytes);
-    if (bj->mem)
-        bj->job.data = bj->mem->data;
-    return bj->mem != NULL;
-}
-
-/*
- * A granted job (its bytes reserved in both caps) gets its buffer and goes
- * to the pool, unless its stream ended meanwhile. Under s->mu; the caller
- * holds a reference of its own besides the job's.
- */
-static void start_granted_locked(stream *s, batch_job *bj)
-{
-    bool have = job_alloc_mem(s, bj);
-    if (!have) {
-        feedd_memory_unreserve(s->svc->memory, &s->mem, bj->wait.bytes);
-        fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, "memory: allocation failed");
-    }
-    if (!have || s->closed || s->failing || s->status_sent)
-        discard_job_locked(s, bj);
-    else
-        feedd_pool_submit(s->svc->pool, &s->q, &bj->job);
-}
-/* One BatchRequest; under s->mu, on the CQ thread. */
-static void handle_request_locked(stream *s, const uint8_t *buf, size_t len)
+/* One BatchRequest's bytes; under s->mu, on the CQ thread. Reports to the machine in out. */
+static void handle_request_locked(stream *s, const uint8_t *buf, size_t len, feedd_sm_out *out)
 {
     feedd_service *svc = s->svc;
     const feedd_config *cfg = svc->cfg;
@@ -347,59 +327,33 @@ static void handle_request_locked(stream *s, const uint8_t *buf, size_t len)
     feedd_batch_request req;
     grpc_status_code code = feedd_request_batch(&svc->env, &s->cqt->arena, buf, len, s->peer,
                                                 &s->sess, &req, msg, sizeof msg);
-    if (code != GRPC_STATUS_OK) {
-        fail_locked(s, code, msg);
-        return;
-    }
-    if (!req.r)
-        return;
-    uint64_t bytes = req.bytes;
-    if (s->outstanding >= s->sess.window) {
-        snprintf(msg, sizeof msg, "window: %u batches already outstanding (window %u)",
-                 s->outstanding, s->sess.window);
-        fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
-        return;
-    }
     /*
      * config.c clamps max-batch-bytes (checked in request.c) to both caps, so
-     * this cannot happen; were that to change, such a batch would wait forever.
+     * the second check cannot fail; were that to change, such a batch would
+     * wait forever. A request without r only opened the session.
      */
-    if (bytes > cfg->max_stream_memory || bytes > cfg->max_memory) {
+    if (code != GRPC_STATUS_OK) {
+        feedd_sm_fail(&s->sm, code, msg, out);
+    } else if (req.r && (req.bytes > cfg->max_stream_memory || req.bytes > cfg->max_memory)) {
         snprintf(msg, sizeof msg, "memory: a batch of %llu bytes can never fit max-stream-memory",
-                 (unsigned long long)bytes);
-        fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
-        return;
+                 (unsigned long long)req.bytes);
+        feedd_sm_fail(&s->sm, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, out);
+    } else if (req.r) {
+        batch_job *bj = job_new(s, req.r, req.sample_bytes);
+        if (!bj)
+            feedd_sm_fail(&s->sm, GRPC_STATUS_RESOURCE_EXHAUSTED, "memory: allocation failed", out);
+        else if (!feedd_sm_on_request(&s->sm, s->sess.window, &bj->sm, out))
+            job_free(bj); /* never accepted: no reference, nothing counted */
     }
-    batch_job *bj = job_new(s, req.r, req.sample_bytes);
-    if (!bj) {
-        fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, "memory: allocation failed");
-        return;
-    }
-    s->outstanding++;
-    s->requests++;
-    s->refs++; /* the job's */
-    feedd_gauge(&feedd_m.inflight_batches, 1);
-    feedd_count(&feedd_m.requests, 1);
-    /* Straight to the pool only when nothing waits: a waiting batch is never overtaken. */
-    if (feedd_memory_admit(svc->memory, &bj->wait))
-        start_granted_locked(s, bj);
 }
 
 void feedd_stream_on_recv(stream *s, bool ok)
 {
+    feedd_sm_out out = {0};
     pthread_mutex_lock(&s->mu);
-    s->recv_armed = false;
     grpc_byte_buffer *bb = s->recv_bb;
     s->recv_bb = NULL;
-    if (!ok || !bb) {
-        s->recv_done = true;
-    } else if (s->closed || s->status_sent || s->failing) {
-        s->recv_done = true;
-    } else if (s->draining) {
-        /* Accept nothing more; the status follows the batches already accepted. */
-        s->recv_done = true;
-        s->refused = true;
-    } else {
+    if (feedd_sm_on_recv(&s->sm, ok && bb, &out)) {
         /*
          * gRPC itself refuses a message over max-request-bytes (its receive
          * limit) with RESOURCE_EXHAUSTED before it gets here. Should one
@@ -411,36 +365,32 @@ void feedd_stream_on_recv(stream *s, bool ok)
         uint8_t *buf = s->cqt->rbuf;
         int rc = feedd_read_bb(bb, cap, buf, &len);
         if (rc == FEED_ETOOBIG)
-            fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                        "request: larger than max-request-bytes");
+            feedd_sm_fail(&s->sm, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "request: larger than max-request-bytes", &out);
         else if (rc < 0)
-            fail_locked(s, GRPC_STATUS_INVALID_ARGUMENT, "request: the message could not be read");
+            feedd_sm_fail(&s->sm, GRPC_STATUS_INVALID_ARGUMENT,
+                          "request: the message could not be read", &out);
         else
-            handle_request_locked(s, buf, len);
-        arm_recv_locked(s);
+            handle_request_locked(s, buf, len, &out);
+        feedd_sm_read_done(&s->sm, &out);
     }
     if (bb)
         grpc_byte_buffer_destroy(bb);
-    maybe_finish_locked(s);
+    apply(s, &out);
     stream_unref_unlock(s);
 }
 
 void feedd_stream_on_send(stream *s, bool ok)
 {
+    feedd_sm_out out = {0};
     pthread_mutex_lock(&s->mu);
     uint64_t dt = feed_now_ns() - s->send_started_ns;
     feedd_count(&feedd_m.stage_ns[FEEDD_STAGE_SEND], dt);
     feedd_count(&feedd_m.stage_count[FEEDD_STAGE_SEND], 1);
-    s->send_in_flight = false;
     stream_mem_sub(s, s->mem_sending);
     s->mem_sending = 0;
-    if (!ok) {
-        /* The call is dead: send no status; RECV_CLOSE will fire. */
-        s->status_sent = true;
-        drop_work_locked(s);
-    }
-    try_send_locked(s);
-    maybe_finish_locked(s);
+    feedd_sm_on_send_done(&s->sm, ok, &out);
+    apply(s, &out);
     stream_unref_unlock(s);
 }
 
@@ -453,9 +403,10 @@ void feedd_stream_on_status(stream *s)
 void feedd_stream_on_close(stream *s)
 {
     feedd_service *svc = s->svc;
+    feedd_sm_out out = {0};
     pthread_mutex_lock(&s->mu);
-    s->closed = true;
-    drop_work_locked(s);
+    feedd_sm_on_cancel(&s->sm, &out);
+    apply(s, &out);
     FEED_LOGI("stream %s: closed%s client='%s' requests=%llu batches=%llu bytes=%llu", s->peer,
               s->close_cancelled ? " (cancelled)" : "", s->sess.client_name,
               (unsigned long long)s->requests, (unsigned long long)s->batches_sent,
@@ -485,6 +436,7 @@ void feedd_stream_start(cq_thread *cqt, grpc_call *call)
     s->t_close = (tag){TAG_STREAM_CLOSE, s};
     s->t_status = (tag){TAG_STREAM_STATUS, s};
     s->status_slice = grpc_empty_slice();
+    feedd_sm_init(&s->sm);
     peer_of(call, s->peer, sizeof s->peer);
     pthread_mutex_init(&s->mu, NULL);
 
@@ -502,7 +454,6 @@ void feedd_stream_start(cq_thread *cqt, grpc_call *call)
 
     pthread_mutex_lock(&s->mu);
     s->refs = 2; /* the open call and the RECV_CLOSE op */
-    s->draining = atomic_load(&svc->draining);
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -513,16 +464,17 @@ void feedd_stream_start(cq_thread *cqt, grpc_call *call)
         FEED_LOGE("stream %s: RECV_CLOSE_ON_SERVER failed to start; cancelling the call", s->peer);
         grpc_call_cancel(call, NULL);
     } else {
+        feedd_sm_out out = {0};
         FEED_LOGI("stream %s: connected", s->peer);
         if (too_many) {
             char msg[128];
             snprintf(msg, sizeof msg, "streams: %u streams open (max-streams)",
                      svc->cfg->max_streams);
-            fail_locked(s, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
-        } else if (!s->draining) {
-            arm_recv_locked(s);
+            feedd_sm_fail(&s->sm, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, &out);
+        } else {
+            feedd_sm_open(&s->sm, atomic_load(&svc->draining), &out);
         }
-        maybe_finish_locked(s);
+        apply(s, &out);
     }
     pthread_mutex_unlock(&s->mu);
     if (!close_armed)
@@ -533,18 +485,21 @@ void feedd_stream_on_granted(feedd_mem_waiter *w)
 {
     batch_job *bj = job_of_waiter(w);
     stream *s = bj->owner; /* alive: the job holds a reference */
+    feedd_sm_out out = {0};
     pthread_mutex_lock(&s->mu);
     s->refs++; /* the job's may go with it */
-    start_granted_locked(s, bj);
-    maybe_finish_locked(s);
+    feedd_sm_on_granted(&s->sm, &bj->sm, job_alloc_mem(s, bj), &out);
+    apply(s, &out);
     stream_unref_unlock(s);
 }
 
 void feedd_stream_drain(stream *s)
 {
     pthread_mutex_lock(&s->mu);
-    s->draining = true;
-    if (s->refs > 0)
-        maybe_finish_locked(s);
+    if (s->refs > 0) {
+        feedd_sm_out out = {0};
+        feedd_sm_on_drain(&s->sm, &out);
+        apply(s, &out);
+    }
     pthread_mutex_unlock(&s->mu);
 }
