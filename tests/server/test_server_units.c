@@ -3,7 +3,8 @@
  * file + command line), the sample cache (bounded, evicts, keys by every
  * field), the worker pool's round-robin fairness across streams, and the
  * gRPC service in this process with failures injected into its
- * grpc_call_start_batch and pthread_create calls.
+ * grpc_call_start_batch and pthread_create calls, and the Batch packer's
+ * bytes against protobuf-c's own encoding.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -29,7 +30,9 @@
 #include "metrics.h"
 #include "pool.h"
 #include "service.h"
+#include "service_internal.h"
 
+#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 
 #include "feedtest_grpc.h"
@@ -378,22 +381,22 @@ static void svc_env_close(svc_env *e)
  * the test client in this process is untouched.
  */
 grpc_call_error __real_grpc_call_start_batch(grpc_call *call, const grpc_op *ops, size_t nops,
-                                             void *tag, void *reserved);
+                                             void *op_tag, void *reserved);
 grpc_call_error __wrap_grpc_call_start_batch(grpc_call *call, const grpc_op *ops, size_t nops,
-                                             void *tag, void *reserved);
+                                             void *op_tag, void *reserved);
 
 enum { FAIL_NONE, FAIL_UNARY, FAIL_STREAM_CLOSE };
 static atomic_int fail_next = FAIL_NONE;
 
 grpc_call_error __wrap_grpc_call_start_batch(grpc_call *call, const grpc_op *ops, size_t nops,
-                                             void *tag, void *reserved)
+                                             void *op_tag, void *reserved)
 {
     bool close = nops > 0 && ops[nops - 1].op == GRPC_OP_RECV_CLOSE_ON_SERVER;
     int want = nops == 1 ? FAIL_STREAM_CLOSE : FAIL_UNARY;
     int expect = want;
     if (close && atomic_compare_exchange_strong(&fail_next, &expect, FAIL_NONE))
         return GRPC_CALL_ERROR;
-    return __real_grpc_call_start_batch(call, ops, nops, tag, reserved);
+    return __real_grpc_call_start_batch(call, ops, nops, op_tag, reserved);
 }
 
 /*
@@ -516,6 +519,105 @@ static void test_service_start_unwinds(void **state)
     svc_env_close(&e);
 }
 
+static void no_grant(feedd_mem_waiter *w)
+{
+    (void)w;
+}
+
+/*
+ * feedd_batch_pack gives the bytes protobuf-c gives for the whole Batch, with
+ * the pixels as a slice over the job's buffer (not a copy) whose release
+ * gives the memory back.
+ */
+static void test_batch_pack_bytes(void **state)
+{
+    (void)state;
+    enum { N = 3, H = 5, W = 7, BYTES = N * H * W * 3 };
+    grpc_init();
+    feedd_memory *m = NULL;
+    assert_int_equal(feedd_memory_new(1 << 20, 1 << 20, no_grant, &m), 0);
+    feedd_mem_account acct;
+    memset(&acct, 0, sizeof acct);
+    batch_job *bj = calloc(1, sizeof *bj);
+    assert_non_null(bj);
+    bj->wait.acct = &acct;
+    bj->wait.bytes = BYTES;
+    assert_true(feedd_memory_admit(m, &bj->wait));
+    bj->mem = feedd_memory_buf_new(m, BYTES);
+    assert_non_null(bj->mem);
+    for (size_t i = 0; i < BYTES; i++)
+        bj->mem->data[i] = (uint8_t)(i * 7 + 1);
+    uint64_t indices[N] = {5, 300, 1ull << 40};
+    uint32_t labels[N] = {0, 2, 1};
+    feed_sample_status status[N] = {FEED_SAMPLE_OK, FEED_SAMPLE_CORRUPT, FEED_SAMPLE_OK};
+    char errors[N][FEEDD_SAMPLE_MSG_MAX + 1] = {"", "bad Huffman code", ""};
+    bj->indices = indices;
+    bj->labels = labels;
+    bj->status = status;
+    bj->errors = errors;
+    bj->batch_id = 77;
+    bj->crc = 0xdeadbeef;
+    bj->job.n = N;
+    bj->job.epoch = 4;
+    atomic_init(&bj->job.busy_ns, 123456);
+
+    Feed__V1__SampleStatus st[N] = {0, 1, 0};
+    Feed__V1__SampleError err = FEED__V1__SAMPLE_ERROR__INIT, *errp = &err;
+    err.position = 1;
+    err.index = 300;
+    err.status = 1;
+    err.message = errors[1];
+    Feed__V1__Batch want = FEED__V1__BATCH__INIT;
+    want.batch_id = 77;
+    want.epoch = 4;
+    want.n_indices = want.n_labels = want.n_status = N;
+    want.indices = indices;
+    want.labels = labels;
+    want.status = st;
+    want.n_errors = 1;
+    want.errors = &errp;
+    want.height = H;
+    want.width = W;
+    want.channels = 3;
+    want.dtype = FEED__V1__DTYPE__DTYPE_UINT8;
+    want.layout = FEED__V1__LAYOUT__LAYOUT_NHWC;
+    want.data.len = BYTES;
+    want.data.data = bj->mem->data;
+    want.crc32c = 0xdeadbeef;
+    want.server_busy_ns = 123456;
+    size_t want_len = feed__v1__batch__get_packed_size(&want);
+    uint8_t *want_bytes = malloc(want_len);
+    assert_non_null(want_bytes);
+    feed__v1__batch__pack(&want, want_bytes);
+
+    const uint8_t *pixels = bj->mem->data;
+    grpc_byte_buffer *bb = feedd_batch_pack(bj, H, W, "test");
+    assert_non_null(bb);
+    assert_null(bj->mem);
+    bool zero_copy = false;
+    for (size_t i = 0; i < bb->data.raw.slice_buffer.count; i++) {
+        grpc_slice sl = bb->data.raw.slice_buffer.slices[i];
+        zero_copy |= GRPC_SLICE_START_PTR(sl) == pixels && GRPC_SLICE_LENGTH(sl) == BYTES;
+    }
+    assert_true(zero_copy);
+    grpc_byte_buffer_reader rd;
+    assert_true(grpc_byte_buffer_reader_init(&rd, bb));
+    grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
+    grpc_byte_buffer_reader_destroy(&rd);
+    assert_int_equal(GRPC_SLICE_LENGTH(all), want_len);
+    assert_memory_equal(GRPC_SLICE_START_PTR(all), want_bytes, want_len);
+    grpc_slice_unref(all);
+    assert_int_equal(feedd_memory_used(m), BYTES);
+    grpc_byte_buffer_destroy(bb);
+    assert_int_equal(feedd_memory_used(m), 0);
+
+    free(want_bytes);
+    free(bj);
+    feedd_memory_stop(m);
+    feedd_memory_unref(m);
+    grpc_shutdown();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -526,6 +628,7 @@ int main(void)
         cmocka_unit_test(test_pool_round_robin),
         cmocka_unit_test(test_service_start_failures),
         cmocka_unit_test(test_service_start_unwinds),
+        cmocka_unit_test(test_batch_pack_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
