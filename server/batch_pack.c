@@ -1,10 +1,13 @@
 /*
  * A finished job as a feed.v1.Batch message (service_internal.h's
- * feedd_batch_pack). The pixel bytes are not copied: they go to gRPC as a
- * slice over the buffer the workers wrote, whose destructor gives the memory
- * back to the caps (memory.h). Runs on whichever thread starts the send (a
- * completion-queue thread or a pool worker), under the stream's lock; it
- * touches only the job it is given.
+ * feedd_batch_pack). The pixel bytes are not copied: the message is packed
+ * without them and the data field's key and length are written here, so the
+ * pixels go to gRPC as a slice over the buffer the workers wrote, whose
+ * destructor gives the memory back to the caps (memory.h). The client's
+ * reader (client/src/wire.c) takes that field straight into its slot.
+ *
+ * Runs on whichever thread starts the send (a completion-queue thread or a
+ * pool worker), under the stream's lock; it touches only the job it is given.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -15,36 +18,30 @@
 #include "feed/log.h"
 #include "service_internal.h"
 
-typedef struct slice_sink {
-    ProtobufCBuffer base;
-    const uint8_t *pixels;
-    size_t pixels_len;
-    feedd_mem_buf *mem;
-    grpc_slice meta; /* everything but the pixels, written in order */
-    size_t meta_len, meta_cut;
-    grpc_slice out[4];
-    size_t n_out;
-    bool overflow;
-} slice_sink;
+/* Batch.data: field 12, length-delimited (proto/feed.proto). */
+#define DATA_KEY ((12u << 3) | 2u)
+#define VARINT_MAX 10
 
-static void sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
+static size_t put_varint(uint8_t *p, uint64_t v)
 {
-    slice_sink *k = (slice_sink *)b;
-    if (data == k->pixels && len == k->pixels_len && k->mem && k->n_out + 2 <= 4) {
-        if (k->meta_len > k->meta_cut)
-            k->out[k->n_out++] = grpc_slice_sub(k->meta, k->meta_cut, k->meta_len);
-        k->meta_cut = k->meta_len;
-        k->out[k->n_out++] =
-            grpc_slice_new_with_user_data(k->mem->data, len, feedd_memory_buf_free, k->mem);
-        k->mem = NULL; /* owned by the slice now */
-        return;
+    size_t n = 0;
+    while (v >= 0x80) {
+        p[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
     }
-    if (len > GRPC_SLICE_LENGTH(k->meta) - k->meta_len) {
-        k->overflow = true;
-        return;
-    }
-    memcpy(GRPC_SLICE_START_PTR(k->meta) + k->meta_len, data, len);
-    k->meta_len += len;
+    p[n++] = (uint8_t)v;
+    return n;
+}
+
+/* A slice with m packed into it, then extra (len bytes) after it. */
+static grpc_slice pack_slice(const Feed__V1__Batch *m, const uint8_t *extra, size_t len)
+{
+    size_t n = feed__v1__batch__get_packed_size(m);
+    grpc_slice s = grpc_slice_malloc(n + len);
+    feed__v1__batch__pack(m, GRPC_SLICE_START_PTR(s));
+    if (len)
+        memcpy(GRPC_SLICE_START_PTR(s) + n, extra, len);
+    return s;
 }
 
 grpc_byte_buffer *feedd_batch_pack(batch_job *bj, uint32_t h, uint32_t w, const char *peer)
@@ -93,31 +90,40 @@ grpc_byte_buffer *feedd_batch_pack(batch_job *bj, uint32_t h, uint32_t w, const 
     m.channels = 3;
     m.dtype = FEED__V1__DTYPE__DTYPE_UINT8;
     m.layout = FEED__V1__LAYOUT__LAYOUT_NHWC;
-    m.data.len = bj->mem->bytes;
-    m.data.data = bj->mem->data;
-    m.crc32c = bj->crc;
-    m.server_busy_ns = atomic_load(&bj->job.busy_ns);
-
-    size_t total = feed__v1__batch__get_packed_size(&m);
-    slice_sink k = {.base = {sink_append},
-                    .pixels = bj->mem->data,
-                    .pixels_len = bj->mem->bytes,
-                    .mem = bj->mem};
-    k.meta = grpc_slice_malloc(total - bj->mem->bytes);
+    /*
+     * protobuf-c writes fields in number order, so the message is the fields
+     * before data (1-11), data's key, length and bytes, then the fields after
+     * it (13-14), each part packed on its own: the same bytes as packing the
+     * whole Batch, with the pixels a slice of their own. Like protobuf-c,
+     * empty data (proto3) is left out.
+     */
+    Feed__V1__Batch after = FEED__V1__BATCH__INIT;
+    after.crc32c = bj->crc;
+    after.server_busy_ns = atomic_load(&bj->job.busy_ns);
+    feedd_mem_buf *mem = bj->mem;
     bj->mem = NULL;
-    feed__v1__batch__pack_to_buffer(&m, &k.base);
-    if (k.meta_len > k.meta_cut)
-        k.out[k.n_out++] = grpc_slice_sub(k.meta, k.meta_cut, k.meta_len);
-    if (!k.overflow && !k.mem)
-        bb = grpc_raw_byte_buffer_create(k.out, k.n_out);
+    uint8_t prefix[2 * VARINT_MAX];
+    size_t prefix_len = 0;
+    if (mem->bytes) {
+        prefix_len = put_varint(prefix, DATA_KEY);
+        prefix_len += put_varint(prefix + prefix_len, mem->bytes);
+    }
+    grpc_slice parts[3];
+    size_t n_parts = 0;
+    parts[n_parts++] = pack_slice(&m, prefix, prefix_len);
+    if (mem->bytes)
+        parts[n_parts++] =
+            grpc_slice_new_with_user_data(mem->data, mem->bytes, feedd_memory_buf_free, mem);
     else
-        FEED_LOGE("stream %s: packing batch %llu failed", peer, (unsigned long long)bj->batch_id);
-    if (k.mem)
-        feedd_memory_buf_free(k.mem);
-    for (size_t i = 0; i < k.n_out; i++)
-        grpc_slice_unref(k.out[i]);
-    grpc_slice_unref(k.meta);
+        feedd_memory_buf_free(mem);
+    if (feed__v1__batch__get_packed_size(&after))
+        parts[n_parts++] = pack_slice(&after, NULL, 0);
+    bb = grpc_raw_byte_buffer_create(parts, n_parts);
+    for (size_t i = 0; i < n_parts; i++)
+        grpc_slice_unref(parts[i]);
 out:
+    if (!bb)
+        FEED_LOGE("stream %s: packing batch %llu failed", peer, (unsigned long long)bj->batch_id);
     free(st);
     free(errs);
     free(errp);
