@@ -60,20 +60,25 @@ static void request_started(feedd_sm_job *j, uint32_t window)
     assert_ptr_equal(out.start, j);
 }
 
-static void test_batches_in_order_then_ok(void **state)
+/* jobs[0] is being sent and jobs[1], done, is ready behind it. */
+static void one_sending_one_ready(uint32_t window)
 {
-    (void)state;
     open_stream(false);
     assert_true(out.arm_recv);
     assert_false(out.finish);
-    request_started(&jobs[0], 2);
-    request_started(&jobs[1], 2);
-
+    request_started(&jobs[0], window);
+    request_started(&jobs[1], window);
     feedd_sm_on_job_done(&sm, &jobs[0], false, fresh());
     assert_ptr_equal(out.send, &jobs[0]);
     /* One send in flight: the next finished batch waits behind it. */
     feedd_sm_on_job_done(&sm, &jobs[1], false, fresh());
     assert_true(nothing(&out));
+}
+
+static void test_batches_in_order_then_ok(void **state)
+{
+    (void)state;
+    one_sending_one_ready(2);
     /* The client half-closes; the status waits for the last batch. */
     assert_false(feedd_sm_on_recv(&sm, false, fresh()));
     assert_true(nothing(&out));
@@ -114,12 +119,7 @@ static void test_window_full_fails_the_stream(void **state)
 static void test_send_done_after_cancel(void **state)
 {
     (void)state;
-    open_stream(false);
-    request_started(&jobs[0], 3);
-    request_started(&jobs[1], 3);
-    feedd_sm_on_job_done(&sm, &jobs[0], false, fresh());
-    assert_ptr_equal(out.send, &jobs[0]);
-    feedd_sm_on_job_done(&sm, &jobs[1], false, fresh()); /* ready, behind the send */
+    one_sending_one_ready(3);
 
     feedd_sm_on_cancel(&sm, fresh());
     assert_true(out.drop_work);
@@ -170,13 +170,8 @@ static void test_job_done_after_cancel(void **state)
 static void test_drain_sends_what_is_queued(void **state)
 {
     (void)state;
-    open_stream(false);
-    request_started(&jobs[0], 4);
-    request_started(&jobs[1], 4);
+    one_sending_one_ready(4);
     request_started(&jobs[2], 4);
-    feedd_sm_on_job_done(&sm, &jobs[0], false, fresh());
-    assert_ptr_equal(out.send, &jobs[0]);
-    feedd_sm_on_job_done(&sm, &jobs[1], false, fresh());
 
     feedd_sm_on_drain(&sm, fresh());
     assert_true(nothing(&out));
@@ -250,12 +245,7 @@ static void test_cancel_while_waiting_for_memory(void **state)
 static void test_failure_waits_for_the_send_in_flight(void **state)
 {
     (void)state;
-    open_stream(false);
-    request_started(&jobs[0], 3);
-    request_started(&jobs[1], 3);
-    feedd_sm_on_job_done(&sm, &jobs[0], false, fresh());
-    assert_ptr_equal(out.send, &jobs[0]);
-    feedd_sm_on_job_done(&sm, &jobs[1], false, fresh());
+    one_sending_one_ready(3);
     /* A bad request: its batches go, but its status waits for the send's tag. */
     assert_true(feedd_sm_on_recv(&sm, true, fresh()));
     feedd_sm_fail(&sm, GRPC_STATUS_INVALID_ARGUMENT, "request: bad", &out);
