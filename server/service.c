@@ -45,34 +45,36 @@ int feedd_read_bb(grpc_byte_buffer *bb, size_t limit, uint8_t *dst, size_t *len)
 {
     grpc_byte_buffer_reader r;
     size_t n = 0;
-    if (!grpc_byte_buffer_reader_init(&r, bb))
-        return FEED_EPROTO;
-    grpc_slice s;
-    int rc = 0;
-    while (grpc_byte_buffer_reader_next(&r, &s)) {
-        size_t l = GRPC_SLICE_LENGTH(s);
-        if (l > limit - n)
-            rc = FEED_ETOOBIG;
-        else
-            memcpy(dst + n, GRPC_SLICE_START_PTR(s), l);
-        n += rc == 0 ? l : 0;
-        grpc_slice_unref(s);
+    int rc = FEED_EPROTO;
+    if (grpc_byte_buffer_reader_init(&r, bb)) {
+        grpc_slice s;
+        rc = 0;
+        while (grpc_byte_buffer_reader_next(&r, &s)) {
+            size_t l = GRPC_SLICE_LENGTH(s);
+            if (l > limit - n)
+                rc = FEED_ETOOBIG;
+            else
+                memcpy(dst + n, GRPC_SLICE_START_PTR(s), l);
+            n += rc == 0 ? l : 0;
+            grpc_slice_unref(s);
+        }
+        grpc_byte_buffer_reader_destroy(&r);
     }
-    grpc_byte_buffer_reader_destroy(&r);
     *len = n;
     return rc;
 }
+
 static void arm_slot(req_slot *slot);
 
 static req_slot *slot_new(cq_thread *cqt, method m)
 {
     req_slot *s = calloc(1, sizeof *s);
-    if (!s)
-        return NULL;
-    s->t.kind = TAG_REQUEST;
-    s->t.obj = s;
-    s->cqt = cqt;
-    s->m = m;
+    if (s) {
+        s->t.kind = TAG_REQUEST;
+        s->t.obj = s;
+        s->cqt = cqt;
+        s->m = m;
+    }
     return s;
 }
 
@@ -103,14 +105,12 @@ static void slot_reset(req_slot *slot)
     if (slot->m == METHOD_OTHER)
         grpc_call_details_destroy(&slot->details);
 }
-static void on_request(req_slot *slot, bool ok)
+
+/* A call accepted: hand it on, then re-arm the slot unless the server is shutting down. */
+static void dispatch(req_slot *slot)
 {
     cq_thread *cqt = slot->cqt;
     feedd_service *svc = cqt->svc;
-    if (!ok) {
-        slot_reset(slot);
-        return; /* shutting down */
-    }
     grpc_call *call = slot->call;
     grpc_byte_buffer *payload = slot->payload;
     switch (slot->m) {
@@ -135,6 +135,15 @@ static void on_request(req_slot *slot, bool ok)
     pthread_mutex_unlock(&svc->mu);
     if (rearm)
         arm_slot(slot);
+}
+
+/* A slot's tag; ok false: the server is shutting down and the slot is done. */
+static void on_request(req_slot *slot, bool ok)
+{
+    if (ok)
+        dispatch(slot);
+    else
+        slot_reset(slot);
 }
 
 static void *cq_main(void *arg)
@@ -370,21 +379,15 @@ size_t feedd_service_open_streams(feedd_service *svc)
     return n;
 }
 
-int feedd_service_stop(feedd_service *svc, uint32_t grace_ms)
+/*
+ * Wait until gRPC has let go of every call, or grace_ms passed. Streams go
+ * once their close fires and workers drop their jobs (bounded by one
+ * sample), but gRPC holds a cancelled call whose message is stuck in flow
+ * control until the peer's side of the connection moves, which a client
+ * that stopped reading may never do.
+ */
+static bool wait_calls_gone(feedd_service *svc, uint32_t grace_ms)
 {
-    if (!svc->server)
-        return 0;
-    pthread_mutex_lock(&svc->mu);
-    svc->shutting_down = true;
-    pthread_mutex_unlock(&svc->mu);
-    grpc_server_shutdown_and_notify(svc->server, svc->cqts[0].cq, &svc->t_shutdown);
-    grpc_server_cancel_all_calls(svc->server);
-    /*
-     * Streams go once their close fires and workers drop their jobs (bounded
-     * by one sample), but gRPC holds a cancelled call whose message is stuck
-     * in flow control until the peer's side of the connection moves, which a
-     * client that stopped reading may never do.
-     */
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += grace_ms / 1000;
@@ -395,39 +398,52 @@ int feedd_service_stop(feedd_service *svc, uint32_t grace_ms)
     }
     bool done = true;
     pthread_mutex_lock(&svc->mu);
-    while (!(svc->shutdown_done && svc->live_streams == 0 && svc->live_unary == 0)) {
+    while (done && !(svc->shutdown_done && svc->live_streams == 0 && svc->live_unary == 0)) {
         if (pthread_cond_timedwait(&svc->cv, &svc->mu, &until) != 0) {
             FEED_LOGW("shutdown: %zu streams and %zu calls still held by gRPC after %u ms",
                       svc->live_streams, svc->live_unary, grace_ms);
             done = false;
-            break;
         }
     }
     pthread_mutex_unlock(&svc->mu);
-    if (!done)
-        return FEED_ETIMEDOUT;
-    FEED_LOGD("shutdown: gRPC server shut down, streams gone");
-    /* No stream is left, so no batch waits for memory. */
-    feedd_memory_stop(svc->memory);
-    grpc_server_destroy(svc->server);
-    svc->server = NULL;
-    close_queues(svc);
-    return 0;
+    return done;
+}
+
+int feedd_service_stop(feedd_service *svc, uint32_t grace_ms)
+{
+    int rc = 0;
+    if (svc->server) {
+        pthread_mutex_lock(&svc->mu);
+        svc->shutting_down = true;
+        pthread_mutex_unlock(&svc->mu);
+        grpc_server_shutdown_and_notify(svc->server, svc->cqts[0].cq, &svc->t_shutdown);
+        grpc_server_cancel_all_calls(svc->server);
+        rc = wait_calls_gone(svc, grace_ms) ? 0 : FEED_ETIMEDOUT;
+    }
+    if (svc->server && rc == 0) {
+        FEED_LOGD("shutdown: gRPC server shut down, streams gone");
+        /* No stream is left, so no batch waits for memory. */
+        feedd_memory_stop(svc->memory);
+        grpc_server_destroy(svc->server);
+        svc->server = NULL;
+        close_queues(svc);
+    }
+    return rc;
 }
 
 void feedd_service_free(feedd_service *svc)
 {
-    if (!svc)
-        return;
-    for (uint32_t i = 0; svc->cqts && i < svc->n_cqts; i++) {
-        for (size_t k = 0; k < METHOD_COUNT * REQ_SLOTS_PER_METHOD; k++)
-            free(svc->cqts[i].slots[k]);
-        free(svc->cqts[i].arena.base);
-        free(svc->cqts[i].rbuf);
+    if (svc) {
+        for (uint32_t i = 0; svc->cqts && i < svc->n_cqts; i++) {
+            for (size_t k = 0; k < METHOD_COUNT * REQ_SLOTS_PER_METHOD; k++)
+                free(svc->cqts[i].slots[k]);
+            free(svc->cqts[i].arena.base);
+            free(svc->cqts[i].rbuf);
+        }
+        free(svc->cqts);
+        feedd_memory_unref(svc->memory);
+        pthread_cond_destroy(&svc->cv);
+        pthread_mutex_destroy(&svc->mu);
+        free(svc);
     }
-    free(svc->cqts);
-    feedd_memory_unref(svc->memory);
-    pthread_cond_destroy(&svc->cv);
-    pthread_mutex_destroy(&svc->mu);
-    free(svc);
 }

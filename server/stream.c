@@ -278,43 +278,45 @@ static void on_job_done(feedd_job *job)
     stream_unref_unlock(s);
 }
 
-/* Everything of a job but its pixel buffer, which waits for the memory caps. */
+/* Everything of a job but its pixel buffer, which waits for the memory caps. NULL: no memory. */
 static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sample_bytes)
 {
     uint32_t n = (uint32_t)r->n_indices;
     batch_job *bj = calloc(1, sizeof *bj);
-    if (!bj)
-        return NULL;
-    bj->indices = malloc(n * sizeof *bj->indices);
-    bj->labels = malloc(n * sizeof *bj->labels);
-    bj->status = malloc(n * sizeof *bj->status);
-    bj->sample_crc = malloc(n * sizeof *bj->sample_crc);
-    bj->errors = malloc(n * sizeof *bj->errors);
-    if (!bj->indices || !bj->labels || !bj->status || !bj->sample_crc || !bj->errors) {
-        job_free(bj);
-        return NULL;
+    if (bj) {
+        bj->indices = malloc(n * sizeof *bj->indices);
+        bj->labels = malloc(n * sizeof *bj->labels);
+        bj->status = malloc(n * sizeof *bj->status);
+        bj->sample_crc = malloc(n * sizeof *bj->sample_crc);
+        bj->errors = malloc(n * sizeof *bj->errors);
+        if (!bj->indices || !bj->labels || !bj->status || !bj->sample_crc || !bj->errors) {
+            job_free(bj);
+            bj = NULL;
+        }
     }
-    const feed_dataset *ds = s->svc->datasets[s->sess.ds_id].ds;
-    memcpy(bj->indices, r->indices, n * sizeof *bj->indices);
-    for (uint32_t i = 0; i < n; i++)
-        bj->labels[i] = feed_dataset_label(ds, r->indices[i]);
-    bj->wait.acct = &s->mem;
-    bj->wait.bytes = (uint64_t)n * sample_bytes;
-    bj->owner = s;
-    bj->batch_id = r->batch_id;
-    bj->job.ds = ds;
-    bj->job.ds_id = s->sess.ds_id;
-    bj->job.tf = &s->sess.tf;
-    bj->job.seed = s->sess.seed;
-    bj->job.epoch = r->epoch;
-    bj->job.indices = bj->indices;
-    bj->job.n = n;
-    bj->job.sample_bytes = sample_bytes;
-    bj->job.status = bj->status;
-    bj->job.sample_crc = bj->sample_crc;
-    bj->job.errors = bj->errors;
-    bj->job.done = on_job_done;
-    bj->job.user = s;
+    if (bj) {
+        const feed_dataset *ds = s->svc->datasets[s->sess.ds_id].ds;
+        memcpy(bj->indices, r->indices, n * sizeof *bj->indices);
+        for (uint32_t i = 0; i < n; i++)
+            bj->labels[i] = feed_dataset_label(ds, r->indices[i]);
+        bj->wait.acct = &s->mem;
+        bj->wait.bytes = (uint64_t)n * sample_bytes;
+        bj->owner = s;
+        bj->batch_id = r->batch_id;
+        bj->job.ds = ds;
+        bj->job.ds_id = s->sess.ds_id;
+        bj->job.tf = &s->sess.tf;
+        bj->job.seed = s->sess.seed;
+        bj->job.epoch = r->epoch;
+        bj->job.indices = bj->indices;
+        bj->job.n = n;
+        bj->job.sample_bytes = sample_bytes;
+        bj->job.status = bj->status;
+        bj->job.sample_crc = bj->sample_crc;
+        bj->job.errors = bj->errors;
+        bj->job.done = on_job_done;
+        bj->job.user = s;
+    }
     return bj;
 }
 
@@ -420,24 +422,20 @@ void feedd_stream_on_close(stream *s)
     pthread_mutex_unlock(&svc->mu);
 }
 
-void feedd_stream_start(cq_thread *cqt, grpc_call *call)
+/*
+ * A new stream object joins the service's list and arms RECV_CLOSE_ON_SERVER;
+ * then the machine opens it (or fails it at once past max-streams).
+ */
+static void stream_open(stream *s)
 {
-    feedd_service *svc = cqt->svc;
-    stream *s = calloc(1, sizeof *s);
-    if (!s) {
-        feedd_unary_finish(svc, call, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        return;
-    }
-    s->svc = svc;
-    s->cqt = cqt;
-    s->call = call;
+    feedd_service *svc = s->svc;
     s->t_recv = (tag){TAG_STREAM_RECV, s};
     s->t_send = (tag){TAG_STREAM_SEND, s};
     s->t_close = (tag){TAG_STREAM_CLOSE, s};
     s->t_status = (tag){TAG_STREAM_STATUS, s};
     s->status_slice = grpc_empty_slice();
     feedd_sm_init(&s->sm);
-    peer_of(call, s->peer, sizeof s->peer);
+    peer_of(s->call, s->peer, sizeof s->peer);
     pthread_mutex_init(&s->mu, NULL);
 
     pthread_mutex_lock(&svc->mu);
@@ -458,11 +456,11 @@ void feedd_stream_start(cq_thread *cqt, grpc_call *call)
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op.data.recv_close_on_server.cancelled = &s->close_cancelled;
-    bool close_armed = grpc_call_start_batch(call, &op, 1, &s->t_close, NULL) == GRPC_CALL_OK;
+    bool close_armed = grpc_call_start_batch(s->call, &op, 1, &s->t_close, NULL) == GRPC_CALL_OK;
     if (!close_armed) {
         /* Its tag will never come, and only that tag ends the stream: end it here. */
         FEED_LOGE("stream %s: RECV_CLOSE_ON_SERVER failed to start; cancelling the call", s->peer);
-        grpc_call_cancel(call, NULL);
+        grpc_call_cancel(s->call, NULL);
     } else {
         feedd_sm_out out = {0};
         FEED_LOGI("stream %s: connected", s->peer);
@@ -479,6 +477,19 @@ void feedd_stream_start(cq_thread *cqt, grpc_call *call)
     pthread_mutex_unlock(&s->mu);
     if (!close_armed)
         feedd_stream_on_close(s); /* drops the open call's reference and the close op's */
+}
+
+void feedd_stream_start(cq_thread *cqt, grpc_call *call)
+{
+    stream *s = calloc(1, sizeof *s);
+    if (!s) {
+        feedd_unary_finish(cqt->svc, call, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+        s->svc = cqt->svc;
+        s->cqt = cqt;
+        s->call = call;
+        stream_open(s);
+    }
 }
 
 void feedd_stream_on_granted(feedd_mem_waiter *w)

@@ -38,30 +38,18 @@ static grpc_byte_buffer *pack_copy(const ProtobufCMessage *m)
     grpc_slice_unref(s);
     return bb;
 }
-void feedd_unary_finish(feedd_service *svc, grpc_call *call, grpc_byte_buffer *resp,
-                        grpc_status_code code, const char *msg)
+
+/* Start the call's one batch of ops; the unary object owns call and resp until its tag. */
+static void unary_start(unary *u, grpc_status_code code)
 {
-    unary *u = calloc(1, sizeof *u);
-    if (!u) {
-        if (resp)
-            grpc_byte_buffer_destroy(resp);
-        grpc_call_cancel_with_status(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory", NULL);
-        grpc_call_unref(call);
-        return;
-    }
-    u->t.kind = TAG_UNARY_DONE;
-    u->t.obj = u;
-    u->svc = svc;
-    u->call = call;
-    u->resp = resp;
-    u->details = grpc_slice_from_copied_string(msg ? msg : "");
+    feedd_service *svc = u->svc;
     grpc_op ops[4];
     size_t n = 0;
     memset(ops, 0, sizeof ops);
     ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    if (resp) {
+    if (u->resp) {
         ops[n].op = GRPC_OP_SEND_MESSAGE;
-        ops[n++].data.send_message.send_message = resp;
+        ops[n++].data.send_message.send_message = u->resp;
     }
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = code;
@@ -71,11 +59,31 @@ void feedd_unary_finish(feedd_service *svc, grpc_call *call, grpc_byte_buffer *r
     pthread_mutex_lock(&svc->mu);
     svc->live_unary++;
     pthread_mutex_unlock(&svc->mu);
-    grpc_call_error e = grpc_call_start_batch(call, ops, n, &u->t, NULL);
+    grpc_call_error e = grpc_call_start_batch(u->call, ops, n, &u->t, NULL);
     if (e != GRPC_CALL_OK) {
         FEED_LOGE("unary start_batch failed: %d; cancelling the call", (int)e);
-        grpc_call_cancel(call, NULL);
+        grpc_call_cancel(u->call, NULL);
         feedd_unary_done(u); /* its tag will never come: release what the tag would have */
+    }
+}
+
+void feedd_unary_finish(feedd_service *svc, grpc_call *call, grpc_byte_buffer *resp,
+                        grpc_status_code code, const char *msg)
+{
+    unary *u = calloc(1, sizeof *u);
+    if (!u) {
+        if (resp)
+            grpc_byte_buffer_destroy(resp);
+        grpc_call_cancel_with_status(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory", NULL);
+        grpc_call_unref(call);
+    } else {
+        u->t.kind = TAG_UNARY_DONE;
+        u->t.obj = u;
+        u->svc = svc;
+        u->call = call;
+        u->resp = resp;
+        u->details = grpc_slice_from_copied_string(msg ? msg : "");
+        unary_start(u, code);
     }
 }
 
@@ -172,13 +180,11 @@ void feedd_unary_health(feedd_service *svc, grpc_call *call, grpc_byte_buffer *p
     Grpc__Health__V1__HealthCheckRequest *req = NULL;
     if (payload && feedd_read_bb(payload, sizeof buf, buf, &len) == 0)
         req = grpc__health__v1__health_check_request__unpack(NULL, len, buf);
+    const char *service = req && req->service ? req->service : "";
     if (!req && payload) {
         feedd_unary_finish(svc, call, NULL, GRPC_STATUS_INVALID_ARGUMENT,
                            "request: not a valid grpc.health.v1.HealthCheckRequest");
-        return;
-    }
-    const char *service = req && req->service ? req->service : "";
-    if (service[0] && strcmp(service, "feed.v1.Feed") != 0) {
+    } else if (service[0] && strcmp(service, "feed.v1.Feed") != 0) {
         feedd_unary_finish(svc, call, NULL, GRPC_STATUS_NOT_FOUND, "service: unknown service");
     } else {
         Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
