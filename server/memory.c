@@ -20,9 +20,9 @@ struct feedd_memory {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     /* Guarded by mu. */
-    feedd_mem_waiter *head, *tail; /* the FIFO over every stream */
-    uint64_t gen;                  /* bumped whenever memory frees or a batch starts waiting */
-    uint64_t pass;                 /* the granter's walks, to mark accounts passed over in one */
+    feed_list fifo; /* of feedd_mem_waiter, over every stream */
+    uint64_t gen;   /* bumped whenever memory frees or a batch starts waiting */
+    uint64_t pass;  /* the granter's walks, to mark accounts passed over in one */
     bool stop;
 };
 
@@ -38,7 +38,7 @@ static void kick(feedd_memory *m)
 {
     pthread_mutex_lock(&m->mu);
     m->gen++;
-    if (m->head)
+    if (!feed_list_empty(&m->fifo))
         pthread_cond_signal(&m->cv);
     pthread_mutex_unlock(&m->mu);
 }
@@ -64,28 +64,20 @@ static void total_release(feedd_memory *m, uint64_t bytes)
 /* Under mu. */
 static void unlink_locked(feedd_memory *m, feedd_mem_waiter *w)
 {
-    if (w->prev)
-        w->prev->next = w->next;
-    else
-        m->head = w->next;
-    if (w->next)
-        w->next->prev = w->prev;
-    else
-        m->tail = w->prev;
-    w->prev = w->next = NULL;
+    feed_list_remove(&m->fifo, &w->link);
     feedd_gauge(&feedd_m.waiting_batches, -1);
 }
 
 /*
- * One walk of the FIFO from the head (see memory.h); returns the waiters
- * granted, linked by next, their bytes reserved. Under mu.
+ * One walk of the FIFO from the head (see memory.h); moves the waiters it
+ * grants, their bytes reserved, to *granted. Under mu.
  */
-static feedd_mem_waiter *grant_locked(feedd_memory *m)
+static void grant_locked(feedd_memory *m, feed_list *granted)
 {
-    feedd_mem_waiter *granted = NULL, **tail = &granted;
     uint64_t pass = ++m->pass;
-    for (feedd_mem_waiter *w = m->head, *next; w; w = next) {
-        next = w->next;
+    for (feed_list_node *n = m->fifo.first, *next; n; n = next) {
+        next = n->next;
+        feedd_mem_waiter *w = FEED_LIST_ENTRY(n, feedd_mem_waiter, link);
         feedd_mem_account *a = w->acct;
         if (a->wait_pass == pass)
             continue;
@@ -97,10 +89,8 @@ static feedd_mem_waiter *grant_locked(feedd_memory *m)
             break;
         atomic_fetch_add(&a->used, w->bytes);
         unlink_locked(m, w);
-        *tail = w;
-        tail = &w->next;
+        feed_list_push_back(granted, &w->link);
     }
-    return granted;
 }
 
 /* The granter thread: a walk whenever memory frees or a batch starts waiting. */
@@ -110,19 +100,16 @@ static void *granter_main(void *arg)
     pthread_mutex_lock(&m->mu);
     uint64_t seen = m->gen;
     while (!m->stop) {
-        if (seen == m->gen || !m->head) {
+        if (seen == m->gen || feed_list_empty(&m->fifo)) {
             pthread_cond_wait(&m->cv, &m->mu);
             continue;
         }
         seen = m->gen;
-        feedd_mem_waiter *granted = grant_locked(m);
+        feed_list granted = {0};
+        grant_locked(m, &granted);
         pthread_mutex_unlock(&m->mu);
-        while (granted) {
-            feedd_mem_waiter *w = granted;
-            granted = w->next;
-            w->next = NULL;
-            m->granted(w);
-        }
+        while (!feed_list_empty(&granted))
+            m->granted(FEED_LIST_ENTRY(feed_list_pop_front(&granted), feedd_mem_waiter, link));
         pthread_mutex_lock(&m->mu);
     }
     pthread_mutex_unlock(&m->mu);
@@ -174,18 +161,13 @@ bool feedd_memory_admit(feedd_memory *m, feedd_mem_waiter *w)
 {
     feedd_mem_account *a = w->acct;
     pthread_mutex_lock(&m->mu);
-    bool now = !m->head && atomic_load(&a->used) + w->bytes <= m->max_stream_memory &&
+    bool now = feed_list_empty(&m->fifo) &&
+               atomic_load(&a->used) + w->bytes <= m->max_stream_memory &&
                reserve_locked(m, w->bytes);
     if (now) {
         atomic_fetch_add(&a->used, w->bytes);
     } else {
-        w->next = NULL;
-        w->prev = m->tail;
-        if (m->tail)
-            m->tail->next = w;
-        else
-            m->head = w;
-        m->tail = w;
+        feed_list_push_back(&m->fifo, &w->link);
         m->gen++;
         feedd_gauge(&feedd_m.waiting_batches, 1);
         pthread_cond_signal(&m->cv);
@@ -194,25 +176,25 @@ bool feedd_memory_admit(feedd_memory *m, feedd_mem_waiter *w)
     return now;
 }
 
-feedd_mem_waiter *feedd_memory_withdraw(feedd_memory *m, feedd_mem_account *acct)
+void feedd_memory_withdraw(feedd_memory *m, feedd_mem_account *acct, feed_list *out)
 {
-    feedd_mem_waiter *out = NULL;
+    bool any = false;
     pthread_mutex_lock(&m->mu);
-    for (feedd_mem_waiter *w = m->head, *next; w; w = next) {
-        next = w->next;
+    for (feed_list_node *n = m->fifo.first, *next; n; n = next) {
+        next = n->next;
+        feedd_mem_waiter *w = FEED_LIST_ENTRY(n, feedd_mem_waiter, link);
         if (w->acct == acct) {
             unlink_locked(m, w);
-            w->next = out;
-            out = w;
+            feed_list_push_back(out, &w->link);
+            any = true;
         }
     }
-    if (out) {
+    if (any) {
         /* One of them may have been the head that held the others back. */
         m->gen++;
         pthread_cond_signal(&m->cv);
     }
     pthread_mutex_unlock(&m->mu);
-    return out;
 }
 
 void feedd_memory_stream_release(feedd_memory *m, feedd_mem_account *acct, uint64_t bytes)

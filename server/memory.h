@@ -29,6 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "feed/list.h"
+
 typedef struct feedd_memory feedd_memory;
 
 /* One stream's share. Zero-initialise it. */
@@ -45,8 +47,7 @@ typedef struct feedd_mem_account {
 typedef struct feedd_mem_waiter {
     feedd_mem_account *acct;
     uint64_t bytes;
-    /* The FIFO's links, guarded by the memory's mu; next also links the lists returned. */
-    struct feedd_mem_waiter *prev, *next;
+    feed_list_node link; /* in the FIFO (guarded by the memory's mu), or a list handed back */
 } feedd_mem_waiter;
 
 /* A pixel buffer: the header, then the bytes. */
@@ -70,8 +71,8 @@ void feedd_memory_unref(feedd_memory *m);
 
 /* true: w's bytes are reserved in both caps now; false: w waits for granted(). */
 bool feedd_memory_admit(feedd_memory *m, feedd_mem_waiter *w);
-/* Take every waiter of acct out of the FIFO; returns them, linked by next. */
-feedd_mem_waiter *feedd_memory_withdraw(feedd_memory *m, feedd_mem_account *acct);
+/* Move every waiter of acct from the FIFO to the end of *out (linked by their link). */
+void feedd_memory_withdraw(feedd_memory *m, feedd_mem_account *acct, feed_list *out);
 /* The stream's cap: give back bytes of acct (its send finished, or its batch was dropped). */
 void feedd_memory_stream_release(feedd_memory *m, feedd_mem_account *acct, uint64_t bytes);
 

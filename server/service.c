@@ -366,8 +366,8 @@ void feedd_service_drain(feedd_service *svc)
     atomic_store(&svc->draining, true);
     atomic_store(&feedd_m.serving, 0);
     pthread_mutex_lock(&svc->mu);
-    for (stream *s = svc->streams; s; s = s->next)
-        feedd_stream_drain(s);
+    for (feed_list_node *n = svc->streams.first; n; n = n->next)
+        feedd_stream_drain(FEED_LIST_ENTRY(n, stream, link));
     pthread_mutex_unlock(&svc->mu);
 }
 

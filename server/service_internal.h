@@ -34,6 +34,7 @@
 #include <grpc/grpc.h>
 
 #include "config.h"
+#include "feed/list.h"
 #include "memory.h"
 #include "pool.h"
 #include "request.h"
@@ -108,7 +109,7 @@ struct stream {
     char peer[128];
     tag t_recv, t_send, t_close, t_status;
     pthread_mutex_t mu;
-    stream *prev, *next; /* svc->streams, guarded by svc->mu */
+    feed_list_node link; /* in svc->streams, guarded by svc->mu */
     /* Guarded by mu. */
     feedd_stream_sm sm; /* what the call does next (stream_sm.h) */
     int refs;
@@ -141,7 +142,7 @@ struct feedd_service {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     /* Guarded by mu. */
-    stream *streams;
+    feed_list streams;   /* of stream, by link */
     size_t live_streams; /* allocated stream objects */
     size_t open_streams; /* calls whose close has not fired */
     size_t live_unary;

@@ -45,12 +45,7 @@ static void stream_free(stream *s)
 {
     feedd_service *svc = s->svc;
     pthread_mutex_lock(&svc->mu);
-    if (s->prev)
-        s->prev->next = s->next;
-    else
-        svc->streams = s->next;
-    if (s->next)
-        s->next->prev = s->prev;
+    feed_list_remove(&svc->streams, &s->link);
     svc->live_streams--;
     pthread_cond_broadcast(&svc->cv);
     pthread_mutex_unlock(&svc->mu);
@@ -113,19 +108,19 @@ static void apply(stream *s, feedd_sm_out *out);
 static void take_back_jobs_locked(stream *s)
 {
     feedd_sm_out out = {0};
-    batch_job *bj = (batch_job *)(void *)feedd_pool_cancel(s->svc->pool, &s->q);
-    while (bj) {
-        batch_job *next = (batch_job *)(void *)bj->job.qnext;
-        discard_job_locked(s, bj);
+    feed_list jobs = {0};
+    feedd_pool_cancel(s->svc->pool, &s->q, &jobs);
+    while (!feed_list_empty(&jobs)) {
+        feedd_job *job = FEED_LIST_ENTRY(feed_list_pop_front(&jobs), feedd_job, qlink);
+        discard_job_locked(s, (batch_job *)(void *)job);
         feedd_sm_on_dropped(&s->sm, &out);
-        bj = next;
     }
     /* One the granter already took is its to dispose of (feedd_stream_on_granted). */
-    feedd_mem_waiter *waiting = feedd_memory_withdraw(s->svc->memory, &s->mem);
-    while (waiting) {
-        bj = job_of_waiter(waiting);
-        waiting = waiting->next;
-        discard_job_locked(s, bj);
+    feed_list waiting = {0};
+    feedd_memory_withdraw(s->svc->memory, &s->mem, &waiting);
+    while (!feed_list_empty(&waiting)) {
+        feed_list_node *n = feed_list_pop_front(&waiting);
+        discard_job_locked(s, job_of_waiter(FEED_LIST_ENTRY(n, feedd_mem_waiter, link)));
         feedd_sm_on_dropped(&s->sm, &out);
     }
     apply(s, &out);
@@ -245,10 +240,9 @@ static void send_status_locked(stream *s, grpc_status_code code, const char *msg
  */
 static void apply(stream *s, feedd_sm_out *out)
 {
-    while (out->discard) {
-        feedd_sm_job *j = out->discard;
-        out->discard = j->next;
-        discard_job_locked(s, job_of_sm(j));
+    while (!feed_list_empty(&out->discard)) {
+        feed_list_node *n = feed_list_pop_front(&out->discard);
+        discard_job_locked(s, job_of_sm(FEED_LIST_ENTRY(n, feedd_sm_job, link)));
     }
     if (out->drop_work)
         take_back_jobs_locked(s);
@@ -440,10 +434,7 @@ static void stream_open(stream *s)
 
     pthread_mutex_lock(&svc->mu);
     bool too_many = svc->open_streams >= svc->cfg->max_streams;
-    s->next = svc->streams;
-    if (svc->streams)
-        svc->streams->prev = s;
-    svc->streams = s;
+    feed_list_push_front(&svc->streams, &s->link);
     svc->live_streams++;
     svc->open_streams++;
     pthread_mutex_unlock(&svc->mu);

@@ -21,20 +21,16 @@ bool feedd_sm_alive(const feedd_stream_sm *sm)
 
 static void discard(feedd_sm_job *job, feedd_sm_out *out)
 {
-    job->next = out->discard;
-    out->discard = job;
+    feed_list_push_back(&out->discard, &job->link);
 }
 
 /* Everything accepted goes: ready batches here, the rest through drop_work. */
 static void drop_work(feedd_stream_sm *sm, feedd_sm_out *out)
 {
-    while (sm->ready_head) {
-        feedd_sm_job *job = sm->ready_head;
-        sm->ready_head = job->next;
+    while (!feed_list_empty(&sm->ready)) {
         sm->outstanding--;
-        discard(job, out);
+        feed_list_push_back(&out->discard, feed_list_pop_front(&sm->ready));
     }
-    sm->ready_tail = NULL;
     out->drop_work = true;
 }
 
@@ -53,7 +49,7 @@ static void finish(feedd_stream_sm *sm, grpc_status_code code, const char *msg, 
 static void maybe_finish(feedd_stream_sm *sm, feedd_sm_out *out)
 {
     bool may = !sm->closed && !sm->status_sent && !sm->send_in_flight;
-    bool idle = sm->outstanding == 0 && !sm->ready_head;
+    bool idle = sm->outstanding == 0 && feed_list_empty(&sm->ready);
     if (may && sm->failing)
         finish(sm, sm->code, sm->msg, out);
     else if (may && idle && sm->recv_done && !sm->refused)
@@ -64,15 +60,11 @@ static void maybe_finish(feedd_stream_sm *sm, feedd_sm_out *out)
 
 static void try_send(feedd_stream_sm *sm, feedd_sm_out *out)
 {
-    if (!sm->send_in_flight && sm->ready_head && feedd_sm_alive(sm)) {
-        feedd_sm_job *job = sm->ready_head;
-        sm->ready_head = job->next;
-        if (!sm->ready_head)
-            sm->ready_tail = NULL;
-        job->next = NULL;
+    if (!sm->send_in_flight && !feed_list_empty(&sm->ready) && feedd_sm_alive(sm)) {
+        feed_list_node *n = feed_list_pop_front(&sm->ready);
         sm->outstanding--;
         sm->send_in_flight = true;
-        out->send = job;
+        out->send = FEED_LIST_ENTRY(n, feedd_sm_job, link);
     }
 }
 
@@ -129,7 +121,6 @@ bool feedd_sm_on_request(feedd_stream_sm *sm, uint32_t window, feedd_sm_job *job
     bool accepted = sm->outstanding < window;
     if (accepted) {
         sm->outstanding++;
-        job->next = NULL;
         out->admit = job;
     } else {
         char msg[FEEDD_SM_MSG_MAX];
@@ -159,12 +150,7 @@ void feedd_sm_on_job_done(feedd_stream_sm *sm, feedd_sm_job *job, bool cancelled
         sm->outstanding--;
         discard(job, out);
     } else {
-        job->next = NULL;
-        if (sm->ready_tail)
-            sm->ready_tail->next = job;
-        else
-            sm->ready_head = job;
-        sm->ready_tail = job;
+        feed_list_push_back(&sm->ready, &job->link);
         try_send(sm, out);
     }
     maybe_finish(sm, out);

@@ -31,16 +31,18 @@
 
 #include <grpc/status.h>
 
+#include "feed/list.h"
+
 #define FEEDD_SM_MSG_MAX 256
 
 /* Embedded in the transport's job; the machine's while it holds the job. */
 typedef struct feedd_sm_job {
-    struct feedd_sm_job *next;
+    feed_list_node link; /* in the ready list or an out's discard list */
 } feedd_sm_job;
 
 typedef struct feedd_stream_sm {
     uint32_t outstanding; /* accepted, not yet handed to gRPC (waiting for memory too) */
-    feedd_sm_job *ready_head, *ready_tail;
+    feed_list ready;      /* done, waiting for the send in flight; in order */
     bool recv_armed, recv_done, closed, failing, draining;
     bool refused; /* a request came in while draining */
     bool send_in_flight, status_sent;
@@ -54,7 +56,7 @@ typedef struct feedd_stream_sm {
  * order: discard, drop_work, admit, start, send, arm_recv, finish.
  */
 typedef struct feedd_sm_out {
-    feedd_sm_job *discard; /* free these jobs (linked by next); no longer counted */
+    feed_list discard; /* free these jobs; no longer counted */
     bool drop_work; /* take the stream's jobs back (pool, memory queue): feedd_sm_on_dropped each */
     feedd_sm_job *admit; /* accepted: ask the memory caps for its bytes */
     feedd_sm_job *start; /* it has its memory: submit it to the pool */

@@ -321,14 +321,16 @@ static void test_pool_round_robin(void **state)
         feedd_pool_submit(fair.pool, &qc, &jobs[j]);
     }
     int returned = 0;
-    for (feedd_job *j = feedd_pool_cancel(fair.pool, &qc); j; j = j->qnext)
+    feed_list back = {0};
+    feedd_pool_cancel(fair.pool, &qc, &back);
+    for (feed_list_node *n = back.first; n; n = n->next)
         returned++;
     pthread_mutex_lock(&fair.mu);
     while (returned + fair.n_done < A_JOBS)
         pthread_cond_wait(&fair.cv, &fair.mu);
     assert_int_equal(returned + fair.n_done, A_JOBS);
     pthread_mutex_unlock(&fair.mu);
-    assert_null(qc.head);
+    assert_true(feed_list_empty(&qc.jobs));
     assert_false(qc.linked);
     feedd_pool_free(fair.pool);
     feed_dataset_close(ds);
