@@ -172,6 +172,27 @@ static void test_parse_u64(void **state)
     assert_int_equal(feed_parse_u64("21", 10, 20, &v), FEED_EINVAL);
 }
 
+static void test_parse_double(void **state)
+{
+    (void)state;
+    double v = 7;
+    assert_int_equal(feed_parse_double("0.5", 0, 10, &v), 0);
+    assert_true(v == 0.5);
+    assert_int_equal(feed_parse_double("2", 0, 10, &v), 0);
+    assert_true(v == 2);
+    assert_int_equal(feed_parse_double(".25", 0, 10, &v), 0);
+    assert_true(v == 0.25);
+    assert_int_equal(feed_parse_double("1e1", 0, 10, &v), 0);
+    assert_true(v == 10);
+    const char *bad[] = {"", "x", "1s", " 1", "+1", "-1", "0x10", "inf", "nan", "1e999", "11"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        v = 7;
+        assert_int_equal(feed_parse_double(bad[i], 0, 10, &v), FEED_EINVAL);
+        assert_true(v == 7);
+    }
+    assert_int_equal(feed_parse_double(NULL, 0, 10, &v), FEED_EINVAL);
+}
+
 static void test_parse_u32(void **state)
 {
     (void)state;
@@ -293,6 +314,7 @@ int main(void)
         cmocka_unit_test(test_rng_below_uniform),
         cmocka_unit_test(test_parse_u64),
         cmocka_unit_test(test_parse_u32),
+        cmocka_unit_test(test_parse_double),
         cmocka_unit_test(test_set_err),
         cmocka_unit_test(test_utf8_valid),
         cmocka_unit_test(test_list),
