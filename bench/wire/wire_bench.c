@@ -385,22 +385,10 @@ out:
     return NULL;
 }
 
-/* utime + stime of a process in seconds, from /proc/PID/stat. */
+/* utime + stime of a process in seconds. */
 static double proc_cpu_s(pid_t pid)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    unsigned long ut = 0, st = 0;
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-        return 0;
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+    return (double)feed_test_proc_cpu_ns(pid) / 1e9;
 }
 
 static double self_cpu_s(void)
