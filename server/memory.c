@@ -97,8 +97,12 @@ static void grant_locked(feedd_memory *m, feed_list *granted)
 static void *granter_main(void *arg)
 {
     feedd_memory *m = arg;
+    /*
+     * gen starts at 0 and only grows, so a batch that began waiting (or
+     * memory that freed) before this thread first ran still gets its walk.
+     */
+    uint64_t seen = 0;
     pthread_mutex_lock(&m->mu);
-    uint64_t seen = m->gen;
     while (!m->stop) {
         if (seen == m->gen || feed_list_empty(&m->fifo)) {
             pthread_cond_wait(&m->cv, &m->mu);
