@@ -18,9 +18,10 @@
  *
  * Locks, in this order: svc->mu (stream list, counters, shutdown state),
  * then stream->mu (everything in the stream marked "guarded by mu"), then
- * the memory's mu (memory.c; a leaf: nothing else is locked, and no gRPC call made, while
- * it is held). A stream is freed when its reference count (one per pending
- * gRPC op, one per accepted job, one for the open call) drops to zero.
+ * the pool's mu (pool.h) or the memory's mu (memory.c), both leaves: nothing
+ * else is locked, and no gRPC call made, while one is held. A stream is
+ * freed when its reference count (one per pending gRPC op, one per accepted
+ * job, one for the open call) drops to zero.
  */
 #ifndef FEED_SERVER_SERVICE_INTERNAL_H
 #define FEED_SERVER_SERVICE_INTERNAL_H
@@ -42,8 +43,8 @@
 #include "stream_sm.h"
 
 #define STATUS_MSG_MAX 256
-
 #define REQ_SLOTS_PER_METHOD 2
+
 typedef enum tag_kind {
     TAG_REQUEST,
     TAG_STREAM_RECV,
