@@ -1,5 +1,5 @@
 /*
- * Fuzz target: the JPEG engine (server/engine.h), whose input is whatever
+ * Fuzz target: the JPEG engine (server/engine/engine.h), whose input is whatever
  * bytes a dataset file holds. Each input goes through the fast path twice,
  * seeded from the input so crops vary (a small train output, which mostly
  * decodes at 1/8 scale, and a larger eval output, which needs finer scales),

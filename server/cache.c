@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "feed/errors.h"
+#include "feed/list.h"
 #include "metrics.h"
 
 #define SHARDS 16
@@ -18,7 +19,7 @@
 
 typedef struct entry {
     struct entry *chain;
-    struct entry *lru_prev, *lru_next; /* head = most recent */
+    feed_list_node lru; /* in the shard's lru */
     uint64_t hash;
     uint32_t dataset, epoch;
     uint64_t seed, index;
@@ -31,7 +32,7 @@ typedef struct entry {
 typedef struct shard {
     pthread_mutex_t mu;
     entry *buckets[BUCKETS]; /* guarded by mu */
-    entry *lru_head, *lru_tail;
+    feed_list lru;           /* of entry, guarded by mu; first = most recent */
     uint64_t used, budget;
 } shard;
 
@@ -89,36 +90,12 @@ static entry **find(shard *s, const feedd_cache_key *k, uint64_t h)
     return pp;
 }
 
-static void lru_unlink(shard *s, entry *e)
-{
-    if (e->lru_prev)
-        e->lru_prev->lru_next = e->lru_next;
-    else
-        s->lru_head = e->lru_next;
-    if (e->lru_next)
-        e->lru_next->lru_prev = e->lru_prev;
-    else
-        s->lru_tail = e->lru_prev;
-    e->lru_prev = e->lru_next = NULL;
-}
-
-static void lru_push_front(shard *s, entry *e)
-{
-    e->lru_prev = NULL;
-    e->lru_next = s->lru_head;
-    if (s->lru_head)
-        s->lru_head->lru_prev = e;
-    s->lru_head = e;
-    if (!s->lru_tail)
-        s->lru_tail = e;
-}
-
 static void remove_entry(shard *s, entry *e)
 {
     feedd_cache_key k = {e->dataset, e->epoch, e->seed, e->index, &e->tf};
     entry **pp = find(s, &k, e->hash);
     *pp = e->chain;
-    lru_unlink(s, e);
+    feed_list_remove(&s->lru, &e->lru);
     s->used -= sizeof *e + e->len;
     feedd_gauge(&feedd_m.cache_bytes, -(int64_t)(sizeof *e + e->len));
     free(e);
@@ -143,8 +120,8 @@ void feedd_cache_free(feedd_cache *c)
         return;
     for (int i = 0; i < SHARDS; i++) {
         shard *s = &c->shards[i];
-        while (s->lru_head)
-            remove_entry(s, s->lru_head);
+        while (!feed_list_empty(&s->lru))
+            remove_entry(s, FEED_LIST_ENTRY(s->lru.first, entry, lru));
         pthread_mutex_destroy(&s->mu);
     }
     free(c);
@@ -161,8 +138,8 @@ bool feedd_cache_get(feedd_cache *c, const feedd_cache_key *k, uint8_t *dst, siz
     if (e && e->len == len) {
         memcpy(dst, e->data, len);
         *crc = e->crc;
-        lru_unlink(s, e);
-        lru_push_front(s, e);
+        feed_list_remove(&s->lru, &e->lru);
+        feed_list_push_front(&s->lru, &e->lru);
         hit = true;
     }
     pthread_mutex_unlock(&s->mu);
@@ -190,19 +167,19 @@ void feedd_cache_put(feedd_cache *c, const feedd_cache_key *k, const uint8_t *sr
     e->len = len;
     e->crc = crc;
     e->chain = NULL;
-    e->lru_prev = e->lru_next = NULL;
+    e->lru = (feed_list_node){NULL, NULL};
     memcpy(e->data, src, len);
     pthread_mutex_lock(&s->mu);
     entry *old = *find(s, k, h);
     if (old)
         remove_entry(s, old);
-    while (s->used + need > s->budget && s->lru_tail) {
-        remove_entry(s, s->lru_tail);
+    while (s->used + need > s->budget && !feed_list_empty(&s->lru)) {
+        remove_entry(s, FEED_LIST_ENTRY(s->lru.last, entry, lru));
         feedd_count(&feedd_m.cache_evictions, 1);
     }
     entry **pp = find(s, k, h);
     *pp = e;
-    lru_push_front(s, e);
+    feed_list_push_front(&s->lru, &e->lru);
     s->used += need;
     feedd_gauge(&feedd_m.cache_bytes, (int64_t)need);
     pthread_mutex_unlock(&s->mu);

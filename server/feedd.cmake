@@ -4,7 +4,12 @@ add_executable(feedd
   ${CMAKE_CURRENT_LIST_DIR}/config.c
   ${CMAKE_CURRENT_LIST_DIR}/pool.c
   ${CMAKE_CURRENT_LIST_DIR}/service.c
+  ${CMAKE_CURRENT_LIST_DIR}/unary.c
+  ${CMAKE_CURRENT_LIST_DIR}/stream_sm.c
+  ${CMAKE_CURRENT_LIST_DIR}/stream.c
   ${CMAKE_CURRENT_LIST_DIR}/request.c
+  ${CMAKE_CURRENT_LIST_DIR}/memory.c
+  ${CMAKE_CURRENT_LIST_DIR}/batch_pack.c
   ${CMAKE_CURRENT_LIST_DIR}/metrics.c
   ${CMAKE_CURRENT_LIST_DIR}/cache.c
   ${CMAKE_CURRENT_LIST_DIR}/crc_combine.c)

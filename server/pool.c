@@ -1,10 +1,11 @@
 /*
  * Worker threads and the fair scheduler; see pool.h.
  *
- * Scheduling: a ring of queues that have unclaimed samples; `cursor` points
- * at the queue to serve next. A worker takes up to `task` samples from the
- * head job of the cursor's queue and moves the cursor on by one queue, so
- * every stream with work gets a turn per round whatever its depth.
+ * Scheduling: a ring of queues that have unclaimed samples (a list whose
+ * last queue is followed by its first); `cursor` points at the queue to
+ * serve next. A worker takes up to `task` samples from the head job of the
+ * cursor's queue and moves the cursor on by one queue, so every stream with
+ * work gets a turn per round whatever its depth.
  */
 #include "pool.h"
 
@@ -34,6 +35,7 @@ typedef struct worker {
 struct feedd_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    feed_list ring;      /* of feedd_queue, by rr; guarded by mu */
     feedd_queue *cursor; /* guarded by mu; NULL = no work */
     bool stop;           /* guarded by mu */
     uint32_t n_workers;
@@ -42,37 +44,32 @@ struct feedd_pool {
     worker *workers;
 };
 
+/* The queue after q in the ring. Under mu. */
+static feedd_queue *ring_next(feedd_pool *p, feedd_queue *q)
+{
+    return FEED_LIST_ENTRY(feed_list_next_cyclic(&p->ring, &q->rr), feedd_queue, rr);
+}
+
 static void ring_link(feedd_pool *p, feedd_queue *q)
 {
-    if (q->linked)
-        return;
-    if (!p->cursor) {
-        q->rr_next = q->rr_prev = q;
-        p->cursor = q;
-    } else {
+    if (!q->linked) {
         /* Just before the cursor: served last in this round. */
-        q->rr_next = p->cursor;
-        q->rr_prev = p->cursor->rr_prev;
-        q->rr_prev->rr_next = q;
-        p->cursor->rr_prev = q;
+        feed_list_insert_before(&p->ring, p->cursor ? &p->cursor->rr : NULL, &q->rr);
+        if (!p->cursor)
+            p->cursor = q;
+        q->linked = true;
     }
-    q->linked = true;
 }
 
 static void ring_unlink(feedd_pool *p, feedd_queue *q)
 {
-    if (!q->linked)
-        return;
-    if (q->rr_next == q) {
-        p->cursor = NULL;
-    } else {
-        q->rr_prev->rr_next = q->rr_next;
-        q->rr_next->rr_prev = q->rr_prev;
+    if (q->linked) {
+        feedd_queue *next = ring_next(p, q);
+        feed_list_remove(&p->ring, &q->rr);
         if (p->cursor == q)
-            p->cursor = q->rr_next;
+            p->cursor = next == q ? NULL : next;
+        q->linked = false;
     }
-    q->rr_next = q->rr_prev = NULL;
-    q->linked = false;
 }
 
 static uint32_t task_size(const feedd_pool *p, uint32_t n)
@@ -152,20 +149,16 @@ static void *worker_main(void *arg)
         if (p->stop)
             break;
         feedd_queue *q = p->cursor;
-        feedd_job *job = q->head;
+        feedd_job *job = FEED_LIST_ENTRY(q->jobs.first, feedd_job, qlink);
         uint32_t first = job->next_claim;
         uint32_t k = task_size(p, job->n);
         if (k > job->n - first)
             k = job->n - first;
         job->next_claim += k;
-        if (job->next_claim == job->n) {
-            q->head = job->qnext;
-            if (!q->head)
-                q->tail = NULL;
-            job->qnext = NULL;
-        }
-        p->cursor = q->rr_next;
-        if (!q->head)
+        if (job->next_claim == job->n)
+            feed_list_remove(&q->jobs, &job->qlink);
+        p->cursor = ring_next(p, q);
+        if (feed_list_empty(&q->jobs))
             ring_unlink(p, q);
         if (p->cursor)
             pthread_cond_signal(&p->cv);
@@ -247,41 +240,30 @@ void feedd_pool_free(feedd_pool *p)
 void feedd_pool_submit(feedd_pool *p, feedd_queue *q, feedd_job *job)
 {
     job->next_claim = 0;
-    job->qnext = NULL;
     atomic_init(&job->remaining, job->n);
     atomic_init(&job->cancelled, false);
     atomic_init(&job->busy_ns, 0);
     feedd_gauge(&feedd_m.queue_depth, job->n);
     pthread_mutex_lock(&p->mu);
-    if (q->tail)
-        q->tail->qnext = job;
-    else
-        q->head = job;
-    q->tail = job;
+    feed_list_push_back(&q->jobs, &job->qlink);
     ring_link(p, q);
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }
 
-feedd_job *feedd_pool_cancel(feedd_pool *p, feedd_queue *q)
+void feedd_pool_cancel(feedd_pool *p, feedd_queue *q, feed_list *finished)
 {
-    feedd_job *finished = NULL;
     pthread_mutex_lock(&p->mu);
-    feedd_job *job = q->head;
-    q->head = q->tail = NULL;
+    feed_list jobs = q->jobs;
+    q->jobs = (feed_list){NULL, NULL};
     ring_unlink(p, q);
     pthread_mutex_unlock(&p->mu);
-    while (job) {
-        feedd_job *next = job->qnext;
+    while (!feed_list_empty(&jobs)) {
+        feedd_job *job = FEED_LIST_ENTRY(feed_list_pop_front(&jobs), feedd_job, qlink);
         uint32_t unclaimed = job->n - job->next_claim;
-        job->qnext = NULL;
         atomic_store(&job->cancelled, true);
         feedd_gauge(&feedd_m.queue_depth, -(int64_t)unclaimed);
-        if (atomic_fetch_sub(&job->remaining, unclaimed) == unclaimed) {
-            job->qnext = finished;
-            finished = job;
-        }
-        job = next;
+        if (atomic_fetch_sub(&job->remaining, unclaimed) == unclaimed)
+            feed_list_push_back(finished, &job->qlink);
     }
-    return finished;
 }

@@ -9,7 +9,7 @@
  * into job->crc and calls job->done on its own thread.
  *
  * Lock: pool->mu guards every queue's links and every queued job's
- * next_claim/qnext. Callers may hold their own locks when calling submit and
+ * next_claim/qlink. Callers may hold their own locks when calling submit and
  * cancel (the pool never calls out while holding mu, and done is called with
  * no pool lock held).
  */
@@ -24,6 +24,7 @@
 #include "cache.h"
 #include "engine.h"
 #include "feed/dataset.h"
+#include "feed/list.h"
 #include "feed/transform.h"
 
 typedef struct feedd_pool feedd_pool;
@@ -49,8 +50,8 @@ struct feedd_job {
     void *user;
     uint32_t crc; /* CRC32C of data, set before done unless cancelled */
     /* The pool's. */
-    uint32_t next_claim; /* guarded by pool mu */
-    feedd_job *qnext;    /* guarded by pool mu; also links the list cancel returns */
+    uint32_t next_claim;  /* guarded by pool mu */
+    feed_list_node qlink; /* in its queue (guarded by pool mu), or the list cancel hands back */
     atomic_uint remaining;
     atomic_bool cancelled;
     atomic_uint_fast64_t busy_ns;
@@ -58,9 +59,9 @@ struct feedd_job {
 
 /* A stream's queue of jobs; zero-initialise it. Fields are the pool's (guarded by pool mu). */
 typedef struct feedd_queue {
-    feedd_job *head, *tail;
-    struct feedd_queue *rr_prev, *rr_next;
-    bool linked;
+    feed_list jobs;    /* of feedd_job, by qlink, in submission order */
+    feed_list_node rr; /* in the pool's ring while linked */
+    bool linked;       /* it has unclaimed samples */
 } feedd_queue;
 
 /*
@@ -75,10 +76,10 @@ void feedd_pool_free(feedd_pool *p);
 void feedd_pool_submit(feedd_pool *p, feedd_queue *q, feedd_job *job);
 /*
  * Drop q's unclaimed samples. Jobs that this leaves with no sample in a
- * worker's hands are returned (linked by qnext) for the caller to dispose of,
- * and their done is never called; the others are marked cancelled and get
- * their done call from the worker that finishes them.
+ * worker's hands go to the end of *finished (by qlink) for the caller to
+ * dispose of, and their done is never called; the others are marked
+ * cancelled and get their done call from the worker that finishes them.
  */
-feedd_job *feedd_pool_cancel(feedd_pool *p, feedd_queue *q);
+void feedd_pool_cancel(feedd_pool *p, feedd_queue *q, feed_list *finished);
 
 #endif

@@ -3,8 +3,10 @@
  * Health/Check, UNIMPLEMENTED for anything else. Completion-queue threads
  * run every gRPC event and never decode; batches are made by the pool
  * (pool.h) and sent by whichever thread completes them. Lifecycle, driven by
- * the main thread: start → drain (on SIGTERM) → stop → free. One service per
- * process: the batch-memory accounting behind --max-memory is process-wide.
+ * the main thread: start → drain (on SIGTERM) → stop → free. The service
+ * owns its batch-memory accounting (--max-memory, memory.h); the metrics it
+ * updates (metrics.h) are process-wide. The files behind this API:
+ * service_internal.h.
  */
 #ifndef FEED_SERVER_SERVICE_H
 #define FEED_SERVER_SERVICE_H
@@ -22,7 +24,8 @@ typedef struct feedd_service feedd_service;
 /*
  * Bind cfg->listen, start the completion-queue threads. datasets (n of them)
  * and pool must outlive the service. *port gets the bound port.
- * 0, FEED_EIO (bind failed) or FEED_ENOMEM.
+ * 0, FEED_EIO (bind failed) or FEED_ENOMEM; on failure every thread, queue
+ * and byte it had taken is given back.
  */
 int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *datasets, size_t n,
                         feedd_pool *pool, feedd_service **out, int *port);

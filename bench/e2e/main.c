@@ -36,7 +36,7 @@
 #include "nvml.h"
 #include "report.h"
 #include "source.h"
-#include "spawn.h"
+#include "feedtest.h"
 #include "step.h"
 
 #define MAX_SERVERS 64
@@ -381,7 +381,7 @@ typedef struct bench_ctx {
     options opt;
     bench_step *step;
     nvml_monitor *nvml;
-    feedd_proc servers[MAX_SERVERS];
+    feed_test_server servers[MAX_SERVERS];
     uint32_t nspawned;
     bool progress_tty;
 } bench_ctx;
@@ -390,7 +390,7 @@ static uint64_t servers_cpu_ns(const bench_ctx *c)
 {
     uint64_t ns = 0;
     for (uint32_t i = 0; i < c->nspawned; i++)
-        ns += proc_cpu_ns(c->servers[i].pid);
+        ns += feed_test_proc_cpu_ns(c->servers[i].pid);
     return ns;
 }
 
@@ -774,26 +774,26 @@ int main(int argc, char **argv)
                 targets[ntargets++] = t;
         }
         for (uint32_t i = 0; i < o->spawn && ntargets < MAX_SERVERS; i++) {
-            char wd[PATH_MAX], logp[PATH_MAX], cpubuf[256];
+            char logp[PATH_MAX], cpubuf[256], dataset_arg[PATH_MAX + 16], threads_arg[16];
             if (mkdir_p(o->out) != 0) {
                 fprintf(stderr, "feed-bench: cannot create %s\n", o->out);
                 goto out;
             }
-            snprintf(wd, sizeof wd, "%s/feedd-%u", o->out, i);
             snprintf(logp, sizeof logp, "%s/feedd-%u.log", o->out, i);
-            if (mkdir_p(wd) != 0) {
-                fprintf(stderr, "feed-bench: cannot create %s\n", wd);
-                goto out;
-            }
             const char *cpus = nth_cpu_list(o->server_cpus, i, cpubuf, sizeof cpubuf);
             if (o->server_cpus && !cpus) {
                 fprintf(stderr, "feed-bench: --server-cpus has no list for server %u\n", i);
                 goto out;
             }
-            frc = feedd_spawn(feedd, DATASET_NAME, o->data, o->server_threads, cpus, wd, logp,
-                              &ctx.servers[i], err, sizeof err);
+            snprintf(dataset_arg, sizeof dataset_arg, "%s=%s", DATASET_NAME, o->data);
+            snprintf(threads_arg, sizeof threads_arg, "%u", o->server_threads);
+            const char *args[] = {"--dataset", dataset_arg, "--threads", threads_arg, NULL};
+            feed_test_server_opts so = {
+                .feedd = feedd, .cpus = cpus, .log_path = logp, .no_metrics = true};
+            frc = feed_test_server_start_with(&so, args, &ctx.servers[i]);
             if (frc) {
-                fprintf(stderr, "feed-bench: feedd %u: %s\n", i, err);
+                fprintf(stderr, "feed-bench: feedd %u (%s, cpus %s): %s; see %s\n", i, feedd,
+                        cpus ? cpus : "any", feed_strerror(frc), logp);
                 goto out;
             }
             ctx.nspawned++;
@@ -901,7 +901,7 @@ int main(int argc, char **argv)
             rc = 1;
 out:
     for (uint32_t i = 0; i < ctx.nspawned; i++)
-        feedd_stop(&ctx.servers[i]);
+        feed_test_server_stop_timeout(&ctx.servers[i], 5000);
     for (size_t i = 0; i < nruns; i++) {
         free(runs[i].records);
         free(runs[i].nvml);

@@ -13,7 +13,7 @@
  * decode, crop, resize, flip, write the output. Files are read once before
  * timing so the page cache is warm, as it is for the torchvision run.
  */
-#include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -26,6 +26,7 @@
 #include "feed/buf.h"
 #include "feed/dataset.h"
 #include "feed/errors.h"
+#include "feed/strutil.h"
 #include "feed/timeutil.h"
 #include "feed/transform.h"
 #include "resize.h"
@@ -190,8 +191,37 @@ static void usage(void)
             "  --reference-all also run the reference on N threads\n");
 }
 
+/* The command line: 0, 1 for --help, -1 when it is wrong. */
 static int parse(int argc, char **argv, options *o)
 {
+    enum {
+        O_THREADS = 256,
+        O_SECONDS,
+        O_WARMUP,
+        O_IMAGES,
+        O_EVAL,
+        O_SIZE,
+        O_SEED,
+        O_NO_REFERENCE,
+        O_REFERENCE_ALL,
+        O_JSON,
+        O_CSV,
+    };
+    static const struct option longopts[] = {
+        {"threads", required_argument, NULL, O_THREADS},
+        {"seconds", required_argument, NULL, O_SECONDS},
+        {"warmup", required_argument, NULL, O_WARMUP},
+        {"images", required_argument, NULL, O_IMAGES},
+        {"eval", no_argument, NULL, O_EVAL},
+        {"size", required_argument, NULL, O_SIZE},
+        {"seed", required_argument, NULL, O_SEED},
+        {"no-reference", no_argument, NULL, O_NO_REFERENCE},
+        {"reference-all", no_argument, NULL, O_REFERENCE_ALL},
+        {"json", required_argument, NULL, O_JSON},
+        {"csv", required_argument, NULL, O_CSV},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (options){.threads = ncpu > 0 ? (unsigned)ncpu : 1,
                    .seconds = 5.0,
@@ -199,67 +229,62 @@ static int parse(int argc, char **argv, options *o)
                    .reference = true,
                    .size = 224,
                    .seed = 1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end = NULL;
-        errno = 0;
-        if (!strcmp(a, "--no-reference")) {
-            o->reference = false;
-        } else if (!strcmp(a, "--reference-all")) {
-            o->reference_all = true;
-        } else if (!strcmp(a, "--eval")) {
+    int c, bad = 0, help = 0;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_THREADS:
+            bad |= feed_parse_u32(optarg, 1, 1024, &o->threads) != 0;
+            break;
+        case O_SECONDS:
+            bad |= feed_parse_double(optarg, 1e-3, 3600, &o->seconds) != 0;
+            break;
+        case O_WARMUP:
+            bad |= feed_parse_double(optarg, 0, 3600, &o->warmup) != 0;
+            break;
+        case O_IMAGES:
+            bad |= feed_parse_u64(optarg, 0, UINT64_MAX, &o->images) != 0;
+            break;
+        case O_EVAL:
             o->eval = true;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage();
-            exit(0);
-        } else if (a[0] == '-' && a[1] == '-' && v) {
-            i++;
-            if (!strcmp(a, "--threads")) {
-                unsigned long n = strtoul(v, &end, 10);
-                if (n < 1 || n > 1024)
-                    return -1;
-                o->threads = (unsigned)n;
-            } else if (!strcmp(a, "--seconds")) {
-                o->seconds = strtod(v, &end);
-                if (!(o->seconds > 0 && o->seconds < 3600))
-                    return -1;
-            } else if (!strcmp(a, "--warmup")) {
-                o->warmup = strtod(v, &end);
-                if (!(o->warmup >= 0 && o->warmup < 3600))
-                    return -1;
-            } else if (!strcmp(a, "--images")) {
-                o->images = strtoull(v, &end, 10);
-            } else if (!strcmp(a, "--size")) {
-                unsigned long n = strtoul(v, &end, 10);
-                if (n < FEED_TRANSFORM_MIN_SIDE || n > FEED_TRANSFORM_MAX_SIDE)
-                    return -1;
-                o->size = (uint32_t)n;
-            } else if (!strcmp(a, "--seed")) {
-                o->seed = strtoull(v, &end, 10);
-            } else if (!strcmp(a, "--json")) {
-                o->json = v;
-            } else if (!strcmp(a, "--csv")) {
-                o->csv = v;
-            } else {
-                return -1;
-            }
-            if (end && (*end || errno))
-                return -1;
-        } else if (a[0] != '-' && !o->data) {
-            o->data = a;
-        } else {
-            return -1;
+            break;
+        case O_SIZE:
+            bad |= feed_parse_u32(optarg, FEED_TRANSFORM_MIN_SIDE, FEED_TRANSFORM_MAX_SIDE,
+                                  &o->size) != 0;
+            break;
+        case O_SEED:
+            bad |= feed_parse_u64(optarg, 0, UINT64_MAX, &o->seed) != 0;
+            break;
+        case O_NO_REFERENCE:
+            o->reference = false;
+            break;
+        case O_REFERENCE_ALL:
+            o->reference_all = true;
+            break;
+        case O_JSON:
+            o->json = optarg;
+            break;
+        case O_CSV:
+            o->csv = optarg;
+            break;
+        case 'h':
+            help = 1;
+            break;
+        default:
+            bad = 1;
+            break;
         }
     }
-    return o->data ? 0 : -1;
+    o->data = optind + 1 == argc ? argv[optind] : NULL;
+    return bad || (!help && !o->data) ? -1 : help;
 }
 
 int main(int argc, char **argv)
 {
     options opt;
-    if (parse(argc, argv, &opt)) {
+    int pr = parse(argc, argv, &opt);
+    if (pr) {
         usage();
-        return 2;
+        return pr < 0 ? 2 : 0;
     }
     feed_dataset *ds;
     char err[512];

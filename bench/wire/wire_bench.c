@@ -20,6 +20,7 @@
  * Threads: main spawns servers and times; one client thread per stream.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -36,6 +37,7 @@
 #include <grpc/grpc.h>
 
 #include "feed/crc32c.h"
+#include "feed/strutil.h"
 #include "feed/timeutil.h"
 #include "feedtest.h"
 #include "feedtest_grpc.h"
@@ -136,8 +138,6 @@ static void build_dir_default(char *out, size_t cap, const char *rel)
 static int parse_args(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
-    o->servers = 1;
-    o->streams_per_server = 2;
     o->threads[0] = 1;
     o->threads[1] = 2;
     o->n_threads = 2;
@@ -150,62 +150,120 @@ static int parse_args(int argc, char **argv, options *o)
     o->warmup = 2;
     build_dir_default(o->feedd, sizeof o->feedd, "server/feedd");
     build_dir_default(o->gen, sizeof o->gen, "server/tools/feed-gen-dataset");
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool used = true;
-        if (strcmp(a, "--help") == 0) {
+    enum {
+        O_SERVERS = 256,
+        O_TARGET,
+        O_THREADS,
+        O_MODE,
+        O_STREAMS,
+        O_BATCH,
+        O_SIDE,
+        O_WINDOW,
+        O_WORKING_SET,
+        O_CQ_THREADS,
+        O_SECONDS,
+        O_WARMUP,
+        O_DATASET,
+        O_FEEDD,
+        O_GEN,
+        O_VERIFY,
+        O_CSV,
+        O_HELP,
+    };
+    static const struct option longopts[] = {
+        {"servers", required_argument, NULL, O_SERVERS},
+        {"target", required_argument, NULL, O_TARGET},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"mode", required_argument, NULL, O_MODE},
+        {"streams", required_argument, NULL, O_STREAMS},
+        {"batch", required_argument, NULL, O_BATCH},
+        {"side", required_argument, NULL, O_SIDE},
+        {"window", required_argument, NULL, O_WINDOW},
+        {"working-set", required_argument, NULL, O_WORKING_SET},
+        {"cq-threads", required_argument, NULL, O_CQ_THREADS},
+        {"seconds", required_argument, NULL, O_SECONDS},
+        {"warmup", required_argument, NULL, O_WARMUP},
+        {"dataset", required_argument, NULL, O_DATASET},
+        {"feedd", required_argument, NULL, O_FEEDD},
+        {"gen", required_argument, NULL, O_GEN},
+        {"verify", no_argument, NULL, O_VERIFY},
+        {"csv", required_argument, NULL, O_CSV},
+        {"help", no_argument, NULL, O_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    uint32_t servers = 1, streams = 2;
+    int c, bad = 0;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_SERVERS:
+            bad |= feed_parse_u32(optarg, 1, MAX_SERVERS, &servers) != 0;
+            break;
+        case O_TARGET:
+            bad |= o->n_targets >= MAX_SERVERS;
+            if (o->n_targets < MAX_SERVERS)
+                o->targets[o->n_targets++] = optarg;
+            break;
+        case O_THREADS:
+            o->n_threads = parse_list(optarg, o->threads, MAX_LIST);
+            break;
+        case O_MODE:
+            o->mode_cache = strstr(optarg, "cache") != NULL;
+            o->mode_preproc = strstr(optarg, "preproc") != NULL;
+            break;
+        case O_STREAMS:
+            bad |= feed_parse_u32(optarg, 1, MAX_STREAMS, &streams) != 0;
+            break;
+        case O_BATCH:
+            bad |= feed_parse_u32(optarg, 1, UINT32_MAX, &o->batch) != 0;
+            break;
+        case O_SIDE:
+            bad |= feed_parse_u32(optarg, 8, 2048, &o->side) != 0;
+            break;
+        case O_WINDOW:
+            bad |= feed_parse_u32(optarg, 1, UINT32_MAX, &o->window) != 0;
+            break;
+        case O_WORKING_SET:
+            bad |= feed_parse_u32(optarg, 1, UINT32_MAX, &o->working_set) != 0;
+            break;
+        case O_CQ_THREADS:
+            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->cq_threads) != 0;
+            break;
+        case O_SECONDS:
+            bad |= feed_parse_double(optarg, 1e-3, 1e6, &o->seconds) != 0;
+            break;
+        case O_WARMUP:
+            bad |= feed_parse_double(optarg, 0, 1e6, &o->warmup) != 0;
+            break;
+        case O_DATASET:
+            snprintf(o->dataset, sizeof o->dataset, "%s", optarg);
+            break;
+        case O_FEEDD:
+            snprintf(o->feedd, sizeof o->feedd, "%s", optarg);
+            break;
+        case O_GEN:
+            snprintf(o->gen, sizeof o->gen, "%s", optarg);
+            break;
+        case O_VERIFY:
+            o->verify = true;
+            break;
+        case O_CSV:
+            o->csv = optarg;
+            break;
+        case O_HELP:
             usage();
             exit(0);
-        } else if (strcmp(a, "--verify") == 0) {
-            o->verify = true;
-            continue;
+        default:
+            bad = 1;
+            break;
         }
-        if (!v) {
-            fprintf(stderr, "feed-wire-bench: %s needs a value\n", a);
-            return -1;
-        }
-        if (strcmp(a, "--servers") == 0)
-            o->servers = atoi(v);
-        else if (strcmp(a, "--target") == 0 && o->n_targets < MAX_SERVERS)
-            o->targets[o->n_targets++] = v;
-        else if (strcmp(a, "--threads") == 0)
-            o->n_threads = parse_list(v, o->threads, MAX_LIST);
-        else if (strcmp(a, "--mode") == 0) {
-            o->mode_cache = strstr(v, "cache") != NULL;
-            o->mode_preproc = strstr(v, "preproc") != NULL;
-        } else if (strcmp(a, "--streams") == 0)
-            o->streams_per_server = atoi(v);
-        else if (strcmp(a, "--batch") == 0)
-            o->batch = (unsigned)atoi(v);
-        else if (strcmp(a, "--side") == 0)
-            o->side = (unsigned)atoi(v);
-        else if (strcmp(a, "--window") == 0)
-            o->window = (unsigned)atoi(v);
-        else if (strcmp(a, "--working-set") == 0)
-            o->working_set = (unsigned)atoi(v);
-        else if (strcmp(a, "--cq-threads") == 0)
-            o->cq_threads = (unsigned)atoi(v);
-        else if (strcmp(a, "--seconds") == 0)
-            o->seconds = atof(v);
-        else if (strcmp(a, "--warmup") == 0)
-            o->warmup = atof(v);
-        else if (strcmp(a, "--dataset") == 0)
-            snprintf(o->dataset, sizeof o->dataset, "%s", v);
-        else if (strcmp(a, "--feedd") == 0)
-            snprintf(o->feedd, sizeof o->feedd, "%s", v);
-        else if (strcmp(a, "--gen") == 0)
-            snprintf(o->gen, sizeof o->gen, "%s", v);
-        else if (strcmp(a, "--csv") == 0)
-            o->csv = v;
-        else
-            used = false;
-        if (!used) {
-            fprintf(stderr, "feed-wire-bench: unknown option %s\n", a);
-            usage();
-            return -1;
-        }
-        i++;
     }
+    bad |= optind != argc;
+    if (bad) {
+        usage();
+        return -1;
+    }
+    o->servers = (int)servers;
+    o->streams_per_server = (int)streams;
     if (o->n_targets)
         o->servers = o->n_targets;
     if (o->servers < 1 || o->servers > MAX_SERVERS || o->streams_per_server < 1 ||
@@ -327,22 +385,10 @@ out:
     return NULL;
 }
 
-/* utime + stime of a process in seconds, from /proc/PID/stat. */
+/* utime + stime of a process in seconds. */
 static double proc_cpu_s(pid_t pid)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    unsigned long ut = 0, st = 0;
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-        return 0;
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+    return (double)feed_test_proc_cpu_ns(pid) / 1e9;
 }
 
 static double self_cpu_s(void)

@@ -3,10 +3,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "feed/errors.h"
 
@@ -40,6 +42,22 @@ int feed_parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
     int rc = feed_parse_u64(s, lo, hi, &v);
     if (rc == 0)
         *out = (uint32_t)v;
+    return rc;
+}
+
+int feed_parse_double(const char *s, double lo, double hi, double *out)
+{
+    char *end = NULL;
+    int rc = FEED_EINVAL;
+    /* strtod alone would take white space, a sign, hex, "inf" and "nan". */
+    if (s && (isdigit((unsigned char)s[0]) || s[0] == '.') && !strpbrk(s, "xX")) {
+        errno = 0;
+        double v = strtod(s, &end);
+        if (errno == 0 && *end == '\0' && isfinite(v) && v >= lo && v <= hi) {
+            *out = v;
+            rc = 0;
+        }
+    }
     return rc;
 }
 

@@ -23,6 +23,7 @@
  * thread; a few hundred images take about a second.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdint.h>
@@ -237,6 +238,41 @@ static int make_dir(const char *path)
     return -1;
 }
 
+/* The command line; 0, or -1 after printing the usage. */
+static int parse_args(int argc, char **argv, const char **out_dir, uint32_t *classes,
+                      uint32_t *per_class, uint32_t *seed)
+{
+    enum { O_CLASSES = 256, O_PER_CLASS, O_SEED };
+    static const struct option longopts[] = {
+        {"classes", required_argument, NULL, O_CLASSES},
+        {"per-class", required_argument, NULL, O_PER_CLASS},
+        {"seed", required_argument, NULL, O_SEED},
+        {NULL, 0, NULL, 0},
+    };
+    int c, bad = 0;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_CLASSES:
+            bad |= feed_parse_u32(optarg, 1, MAX_CLASSES, classes) != 0;
+            break;
+        case O_PER_CLASS:
+            bad |= feed_parse_u32(optarg, 1, MAX_PER_CLASS, per_class) != 0;
+            break;
+        case O_SEED:
+            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, seed) != 0;
+            break;
+        default:
+            bad = 1;
+            break;
+        }
+    }
+    *out_dir = optind + 1 == argc ? argv[optind] : NULL;
+    bad |= !*out_dir || strlen(*out_dir) > 3000;
+    if (bad)
+        usage();
+    return bad ? -1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     int rc = 1;
@@ -246,27 +282,8 @@ int main(int argc, char **argv)
     float lut[LUT_SIZE];
     char path[4096];
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--classes") == 0 && v && !feed_parse_u32(v, 1, MAX_CLASSES, &classes)) {
-            i++;
-        } else if (strcmp(a, "--per-class") == 0 && v &&
-                   !feed_parse_u32(v, 1, MAX_PER_CLASS, &per_class)) {
-            i++;
-        } else if (strcmp(a, "--seed") == 0 && v && !feed_parse_u32(v, 0, UINT32_MAX, &seed)) {
-            i++;
-        } else if (a[0] != '-' && !out_dir) {
-            out_dir = a;
-        } else {
-            usage();
-            goto out;
-        }
-    }
-    if (!out_dir || strlen(out_dir) > 3000) {
-        usage();
+    if (parse_args(argc, argv, &out_dir, &classes, &per_class, &seed))
         goto out;
-    }
     px = malloc((size_t)MAX_SIDE * (size_t)MAX_SIDE * 3);
     if (!px) {
         fprintf(stderr, "feed-gen-dataset: out of memory\n");

@@ -3,8 +3,10 @@
  * file + command line), the sample cache (bounded, evicts, keys by every
  * field), the worker pool's round-robin fairness across streams, and the
  * gRPC service in this process with failures injected into its
- * grpc_call_start_batch calls.
+ * grpc_call_start_batch and pthread_create calls, and the Batch packer's
+ * bytes against protobuf-c's own encoding.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,7 +30,9 @@
 #include "metrics.h"
 #include "pool.h"
 #include "service.h"
+#include "service_internal.h"
 
+#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 
 #include "feedtest_grpc.h"
@@ -317,20 +321,58 @@ static void test_pool_round_robin(void **state)
         feedd_pool_submit(fair.pool, &qc, &jobs[j]);
     }
     int returned = 0;
-    for (feedd_job *j = feedd_pool_cancel(fair.pool, &qc); j; j = j->qnext)
+    feed_list back = {0};
+    feedd_pool_cancel(fair.pool, &qc, &back);
+    for (feed_list_node *n = back.first; n; n = n->next)
         returned++;
     pthread_mutex_lock(&fair.mu);
     while (returned + fair.n_done < A_JOBS)
         pthread_cond_wait(&fair.cv, &fair.mu);
     assert_int_equal(returned + fair.n_done, A_JOBS);
     pthread_mutex_unlock(&fair.mu);
-    assert_null(qc.head);
+    assert_true(feed_list_empty(&qc.jobs));
     assert_false(qc.linked);
     feedd_pool_free(fair.pool);
     feed_dataset_close(ds);
     pthread_cond_destroy(&fair.cv);
     pthread_mutex_destroy(&fair.mu);
     feed_test_rmtree(dir);
+}
+
+/*
+ * What the in-process service tests serve: a small ImageFolder, a one-worker
+ * pool, and a config with two completion-queue threads on 127.0.0.1 port 0.
+ */
+typedef struct svc_env {
+    char dir[256];
+    feedd_config cfg;
+    feed_dataset *ds;
+    feedd_served_dataset served;
+    feedd_pool *pool;
+} svc_env;
+
+static void svc_env_open(svc_env *e)
+{
+    char ds_dir[300], err[256], arg[400];
+    assert_int_equal(feed_test_tmpdir("feedd-svc", e->dir, sizeof e->dir), 0);
+    snprintf(ds_dir, sizeof ds_dir, "%s/ds", e->dir);
+    assert_int_equal(feed_test_make_imagefolder(ds_dir, 2, 2, 3), 0);
+    snprintf(arg, sizeof arg, "d=%s", ds_dir);
+    const char *argv[] = {"feedd",        "--listen", "127.0.0.1:0", "--threads", "1",
+                          "--cq-threads", "2",        "--dataset",   arg};
+    assert_int_equal(parse(err, sizeof err, &e->cfg, 9, argv), 0);
+    assert_int_equal(feed_dataset_open(ds_dir, NULL, &e->ds, err, sizeof err), 0);
+    e->served = (feedd_served_dataset){"d", e->ds};
+    assert_int_equal(feedd_pool_new(1, NULL, 64 << 20, NULL, 0, &e->pool), 0);
+    grpc_init();
+}
+
+static void svc_env_close(svc_env *e)
+{
+    grpc_shutdown();
+    feedd_pool_free(e->pool);
+    feed_dataset_close(e->ds);
+    feed_test_rmtree(e->dir);
 }
 
 /*
@@ -341,22 +383,22 @@ static void test_pool_round_robin(void **state)
  * the test client in this process is untouched.
  */
 grpc_call_error __real_grpc_call_start_batch(grpc_call *call, const grpc_op *ops, size_t nops,
-                                             void *tag, void *reserved);
+                                             void *op_tag, void *reserved);
 grpc_call_error __wrap_grpc_call_start_batch(grpc_call *call, const grpc_op *ops, size_t nops,
-                                             void *tag, void *reserved);
+                                             void *op_tag, void *reserved);
 
 enum { FAIL_NONE, FAIL_UNARY, FAIL_STREAM_CLOSE };
 static atomic_int fail_next = FAIL_NONE;
 
 grpc_call_error __wrap_grpc_call_start_batch(grpc_call *call, const grpc_op *ops, size_t nops,
-                                             void *tag, void *reserved)
+                                             void *op_tag, void *reserved)
 {
     bool close = nops > 0 && ops[nops - 1].op == GRPC_OP_RECV_CLOSE_ON_SERVER;
     int want = nops == 1 ? FAIL_STREAM_CLOSE : FAIL_UNARY;
     int expect = want;
     if (close && atomic_compare_exchange_strong(&fail_next, &expect, FAIL_NONE))
         return GRPC_CALL_ERROR;
-    return __real_grpc_call_start_batch(call, ops, nops, tag, reserved);
+    return __real_grpc_call_start_batch(call, ops, nops, op_tag, reserved);
 }
 
 /*
@@ -367,23 +409,11 @@ grpc_call_error __wrap_grpc_call_start_batch(grpc_call *call, const grpc_op *ops
 static void test_service_start_failures(void **state)
 {
     (void)state;
-    char dir[256], ds_dir[300], err[256], arg[400];
-    assert_int_equal(feed_test_tmpdir("feedd-svc", dir, sizeof dir), 0);
-    snprintf(ds_dir, sizeof ds_dir, "%s/ds", dir);
-    assert_int_equal(feed_test_make_imagefolder(ds_dir, 2, 2, 3), 0);
-    snprintf(arg, sizeof arg, "d=%s", ds_dir);
-    static feedd_config cfg;
-    const char *argv[] = {"feedd", "--listen", "127.0.0.1:0", "--threads", "1", "--dataset", arg};
-    assert_int_equal(parse(err, sizeof err, &cfg, 7, argv), 0);
-    feed_dataset *ds = NULL;
-    assert_int_equal(feed_dataset_open(ds_dir, NULL, &ds, err, sizeof err), 0);
-    feedd_served_dataset served = {"d", ds};
-    feedd_pool *pool = NULL;
-    assert_int_equal(feedd_pool_new(1, NULL, 64 << 20, NULL, 0, &pool), 0);
-    grpc_init();
+    static svc_env e;
+    svc_env_open(&e);
     feedd_service *svc = NULL;
     int port = 0;
-    assert_int_equal(feedd_service_start(&cfg, &served, 1, pool, &svc, &port), 0);
+    assert_int_equal(feedd_service_start(&e.cfg, &e.served, 1, e.pool, &svc, &port), 0);
     char target[64];
     snprintf(target, sizeof target, "127.0.0.1:%d", port);
     grpc_channel *ch = feedtest_channel(target);
@@ -413,10 +443,181 @@ static void test_service_start_failures(void **state)
     /* Before the fix: FEED_ETIMEDOUT, waiting for the two lost tags. */
     assert_int_equal(feedd_service_stop(svc, 10000), 0);
     feedd_service_free(svc);
+    svc_env_close(&e);
+}
+
+/*
+ * The service's own thread starts, with a failure injected on demand (linked
+ * with -Wl,--wrap=pthread_create,--wrap=pthread_join; gRPC's own threads are
+ * started inside libgrpc and never come here). Counts the threads started
+ * and joined while armed.
+ */
+int __real_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
+int __real_pthread_join(pthread_t t, void **ret);
+int __wrap_pthread_join(pthread_t t, void **ret);
+
+static atomic_int create_fail_at; /* 0: off; n: the n-th create from now fails */
+static atomic_int threads_created, threads_joined;
+
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+    int rc = EAGAIN;
+    if (atomic_load(&create_fail_at) == 0 || atomic_fetch_sub(&create_fail_at, 1) != 1) {
+        rc = __real_pthread_create(t, attr, fn, arg);
+        atomic_fetch_add(&threads_created, rc == 0);
+    }
+    return rc;
+}
+
+int __wrap_pthread_join(pthread_t t, void **ret)
+{
+    atomic_fetch_add(&threads_joined, 1);
+    return __real_pthread_join(t, ret);
+}
+
+/*
+ * A start that fails at any of its thread starts (the granter, then each
+ * completion-queue thread) returns FEED_ENOMEM having joined every thread
+ * it started and freed the rest (ASan's leak check sees to that), and does
+ * not say SERVING; the next start works.
+ */
+static void test_service_start_unwinds(void **state)
+{
+    (void)state;
+    static svc_env e;
+    svc_env_open(&e);
+    feedd_service *svc = NULL;
+    int port = 0;
+    for (int k = 1; k <= 3; k++) {
+        atomic_store(&threads_created, 0);
+        atomic_store(&threads_joined, 0);
+        atomic_store(&create_fail_at, k);
+        assert_int_equal(feedd_service_start(&e.cfg, &e.served, 1, e.pool, &svc, &port),
+                         FEED_ENOMEM);
+        assert_null(svc);
+        assert_int_equal(atomic_load(&create_fail_at), 0);
+        assert_int_equal(atomic_load(&threads_created), k - 1);
+        assert_int_equal(atomic_load(&threads_joined), k - 1);
+        assert_int_equal(atomic_load(&feedd_m.serving), 0);
+    }
+    atomic_store(&threads_created, 0);
+    atomic_store(&threads_joined, 0);
+    assert_int_equal(feedd_service_start(&e.cfg, &e.served, 1, e.pool, &svc, &port), 0);
+    assert_int_equal(atomic_load(&threads_created), 3);
+    assert_int_equal(atomic_load(&feedd_m.serving), 1);
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    grpc_channel *ch = feedtest_channel(target);
+    grpc_status_code code = GRPC_STATUS_OK;
+    Feed__V1__DescribeResponse *r = feedtest_describe(ch, "", &code);
+    assert_non_null(r);
+    feed__v1__describe_response__free_unpacked(r, NULL);
+    grpc_channel_destroy(ch);
+    feedd_service_drain(svc);
+    assert_int_equal(feedd_service_stop(svc, 10000), 0);
+    assert_int_equal(atomic_load(&threads_joined), 3);
+    feedd_service_free(svc);
+    svc_env_close(&e);
+}
+
+static void no_grant(feedd_mem_waiter *w)
+{
+    (void)w;
+}
+
+/*
+ * feedd_batch_pack gives the bytes protobuf-c gives for the whole Batch, with
+ * the pixels as a slice over the job's buffer (not a copy) whose release
+ * gives the memory back.
+ */
+static void test_batch_pack_bytes(void **state)
+{
+    (void)state;
+    enum { N = 3, H = 5, W = 7, BYTES = N * H * W * 3 };
+    grpc_init();
+    feedd_memory *m = NULL;
+    assert_int_equal(feedd_memory_new(1 << 20, 1 << 20, no_grant, &m), 0);
+    feedd_mem_account acct;
+    memset(&acct, 0, sizeof acct);
+    batch_job *bj = calloc(1, sizeof *bj);
+    assert_non_null(bj);
+    bj->wait.acct = &acct;
+    bj->wait.bytes = BYTES;
+    assert_true(feedd_memory_admit(m, &bj->wait));
+    bj->mem = feedd_memory_buf_new(m, BYTES);
+    assert_non_null(bj->mem);
+    for (size_t i = 0; i < BYTES; i++)
+        bj->mem->data[i] = (uint8_t)(i * 7 + 1);
+    uint64_t indices[N] = {5, 300, 1ull << 40};
+    uint32_t labels[N] = {0, 2, 1};
+    feed_sample_status status[N] = {FEED_SAMPLE_OK, FEED_SAMPLE_CORRUPT, FEED_SAMPLE_OK};
+    char errors[N][FEEDD_SAMPLE_MSG_MAX + 1] = {"", "bad Huffman code", ""};
+    bj->indices = indices;
+    bj->labels = labels;
+    bj->status = status;
+    bj->errors = errors;
+    bj->batch_id = 77;
+    bj->crc = 0xdeadbeef;
+    bj->job.n = N;
+    bj->job.epoch = 4;
+    atomic_init(&bj->job.busy_ns, 123456);
+
+    Feed__V1__SampleStatus st[N] = {0, 1, 0};
+    Feed__V1__SampleError err = FEED__V1__SAMPLE_ERROR__INIT, *errp = &err;
+    err.position = 1;
+    err.index = 300;
+    err.status = 1;
+    err.message = errors[1];
+    Feed__V1__Batch want = FEED__V1__BATCH__INIT;
+    want.batch_id = 77;
+    want.epoch = 4;
+    want.n_indices = want.n_labels = want.n_status = N;
+    want.indices = indices;
+    want.labels = labels;
+    want.status = st;
+    want.n_errors = 1;
+    want.errors = &errp;
+    want.height = H;
+    want.width = W;
+    want.channels = 3;
+    want.dtype = FEED__V1__DTYPE__DTYPE_UINT8;
+    want.layout = FEED__V1__LAYOUT__LAYOUT_NHWC;
+    want.data.len = BYTES;
+    want.data.data = bj->mem->data;
+    want.crc32c = 0xdeadbeef;
+    want.server_busy_ns = 123456;
+    size_t want_len = feed__v1__batch__get_packed_size(&want);
+    uint8_t *want_bytes = malloc(want_len);
+    assert_non_null(want_bytes);
+    feed__v1__batch__pack(&want, want_bytes);
+
+    const uint8_t *pixels = bj->mem->data;
+    grpc_byte_buffer *bb = feedd_batch_pack(bj, H, W, "test");
+    assert_non_null(bb);
+    assert_null(bj->mem);
+    bool zero_copy = false;
+    for (size_t i = 0; i < bb->data.raw.slice_buffer.count; i++) {
+        grpc_slice sl = bb->data.raw.slice_buffer.slices[i];
+        zero_copy |= GRPC_SLICE_START_PTR(sl) == pixels && GRPC_SLICE_LENGTH(sl) == BYTES;
+    }
+    assert_true(zero_copy);
+    grpc_byte_buffer_reader rd;
+    assert_true(grpc_byte_buffer_reader_init(&rd, bb));
+    grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
+    grpc_byte_buffer_reader_destroy(&rd);
+    assert_int_equal(GRPC_SLICE_LENGTH(all), want_len);
+    assert_memory_equal(GRPC_SLICE_START_PTR(all), want_bytes, want_len);
+    grpc_slice_unref(all);
+    assert_int_equal(feedd_memory_used(m), BYTES);
+    grpc_byte_buffer_destroy(bb);
+    assert_int_equal(feedd_memory_used(m), 0);
+
+    free(want_bytes);
+    free(bj);
+    feedd_memory_stop(m);
+    feedd_memory_unref(m);
     grpc_shutdown();
-    feedd_pool_free(pool);
-    feed_dataset_close(ds);
-    feed_test_rmtree(dir);
 }
 
 int main(void)
@@ -428,6 +629,8 @@ int main(void)
         cmocka_unit_test(test_crc_combine),
         cmocka_unit_test(test_pool_round_robin),
         cmocka_unit_test(test_service_start_failures),
+        cmocka_unit_test(test_service_start_unwinds),
+        cmocka_unit_test(test_batch_pack_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,13 +1,15 @@
 /*
  * Test support shared by every engineer's tests: real feedd processes on
- * 127.0.0.1 port 0, small ImageFolder datasets of real JPEGs, temp dirs, and
- * a minimal HTTP GET for the metrics endpoint. Functions return 0 or a
+ * 127.0.0.1 port 0 (also the one spawner feed-bench and feed-wire-bench
+ * use), small ImageFolder datasets of real JPEGs, temp dirs, and a minimal
+ * HTTP GET for the metrics endpoint. Functions return 0 or a
  * negative FEED_E code; nothing here calls exit() or cmocka. Not thread-safe
  * unless said otherwise (tests call it from their main thread).
  */
 #ifndef FEED_TESTS_SUPPORT_FEEDTEST_H
 #define FEED_TESTS_SUPPORT_FEEDTEST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -32,6 +34,21 @@ typedef struct feed_test_server {
  * outlives them (the test's main thread).
  */
 int feed_test_server_start(const char *const *extra_args, feed_test_server *out);
+
+/* How feed_test_server_start_with starts feedd; all zeros: as feed_test_server_start. */
+typedef struct feed_test_server_opts {
+    const char *feedd;    /* the binary; NULL: as above */
+    const char *cpus;     /* pin it to this CPU list ("0-3,8", as taskset); NULL: no pinning */
+    const char *log_path; /* its stdout and stderr go to this file; NULL: this process's */
+    bool no_metrics;      /* no --metrics-listen; metrics_port stays 0 */
+} feed_test_server_opts;
+
+/*
+ * feed_test_server_start with opts (NULL: all zeros). FEED_EINVAL for a bad
+ * CPU list, FEED_ENOTFOUND when the binary is not there.
+ */
+int feed_test_server_start_with(const feed_test_server_opts *opts, const char *const *extra_args,
+                                feed_test_server *out);
 /* SIGTERM, wait up to timeout_ms, then SIGKILL. Sets exit_status. 0 if it exited by itself. */
 int feed_test_server_stop_timeout(feed_test_server *s, int timeout_ms);
 /* feed_test_server_stop_timeout(s, 30000). */
@@ -42,6 +59,11 @@ void feed_test_server_kill(feed_test_server *s);
 int feed_test_server_signal(feed_test_server *s, int sig);
 /* Wait up to timeout_ms for the process to exit; sets exit_status. FEED_ETIMEDOUT if it did not. */
 int feed_test_server_wait(feed_test_server *s, int timeout_ms);
+
+/* user + system CPU of a process in nanoseconds, from /proc/PID/stat; 0 when unreadable. */
+uint64_t feed_test_proc_cpu_ns(pid_t pid);
+/* Parse a CPU list ("0-3,8,10-11") into a bitmask of up to 1024 CPUs; 0 or FEED_EINVAL. */
+int feed_test_parse_cpu_list(const char *list, uint64_t mask[16]);
 
 /* mkdtemp under $TMPDIR (or /tmp) with the given prefix; out gets the path. */
 int feed_test_tmpdir(const char *prefix, char *out, size_t cap);

@@ -1,6 +1,7 @@
 /*
- * Spawning and stopping real feedd processes for tests (fork/exec), and the
- * temp-dir helpers they need. feedd writes its port files atomically
+ * Spawning and stopping real feedd processes (fork/exec) for the tests,
+ * feed-bench and feed-wire-bench, with optional CPU pinning and log file,
+ * a process's CPU time, and the temp-dir helpers they need. feedd writes its port files atomically
  * (temp + rename), so a file that exists holds a whole number.
  */
 #include "feedtest.h"
@@ -8,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,89 +98,185 @@ static void set_exit_status(feed_test_server *s, int wstatus)
         s->exit_status = 128 + WTERMSIG(wstatus);
 }
 
-int feed_test_server_start(const char *const *extra_args, feed_test_server *out)
+#define MAX_CPUS 1024
+
+int feed_test_parse_cpu_list(const char *list, uint64_t mask[16])
 {
-    char exe[512], port_file[300], mport_file[300];
-    const char *argv[MAX_ARGS];
-    int rc = FEED_EIO;
-    memset(out, 0, sizeof *out);
-    out->pid = -1;
-    out->exit_status = -1;
-
-    const char *bdir = getenv("FEED_BUILD_DIR");
-    const char *feedd = getenv("FEED_FEEDD");
-    if (feedd && feedd[0])
-        snprintf(exe, sizeof exe, "%s", feedd);
-    else if (bdir)
-        snprintf(exe, sizeof exe, "%s/server/feedd", bdir);
-    else
-        return FEED_EINVAL;
-    if (access(exe, X_OK) != 0)
-        return FEED_ENOTFOUND;
-    rc = feed_test_tmpdir("feedd-test", out->workdir, sizeof out->workdir);
-    if (rc < 0)
-        return rc;
-    snprintf(port_file, sizeof port_file, "%s/port", out->workdir);
-    snprintf(mport_file, sizeof mport_file, "%s/metrics-port", out->workdir);
-
-    int argc = 0;
-    argv[argc++] = exe;
-    argv[argc++] = "--listen";
-    argv[argc++] = "127.0.0.1:0";
-    argv[argc++] = "--port-file";
-    argv[argc++] = port_file;
-    argv[argc++] = "--metrics-listen";
-    argv[argc++] = "127.0.0.1:0";
-    argv[argc++] = "--metrics-port-file";
-    argv[argc++] = mport_file;
-    for (size_t i = 0; extra_args && extra_args[i]; i++) {
-        if (argc >= MAX_ARGS - 1) {
+    int rc = list && *list ? 0 : FEED_EINVAL;
+    memset(mask, 0, 16 * sizeof mask[0]);
+    for (const char *p = list; rc == 0 && *p;) {
+        char *end = NULL;
+        long lo = strtol(p, &end, 10), hi = lo;
+        if (end == p || lo < 0 || lo >= MAX_CPUS)
             rc = FEED_EINVAL;
-            goto fail;
+        p = end;
+        if (rc == 0 && *p == '-') {
+            hi = strtol(p + 1, &end, 10);
+            if (end == p + 1 || hi < lo || hi >= MAX_CPUS)
+                rc = FEED_EINVAL;
+            p = end;
         }
-        argv[argc++] = extra_args[i];
+        for (long c = lo; rc == 0 && c <= hi; c++)
+            mask[c / 64] |= 1ull << (c % 64);
+        if (rc == 0 && *p == ',')
+            p++;
+        else if (rc == 0 && *p)
+            rc = FEED_EINVAL;
     }
-    argv[argc] = NULL;
+    return rc;
+}
 
-    pid_t pid = fork();
-    if (pid < 0) {
-        rc = FEED_EIO;
-        goto fail;
+uint64_t feed_test_proc_cpu_ns(pid_t pid)
+{
+    char path[64], buf[1024];
+    uint64_t ns = 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[len] = '\0';
+        /* Fields after the command name (which may hold spaces) start past the last ')'. */
+        char *p = strrchr(buf, ')');
+        unsigned long utime = 0, stime = 0;
+        if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
+                        &stime) == 2) {
+            long tick = sysconf(_SC_CLK_TCK);
+            ns = (uint64_t)(utime + stime) * (1000000000ull / (uint64_t)(tick > 0 ? tick : 100));
+        }
     }
-    if (pid == 0) {
-        /* A test that dies (timeout, crash) must not leave its servers behind. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        execv(exe, (char *const *)argv);
-        _exit(127);
-    }
-    out->pid = pid;
+    return ns;
+}
 
-    /* 60 s: an ASan build on two busy cores can take a while to come up. */
-    for (int waited = 0; waited < 60000; waited += 20) {
+/* In the child: die with the parent thread, pin, redirect output, exec. Never returns. */
+static void child_exec(const char *exe, const char *const *argv, const uint64_t *mask,
+                       const char *log_path)
+{
+    /* A test that dies (timeout, crash) must not leave its servers behind. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (mask) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        for (int c = 0; c < MAX_CPUS && c < CPU_SETSIZE; c++)
+            if (mask[c / 64] & (1ull << (c % 64)))
+                CPU_SET(c, &set);
+        if (sched_setaffinity(0, sizeof set, &set) != 0)
+            _exit(126);
+    }
+    if (log_path) {
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+            close(fd);
+        }
+    }
+    execv(exe, (char *const *)argv);
+    _exit(127);
+}
+
+/* The binary to run, into exe. 0, FEED_EINVAL or FEED_ENOTFOUND. */
+static int find_feedd(const feed_test_server_opts *o, char *exe, size_t cap)
+{
+    const char *bdir = getenv("FEED_BUILD_DIR");
+    const char *feedd = o->feedd ? o->feedd : getenv("FEED_FEEDD");
+    int rc = 0;
+    if (feedd && feedd[0])
+        snprintf(exe, cap, "%s", feedd);
+    else if (bdir)
+        snprintf(exe, cap, "%s/server/feedd", bdir);
+    else
+        rc = FEED_EINVAL;
+    if (rc == 0 && access(exe, X_OK) != 0) {
+        fprintf(stderr, "feed_test_server_start: no feedd at %s\n", exe);
+        rc = FEED_ENOTFOUND;
+    }
+    return rc;
+}
+
+/* Wait up to 60 s for feedd's port files (an ASan build on two busy cores can be slow). */
+static int wait_ports(feed_test_server *out, const char *port_file, const char *mport_file)
+{
+    int rc = FEED_ETIMEDOUT;
+    for (int waited = 0; rc == FEED_ETIMEDOUT && waited < 60000; waited += 20) {
         int ws;
-        if (waitpid(pid, &ws, WNOHANG) == pid) {
+        int p = read_port(port_file);
+        int mp = mport_file ? read_port(mport_file) : 0;
+        if (waitpid(out->pid, &ws, WNOHANG) == out->pid) {
             set_exit_status(out, ws);
             out->pid = -1;
             fprintf(stderr, "feed_test_server_start: feedd exited early (status %d)\n",
                     out->exit_status);
             rc = FEED_EIO;
-            goto fail;
-        }
-        int p = read_port(port_file);
-        int mp = read_port(mport_file);
-        if (p > 0 && mp > 0) {
+        } else if (p > 0 && (!mport_file || mp > 0)) {
             out->port = p;
             out->metrics_port = mp;
             snprintf(out->target, sizeof out->target, "127.0.0.1:%d", p);
-            return 0;
+            rc = 0;
+        } else {
+            sleep_ms(20);
         }
-        sleep_ms(20);
     }
-    fprintf(stderr, "feed_test_server_start: no port file after 60 s\n");
-    rc = FEED_ETIMEDOUT;
-fail:
-    feed_test_server_kill(out);
+    if (rc == FEED_ETIMEDOUT)
+        fprintf(stderr, "feed_test_server_start: no port file after 60 s\n");
     return rc;
+}
+
+int feed_test_server_start_with(const feed_test_server_opts *opts, const char *const *extra_args,
+                                feed_test_server *out)
+{
+    static const feed_test_server_opts defaults;
+    const feed_test_server_opts *o = opts ? opts : &defaults;
+    char exe[512], port_file[300], mport_file[300];
+    const char *argv[MAX_ARGS];
+    uint64_t mask[16];
+    int argc = 0;
+    memset(out, 0, sizeof *out);
+    out->pid = -1;
+    out->exit_status = -1;
+
+    int rc = find_feedd(o, exe, sizeof exe);
+    if (rc == 0 && o->cpus)
+        rc = feed_test_parse_cpu_list(o->cpus, mask);
+    if (rc == 0)
+        rc = feed_test_tmpdir("feedd-test", out->workdir, sizeof out->workdir);
+    if (rc != 0)
+        goto out;
+    snprintf(port_file, sizeof port_file, "%s/port", out->workdir);
+    snprintf(mport_file, sizeof mport_file, "%s/metrics-port", out->workdir);
+    argv[argc++] = exe;
+    argv[argc++] = "--listen";
+    argv[argc++] = "127.0.0.1:0";
+    argv[argc++] = "--port-file";
+    argv[argc++] = port_file;
+    if (!o->no_metrics) {
+        argv[argc++] = "--metrics-listen";
+        argv[argc++] = "127.0.0.1:0";
+        argv[argc++] = "--metrics-port-file";
+        argv[argc++] = mport_file;
+    }
+    for (size_t i = 0; extra_args && extra_args[i] && rc == 0; i++) {
+        if (argc < MAX_ARGS - 1)
+            argv[argc++] = extra_args[i];
+        else
+            rc = FEED_EINVAL;
+    }
+    argv[argc] = NULL;
+    if (rc != 0)
+        goto out;
+    out->pid = fork();
+    if (out->pid == 0)
+        child_exec(exe, argv, o->cpus ? mask : NULL, o->log_path);
+    rc = out->pid < 0 ? FEED_EIO : wait_ports(out, port_file, o->no_metrics ? NULL : mport_file);
+out:
+    if (rc != 0)
+        feed_test_server_kill(out);
+    return rc;
+}
+
+int feed_test_server_start(const char *const *extra_args, feed_test_server *out)
+{
+    return feed_test_server_start_with(NULL, extra_args, out);
 }
 
 int feed_test_server_signal(feed_test_server *s, int sig)

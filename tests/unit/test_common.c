@@ -1,6 +1,6 @@
 /*
  * Unit tests for the common basics: error text, CRC32C, bounded buffers, RNG,
- * string helpers.
+ * string helpers, the intrusive list.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +13,7 @@
 #include "feed/buf.h"
 #include "feed/crc32c.h"
 #include "feed/errors.h"
+#include "feed/list.h"
 #include "feed/rng.h"
 #include "feed/strutil.h"
 
@@ -171,6 +172,27 @@ static void test_parse_u64(void **state)
     assert_int_equal(feed_parse_u64("21", 10, 20, &v), FEED_EINVAL);
 }
 
+static void test_parse_double(void **state)
+{
+    (void)state;
+    double v = 7;
+    assert_int_equal(feed_parse_double("0.5", 0, 10, &v), 0);
+    assert_true(v == 0.5);
+    assert_int_equal(feed_parse_double("2", 0, 10, &v), 0);
+    assert_true(v == 2);
+    assert_int_equal(feed_parse_double(".25", 0, 10, &v), 0);
+    assert_true(v == 0.25);
+    assert_int_equal(feed_parse_double("1e1", 0, 10, &v), 0);
+    assert_true(v == 10);
+    const char *bad[] = {"", "x", "1s", " 1", "+1", "-1", "0x10", "inf", "nan", "1e999", "11"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        v = 7;
+        assert_int_equal(feed_parse_double(bad[i], 0, 10, &v), FEED_EINVAL);
+        assert_true(v == 7);
+    }
+    assert_int_equal(feed_parse_double(NULL, 0, 10, &v), FEED_EINVAL);
+}
+
 static void test_parse_u32(void **state)
 {
     (void)state;
@@ -238,6 +260,48 @@ static void test_utf8_valid(void **state)
     assert_true(feed_utf8_valid("\xc3\xa9\xff", 2, NULL));
 }
 
+typedef struct item {
+    int v;
+    feed_list_node link;
+} item;
+
+/* The values of l in order, as digits: "" when empty. */
+static const char *list_text(const feed_list *l)
+{
+    static char buf[16];
+    size_t n = 0;
+    for (const feed_list_node *k = l->first; k && n + 1 < sizeof buf; k = k->next)
+        buf[n++] = (char)('0' + FEED_LIST_ENTRY(k, item, link)->v);
+    buf[n] = 0;
+    return buf;
+}
+
+static void test_list(void **state)
+{
+    (void)state;
+    item it[4] = {{0, {0}}, {1, {0}}, {2, {0}}, {3, {0}}};
+    feed_list l = {0};
+    assert_true(feed_list_empty(&l));
+    assert_null(feed_list_pop_front(&l));
+    feed_list_push_back(&l, &it[1].link);
+    feed_list_push_front(&l, &it[0].link);
+    feed_list_push_back(&l, &it[3].link);
+    feed_list_insert_before(&l, &it[3].link, &it[2].link);
+    assert_string_equal(list_text(&l), "0123");
+    assert_ptr_equal(feed_list_next_cyclic(&l, &it[3].link), &it[0].link);
+    assert_ptr_equal(feed_list_next_cyclic(&l, &it[1].link), &it[2].link);
+    feed_list_remove(&l, &it[2].link);
+    assert_null(it[2].link.prev);
+    assert_null(it[2].link.next);
+    feed_list_remove(&l, &it[3].link); /* the last */
+    assert_string_equal(list_text(&l), "01");
+    assert_ptr_equal(l.last, &it[1].link);
+    assert_ptr_equal(feed_list_pop_front(&l), &it[0].link);
+    assert_ptr_equal(feed_list_pop_front(&l), &it[1].link);
+    assert_true(feed_list_empty(&l));
+    assert_null(l.last);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -250,8 +314,10 @@ int main(void)
         cmocka_unit_test(test_rng_below_uniform),
         cmocka_unit_test(test_parse_u64),
         cmocka_unit_test(test_parse_u32),
+        cmocka_unit_test(test_parse_double),
         cmocka_unit_test(test_set_err),
         cmocka_unit_test(test_utf8_valid),
+        cmocka_unit_test(test_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 /*
  * Small string helpers shared by the libraries and the tools: an error-text
  * writer for functions that report into a caller's buffer, and strict
- * unsigned number parsers for command lines and config files. Thread-safe.
+ * number parsers for command lines and config files. Thread-safe.
  */
 #ifndef FEED_STRUTIL_H
 #define FEED_STRUTIL_H
@@ -20,6 +20,8 @@ void feed_set_err(char *err, size_t cap, const char *fmt, ...)
  */
 int feed_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
 int feed_parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out);
+/* The same for a finite decimal number in lo..hi ("2", "0.5", "1e3"; no sign, no white space). */
+int feed_parse_double(const char *s, double lo, double hi, double *out);
 
 /*
  * Whether s[0..len) is well-formed UTF-8 as protobuf's `string` fields require

@@ -11,8 +11,8 @@
  * max_memory_to_use caps them; everything else libjpeg allocates per image
  * counts against this arena's limit, and going past it is JERR_OUT_OF_MEMORY.
  */
-#ifndef FEED_SERVER_JMEM_H
-#define FEED_SERVER_JMEM_H
+#ifndef FEED_SERVER_ENGINE_JMEM_H
+#define FEED_SERVER_ENGINE_JMEM_H
 
 #include <stddef.h>
 #include <stdint.h>

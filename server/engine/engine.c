@@ -4,6 +4,11 @@
  * a time; it keeps one libjpeg decompressor and grow-only scratch, so a warm
  * engine allocates nothing of its own per image.
  *
+ * One file on purpose (~760 lines): the fast path, the full-decode reference
+ * and the libjpeg error and warning mapping share the decompressor's setup,
+ * its error manager and the header limit checks; apart, each would need the
+ * others' internals in a header.
+ *
  * Fast path, in order:
  *   1. cheap checks on the bytes (empty, size limit, SOI);
  *   2. jpeg_read_header; declared size checked against the limits, and a

@@ -14,8 +14,8 @@
  * vertical pass works on byte rows. One feed_resize_axis per axis; all memory
  * is owned by the caller's scratch (feed_resize_axis_reserve grows it).
  */
-#ifndef FEED_SERVER_RESIZE_H
-#define FEED_SERVER_RESIZE_H
+#ifndef FEED_SERVER_ENGINE_RESIZE_H
+#define FEED_SERVER_ENGINE_RESIZE_H
 
 #include <stdbool.h>
 #include <stddef.h>

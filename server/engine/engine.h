@@ -9,8 +9,8 @@
  * output size, decode only the crop's columns (jpeg_crop_scanline) and rows
  * (jpeg_skip_scanlines), resize with an antialiasing filter, flip, write.
  */
-#ifndef FEED_SERVER_ENGINE_H
-#define FEED_SERVER_ENGINE_H
+#ifndef FEED_SERVER_ENGINE_ENGINE_H
+#define FEED_SERVER_ENGINE_ENGINE_H
 
 #include <stddef.h>
 #include <stdint.h>

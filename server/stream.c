@@ -1,0 +1,507 @@
+/*
+ * A feed.v1.Feed/Stream call: the transport around its state machine
+ * (stream_sm.h, which decides; this file does what it says). Requests come
+ * in on the completion-queue thread that owns the call; each accepted batch
+ * becomes a job that asks the memory caps for its buffer (memory.h) and
+ * then goes to the pool; the pool worker that finishes it hands it back; the
+ * batches go out one SEND_MESSAGE at a time, packed without copying the
+ * pixels (batch_pack.c); the status goes out last.
+ *
+ * Protocol per call: RECV_CLOSE_ON_SERVER armed first, alone; one
+ * RECV_MESSAGE in flight; one SEND_MESSAGE in flight.
+ *
+ * Ownership and threads: the stream object is the call's; it is touched
+ * under s->mu by the call's completion-queue thread (requests, send and
+ * close tags), by pool workers (on_job_done), by the granter thread
+ * (feedd_stream_on_granted) and by the main thread (feedd_stream_drain).
+ * Every handler feeds the event to s->sm and then runs apply() on what it
+ * asked for. The stream is freed when its reference count (one per pending
+ * gRPC op, one per accepted job, one for the open call) drops to zero. Lock
+ * order: see service_internal.h.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/grpc.h>
+#include <grpc/support/alloc.h>
+
+#include "feed.pb-c.h"
+#include "feed/errors.h"
+#include "feed/log.h"
+#include "feed/timeutil.h"
+#include "metrics.h"
+#include "service_internal.h"
+
+static void peer_of(grpc_call *call, char *out, size_t cap)
+{
+    char *p = grpc_call_get_peer(call);
+    snprintf(out, cap, "%s", p ? p : "?");
+    gpr_free(p);
+}
+
+static void stream_free(stream *s)
+{
+    feedd_service *svc = s->svc;
+    pthread_mutex_lock(&svc->mu);
+    feed_list_remove(&svc->streams, &s->link);
+    svc->live_streams--;
+    pthread_cond_broadcast(&svc->cv);
+    pthread_mutex_unlock(&svc->mu);
+    grpc_slice_unref(s->status_slice);
+    if (s->recv_bb)
+        grpc_byte_buffer_destroy(s->recv_bb);
+    grpc_call_unref(s->call);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+/* Drop a reference; call with s->mu held; unlocks it. */
+static void stream_unref_unlock(stream *s)
+{
+    bool last = --s->refs == 0;
+    pthread_mutex_unlock(&s->mu);
+    if (last)
+        stream_free(s);
+}
+
+static void stream_mem_sub(stream *s, uint64_t bytes)
+{
+    feedd_memory_stream_release(s->svc->memory, &s->mem, bytes);
+}
+
+static batch_job *job_of_waiter(feedd_mem_waiter *w)
+{
+    return (batch_job *)(void *)((char *)w - offsetof(batch_job, wait));
+}
+
+static batch_job *job_of_sm(feedd_sm_job *j)
+{
+    return (batch_job *)(void *)((char *)j - offsetof(batch_job, sm));
+}
+
+static void job_free(batch_job *bj)
+{
+    if (bj->mem)
+        feedd_memory_buf_free(bj->mem);
+    free(bj->indices);
+    free(bj->labels);
+    free(bj->status);
+    free(bj->sample_crc);
+    free(bj->errors);
+    free(bj);
+}
+
+/* An accepted job that will not be sent; under s->mu. Drops the job's stream reference too. */
+static void discard_job_locked(stream *s, batch_job *bj)
+{
+    stream_mem_sub(s, bj->mem ? bj->mem->bytes : 0);
+    feedd_gauge(&feedd_m.inflight_batches, -1);
+    job_free(bj);
+    s->refs--;
+}
+
+static void apply(stream *s, feedd_sm_out *out);
+
+/* drop_work: the stream's jobs back from the pool queue and the memory FIFO. Under s->mu. */
+static void take_back_jobs_locked(stream *s)
+{
+    feedd_sm_out out = {0};
+    feed_list jobs = {0};
+    feedd_pool_cancel(s->svc->pool, &s->q, &jobs);
+    while (!feed_list_empty(&jobs)) {
+        feedd_job *job = FEED_LIST_ENTRY(feed_list_pop_front(&jobs), feedd_job, qlink);
+        discard_job_locked(s, (batch_job *)(void *)job);
+        feedd_sm_on_dropped(&s->sm, &out);
+    }
+    /* One the granter already took is its to dispose of (feedd_stream_on_granted). */
+    feed_list waiting = {0};
+    feedd_memory_withdraw(s->svc->memory, &s->mem, &waiting);
+    while (!feed_list_empty(&waiting)) {
+        feed_list_node *n = feed_list_pop_front(&waiting);
+        discard_job_locked(s, job_of_waiter(FEED_LIST_ENTRY(n, feedd_mem_waiter, link)));
+        feedd_sm_on_dropped(&s->sm, &out);
+    }
+    apply(s, &out);
+}
+
+/* The pixel buffer, once both caps have granted its bytes; false when malloc fails. */
+static bool job_alloc_mem(stream *s, batch_job *bj)
+{
+    bj->mem = feedd_memory_buf_new(s->svc->memory, bj->wait.bytes);
+    if (bj->mem)
+        bj->job.data = bj->mem->data;
+    else
+        feedd_memory_unreserve(s->svc->memory, &s->mem, bj->wait.bytes);
+    return bj->mem != NULL;
+}
+
+/* The machine accepted bj: it holds a stream reference until it is sent or dropped. */
+static void admit_locked(stream *s, batch_job *bj)
+{
+    s->requests++;
+    s->refs++;
+    feedd_gauge(&feedd_m.inflight_batches, 1);
+    feedd_count(&feedd_m.requests, 1);
+    /* Straight to the pool only when nothing waits: a waiting batch is never overtaken. */
+    if (feedd_memory_admit(s->svc->memory, &bj->wait)) {
+        feedd_sm_out out = {0};
+        feedd_sm_on_granted(&s->sm, &bj->sm, job_alloc_mem(s, bj), &out);
+        apply(s, &out);
+    }
+}
+
+/* Pack and start sending bj, which the machine no longer counts. Under s->mu. */
+static void send_locked(stream *s, batch_job *bj)
+{
+    feedd_sm_out out = {0};
+    size_t bytes = bj->mem->bytes;
+    grpc_byte_buffer *bb = feedd_batch_pack(bj, s->sess.tf.out_h, s->sess.tf.out_w, s->peer);
+    feedd_gauge(&feedd_m.inflight_batches, -1);
+    job_free(bj);
+    s->refs--; /* the job's reference */
+    if (!bb) {
+        stream_mem_sub(s, bytes);
+        feedd_sm_on_send_failed(&s->sm, GRPC_STATUS_INTERNAL, "could not pack a batch", &out);
+    } else {
+        grpc_op ops[2];
+        size_t n = 0;
+        memset(ops, 0, sizeof ops);
+        if (!s->sent_md) {
+            ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+            s->sent_md = true;
+        }
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = bb;
+        s->mem_sending = bytes;
+        s->send_started_ns = feed_now_ns();
+        s->refs++;
+        grpc_call_error e = grpc_call_start_batch(s->call, ops, n, &s->t_send, NULL);
+        grpc_byte_buffer_destroy(bb); /* the call holds its own reference to the slices */
+        if (e != GRPC_CALL_OK) {
+            FEED_LOGE("stream %s: send failed to start: %d", s->peer, (int)e);
+            stream_mem_sub(s, bytes);
+            s->mem_sending = 0;
+            s->refs--;
+            feedd_sm_on_send_failed(&s->sm, GRPC_STATUS_INTERNAL, "send failed", &out);
+        } else {
+            s->batches_sent++;
+            s->bytes_sent += bytes;
+            feedd_count(&feedd_m.batches, 1);
+            feedd_count(&feedd_m.bytes, bytes);
+        }
+    }
+    apply(s, &out);
+}
+
+static void arm_recv_locked(stream *s)
+{
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &s->recv_bb;
+    s->refs++;
+    if (grpc_call_start_batch(s->call, &op, 1, &s->t_recv, NULL) != GRPC_CALL_OK) {
+        feedd_sm_out out = {0};
+        s->refs--;
+        feedd_sm_on_recv(&s->sm, false, &out);
+        apply(s, &out);
+    }
+}
+
+static void send_status_locked(stream *s, grpc_status_code code, const char *msg)
+{
+    grpc_op ops[2];
+    size_t n = 0;
+    memset(ops, 0, sizeof ops);
+    s->status_slice = grpc_slice_from_copied_string(msg);
+    if (!s->sent_md) {
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        s->sent_md = true;
+    }
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = code;
+    ops[n++].data.send_status_from_server.status_details = &s->status_slice;
+    s->refs++;
+    if (grpc_call_start_batch(s->call, ops, n, &s->t_status, NULL) != GRPC_CALL_OK) {
+        s->refs--;
+        grpc_call_cancel(s->call, NULL);
+    }
+    if ((unsigned)code < FEEDD_STATUS_CODES)
+        feedd_count(&feedd_m.stream_status[code], 1);
+    if (code != GRPC_STATUS_OK)
+        FEED_LOGI("stream %s: ending with status %d: %s", s->peer, (int)code, msg);
+}
+
+/*
+ * Do what the machine asked, in stream_sm.h's order. Under s->mu; the caller
+ * holds a reference of its own, so none of this frees the stream.
+ */
+static void apply(stream *s, feedd_sm_out *out)
+{
+    while (!feed_list_empty(&out->discard)) {
+        feed_list_node *n = feed_list_pop_front(&out->discard);
+        discard_job_locked(s, job_of_sm(FEED_LIST_ENTRY(n, feedd_sm_job, link)));
+    }
+    if (out->drop_work)
+        take_back_jobs_locked(s);
+    if (out->admit)
+        admit_locked(s, job_of_sm(out->admit));
+    if (out->start)
+        feedd_pool_submit(s->svc->pool, &s->q, &job_of_sm(out->start)->job);
+    if (out->send)
+        send_locked(s, job_of_sm(out->send));
+    if (out->arm_recv)
+        arm_recv_locked(s);
+    if (out->finish)
+        send_status_locked(s, out->code, out->msg);
+}
+
+/* Pool worker thread: the last sample of a batch is done. */
+static void on_job_done(feedd_job *job)
+{
+    batch_job *bj = (batch_job *)(void *)job;
+    stream *s = bj->owner;
+    feedd_sm_out out = {0};
+    bj->crc = job->crc;
+    pthread_mutex_lock(&s->mu);
+    s->refs++; /* the job's may go while we work */
+    feedd_sm_on_job_done(&s->sm, &bj->sm, atomic_load(&job->cancelled), &out);
+    apply(s, &out);
+    stream_unref_unlock(s);
+}
+
+/* Everything of a job but its pixel buffer, which waits for the memory caps. NULL: no memory. */
+static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sample_bytes)
+{
+    uint32_t n = (uint32_t)r->n_indices;
+    batch_job *bj = calloc(1, sizeof *bj);
+    if (bj) {
+        bj->indices = malloc(n * sizeof *bj->indices);
+        bj->labels = malloc(n * sizeof *bj->labels);
+        bj->status = malloc(n * sizeof *bj->status);
+        bj->sample_crc = malloc(n * sizeof *bj->sample_crc);
+        bj->errors = malloc(n * sizeof *bj->errors);
+        if (!bj->indices || !bj->labels || !bj->status || !bj->sample_crc || !bj->errors) {
+            job_free(bj);
+            bj = NULL;
+        }
+    }
+    if (bj) {
+        const feed_dataset *ds = s->svc->datasets[s->sess.ds_id].ds;
+        memcpy(bj->indices, r->indices, n * sizeof *bj->indices);
+        for (uint32_t i = 0; i < n; i++)
+            bj->labels[i] = feed_dataset_label(ds, r->indices[i]);
+        bj->wait.acct = &s->mem;
+        bj->wait.bytes = (uint64_t)n * sample_bytes;
+        bj->owner = s;
+        bj->batch_id = r->batch_id;
+        bj->job.ds = ds;
+        bj->job.ds_id = s->sess.ds_id;
+        bj->job.tf = &s->sess.tf;
+        bj->job.seed = s->sess.seed;
+        bj->job.epoch = r->epoch;
+        bj->job.indices = bj->indices;
+        bj->job.n = n;
+        bj->job.sample_bytes = sample_bytes;
+        bj->job.status = bj->status;
+        bj->job.sample_crc = bj->sample_crc;
+        bj->job.errors = bj->errors;
+        bj->job.done = on_job_done;
+        bj->job.user = s;
+    }
+    return bj;
+}
+
+/* One BatchRequest's bytes; under s->mu, on the CQ thread. Reports to the machine in out. */
+static void handle_request_locked(stream *s, const uint8_t *buf, size_t len, feedd_sm_out *out)
+{
+    feedd_service *svc = s->svc;
+    const feedd_config *cfg = svc->cfg;
+    char msg[STATUS_MSG_MAX];
+    feedd_batch_request req;
+    grpc_status_code code = feedd_request_batch(&svc->env, &s->cqt->arena, buf, len, s->peer,
+                                                &s->sess, &req, msg, sizeof msg);
+    /*
+     * config.c clamps max-batch-bytes (checked in request.c) to both caps, so
+     * the second check cannot fail; were that to change, such a batch would
+     * wait forever. A request without r only opened the session.
+     */
+    if (code != GRPC_STATUS_OK) {
+        feedd_sm_fail(&s->sm, code, msg, out);
+    } else if (req.r && (req.bytes > cfg->max_stream_memory || req.bytes > cfg->max_memory)) {
+        snprintf(msg, sizeof msg, "memory: a batch of %llu bytes can never fit max-stream-memory",
+                 (unsigned long long)req.bytes);
+        feedd_sm_fail(&s->sm, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, out);
+    } else if (req.r) {
+        batch_job *bj = job_new(s, req.r, req.sample_bytes);
+        if (!bj)
+            feedd_sm_fail(&s->sm, GRPC_STATUS_RESOURCE_EXHAUSTED, "memory: allocation failed", out);
+        else if (!feedd_sm_on_request(&s->sm, s->sess.window, &bj->sm, out))
+            job_free(bj); /* never accepted: no reference, nothing counted */
+    }
+}
+
+void feedd_stream_on_recv(stream *s, bool ok)
+{
+    feedd_sm_out out = {0};
+    pthread_mutex_lock(&s->mu);
+    grpc_byte_buffer *bb = s->recv_bb;
+    s->recv_bb = NULL;
+    if (feedd_sm_on_recv(&s->sm, ok && bb, &out)) {
+        /*
+         * gRPC itself refuses a message over max-request-bytes (its receive
+         * limit) with RESOURCE_EXHAUSTED before it gets here. Should one
+         * still come (say, larger once decompressed), it gets the same code,
+         * as the contract promises; a message that cannot be read at all is
+         * malformed.
+         */
+        size_t cap = (size_t)s->svc->cfg->max_request_bytes, len = 0;
+        uint8_t *buf = s->cqt->rbuf;
+        int rc = feedd_read_bb(bb, cap, buf, &len);
+        if (rc == FEED_ETOOBIG)
+            feedd_sm_fail(&s->sm, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "request: larger than max-request-bytes", &out);
+        else if (rc < 0)
+            feedd_sm_fail(&s->sm, GRPC_STATUS_INVALID_ARGUMENT,
+                          "request: the message could not be read", &out);
+        else
+            handle_request_locked(s, buf, len, &out);
+        feedd_sm_read_done(&s->sm, &out);
+    }
+    if (bb)
+        grpc_byte_buffer_destroy(bb);
+    apply(s, &out);
+    stream_unref_unlock(s);
+}
+
+void feedd_stream_on_send(stream *s, bool ok)
+{
+    feedd_sm_out out = {0};
+    pthread_mutex_lock(&s->mu);
+    uint64_t dt = feed_now_ns() - s->send_started_ns;
+    feedd_count(&feedd_m.stage_ns[FEEDD_STAGE_SEND], dt);
+    feedd_count(&feedd_m.stage_count[FEEDD_STAGE_SEND], 1);
+    stream_mem_sub(s, s->mem_sending);
+    s->mem_sending = 0;
+    feedd_sm_on_send_done(&s->sm, ok, &out);
+    apply(s, &out);
+    stream_unref_unlock(s);
+}
+
+void feedd_stream_on_status(stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    stream_unref_unlock(s);
+}
+
+void feedd_stream_on_close(stream *s)
+{
+    feedd_service *svc = s->svc;
+    feedd_sm_out out = {0};
+    pthread_mutex_lock(&s->mu);
+    feedd_sm_on_cancel(&s->sm, &out);
+    apply(s, &out);
+    FEED_LOGI("stream %s: closed%s client='%s' requests=%llu batches=%llu bytes=%llu", s->peer,
+              s->close_cancelled ? " (cancelled)" : "", s->sess.client_name,
+              (unsigned long long)s->requests, (unsigned long long)s->batches_sent,
+              (unsigned long long)s->bytes_sent);
+    s->refs--;              /* the open call's reference */
+    stream_unref_unlock(s); /* the RECV_CLOSE op's */
+    feedd_gauge(&feedd_m.active_streams, -1);
+    pthread_mutex_lock(&svc->mu);
+    svc->open_streams--;
+    pthread_cond_broadcast(&svc->cv);
+    pthread_mutex_unlock(&svc->mu);
+}
+
+/*
+ * A new stream object joins the service's list and arms RECV_CLOSE_ON_SERVER;
+ * then the machine opens it (or fails it at once past max-streams).
+ */
+static void stream_open(stream *s)
+{
+    feedd_service *svc = s->svc;
+    s->t_recv = (tag){TAG_STREAM_RECV, s};
+    s->t_send = (tag){TAG_STREAM_SEND, s};
+    s->t_close = (tag){TAG_STREAM_CLOSE, s};
+    s->t_status = (tag){TAG_STREAM_STATUS, s};
+    s->status_slice = grpc_empty_slice();
+    feedd_sm_init(&s->sm);
+    peer_of(s->call, s->peer, sizeof s->peer);
+    pthread_mutex_init(&s->mu, NULL);
+
+    pthread_mutex_lock(&svc->mu);
+    bool too_many = svc->open_streams >= svc->cfg->max_streams;
+    feed_list_push_front(&svc->streams, &s->link);
+    svc->live_streams++;
+    svc->open_streams++;
+    pthread_mutex_unlock(&svc->mu);
+    feedd_gauge(&feedd_m.active_streams, 1);
+    feedd_count(&feedd_m.streams_opened, 1);
+
+    pthread_mutex_lock(&s->mu);
+    s->refs = 2; /* the open call and the RECV_CLOSE op */
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &s->close_cancelled;
+    bool close_armed = grpc_call_start_batch(s->call, &op, 1, &s->t_close, NULL) == GRPC_CALL_OK;
+    if (!close_armed) {
+        /* Its tag will never come, and only that tag ends the stream: end it here. */
+        FEED_LOGE("stream %s: RECV_CLOSE_ON_SERVER failed to start; cancelling the call", s->peer);
+        grpc_call_cancel(s->call, NULL);
+    } else {
+        feedd_sm_out out = {0};
+        FEED_LOGI("stream %s: connected", s->peer);
+        if (too_many) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "streams: %u streams open (max-streams)",
+                     svc->cfg->max_streams);
+            feedd_sm_fail(&s->sm, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, &out);
+        } else {
+            feedd_sm_open(&s->sm, atomic_load(&svc->draining), &out);
+        }
+        apply(s, &out);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!close_armed)
+        feedd_stream_on_close(s); /* drops the open call's reference and the close op's */
+}
+
+void feedd_stream_start(cq_thread *cqt, grpc_call *call)
+{
+    stream *s = calloc(1, sizeof *s);
+    if (!s) {
+        feedd_unary_finish(cqt->svc, call, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+        s->svc = cqt->svc;
+        s->cqt = cqt;
+        s->call = call;
+        stream_open(s);
+    }
+}
+
+void feedd_stream_on_granted(feedd_mem_waiter *w)
+{
+    batch_job *bj = job_of_waiter(w);
+    stream *s = bj->owner; /* alive: the job holds a reference */
+    feedd_sm_out out = {0};
+    pthread_mutex_lock(&s->mu);
+    s->refs++; /* the job's may go with it */
+    feedd_sm_on_granted(&s->sm, &bj->sm, job_alloc_mem(s, bj), &out);
+    apply(s, &out);
+    stream_unref_unlock(s);
+}
+
+void feedd_stream_drain(stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->refs > 0) {
+        feedd_sm_out out = {0};
+        feedd_sm_on_drain(&s->sm, &out);
+        apply(s, &out);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
