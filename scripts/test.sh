@@ -3,7 +3,7 @@
 # again with AddressSanitizer + UBSan and runs the tests again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh
+scripts/deps.sh test
 if [ -f tests/interop/js/package.json ]; then
   (cd tests/interop/js && npm ci --no-audit --no-fund --loglevel=error)
 fi
