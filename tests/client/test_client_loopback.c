@@ -11,8 +11,8 @@
  * epoch boundary (kept by set_epoch(e + 1, 0), dropped by any other cursor,
  * re-issued when its server stalls), a busy server with a deep window that must
  * not be taken for a stalled one, a server that refuses streams (never up, no
- * failovers), and max_slots. Skips (saying so) when feedd has not been
- * built.
+ * failovers), and max_slots. Skips (exit FEED_TEST_SKIP, saying why) when
+ * feedd has not been built.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -35,6 +35,7 @@
 #include "feed/errors.h"
 #include "feed/timeutil.h"
 #include "feedtest.h"
+#include "feedtest_skip.h"
 #include "norm_ref.h"
 #include "plan.h"
 
@@ -68,7 +69,6 @@ typedef struct run {
 static char g_root[256];
 static char g_good[300], g_bad[300];
 static char g_good_arg[340], g_bad_arg[340];
-static bool g_have_feedd;
 
 static void log_to_stderr(void *user, int level, const char *msg)
 {
@@ -247,20 +247,11 @@ static void stop_servers(feed_test_server *s, int n)
     }
 }
 
-#define NEED_FEEDD()                                                                               \
-    do {                                                                                           \
-        if (!g_have_feedd) {                                                                       \
-            print_message("SKIP: feedd not built ($FEED_BUILD_DIR/server/feedd)\n");               \
-            skip();                                                                                \
-        }                                                                                          \
-    } while (0)
-
 static run g_ref; /* epoch EPOCH, batch 10, one server: the reference bytes */
 
 static void test_epoch_one_and_three_servers(void **state)
 {
     (void)state;
-    NEED_FEEDD();
     feed_test_server s[3];
     assert_int_equal(start_servers(s, 3, g_good_arg), 0);
     const char *targets[3] = {s[0].target, s[1].target, s[2].target};
@@ -307,7 +298,6 @@ static void test_epoch_one_and_three_servers(void **state)
 static void test_rank_partitions(void **state)
 {
     (void)state;
-    NEED_FEEDD();
     feed_test_server s[1];
     assert_int_equal(start_servers(s, 1, g_good_arg), 0);
     const char *targets[1] = {s[0].target};
@@ -339,7 +329,6 @@ static void test_rank_partitions(void **state)
 static void test_kill_one_of_three(void **state)
 {
     (void)state;
-    NEED_FEEDD();
     feed_test_server s[3];
     assert_int_equal(start_servers(s, 3, g_good_arg), 0);
     const char *targets[3] = {s[0].target, s[1].target, s[2].target};
@@ -396,7 +385,6 @@ static int free_port(void)
 static void test_server_started_mid_epoch(void **state)
 {
     (void)state;
-    NEED_FEEDD();
     feed_test_server s[2];
     assert_int_equal(start_servers(s, 1, g_good_arg), 0);
     char late[64], listen_arg[64];
@@ -439,7 +427,6 @@ static void test_server_started_mid_epoch(void **state)
 static void test_all_servers_dead(void **state)
 {
     (void)state;
-    NEED_FEEDD();
     feed_test_server s[2];
     assert_int_equal(start_servers(s, 2, g_good_arg), 0);
     const char *targets[2] = {s[0].target, s[1].target};
@@ -472,7 +459,6 @@ static void test_all_servers_dead(void **state)
 static void test_batch_beyond_server_limit(void **state)
 {
     (void)state;
-    NEED_FEEDD();
     feed_test_server s[1];
     const char *args[] = {"--dataset", g_good_arg,    "--threads", "1", "--max-batch-bytes",
                           "1M",        "--log-level", "error",     NULL};
@@ -492,7 +478,6 @@ static void test_batch_beyond_server_limit(void **state)
 static void test_resume(void **state)
 {
     (void)state;
-    NEED_FEEDD();
     assert_int_equal(g_ref.count, 10); /* made by the first test */
     feed_test_server s[1];
     assert_int_equal(start_servers(s, 1, g_good_arg), 0);
@@ -525,7 +510,6 @@ static void test_resume(void **state)
 static void test_unordered_and_normalised(void **state)
 {
     (void)state;
-    NEED_FEEDD();
     assert_int_equal(g_ref.count, 10);
     feed_test_server s[3];
     assert_int_equal(start_servers(s, 3, g_good_arg), 0);
@@ -570,7 +554,6 @@ static void test_unordered_and_normalised(void **state)
 static void test_bad_samples(void **state)
 {
     (void)state;
-    NEED_FEEDD();
     feed_test_server s[1];
     assert_int_equal(start_servers(s, 1, g_bad_arg), 0);
     const char *targets[1] = {s[0].target};
@@ -639,7 +622,6 @@ static void test_bad_samples(void **state)
 static void test_stalled_server_deadline(void **state)
 {
     (void)state;
-    NEED_FEEDD();
     assert_int_equal(g_ref.count, 10);
     feed_test_server s[2];
     assert_int_equal(start_servers(s, 2, g_good_arg), 0);
@@ -673,7 +655,6 @@ static void test_stalled_server_deadline(void **state)
 static void test_dns_target(void **state)
 {
     (void)state;
-    NEED_FEEDD();
     assert_int_equal(g_ref.count, 10);
     feed_test_server s[1];
     assert_int_equal(start_servers(s, 1, g_good_arg), 0);
@@ -740,7 +721,6 @@ static void wait_prefetched(feed_loader *l, uint64_t epochs_taken)
 static void test_epoch_prefetch_kept(void **state)
 {
     (void)state;
-    NEED_FEEDD();
     assert_int_equal(g_ref.count, 10);
     feed_test_server s[2];
     assert_int_equal(start_servers(s, 2, g_good_arg), 0);
@@ -781,7 +761,6 @@ static void test_epoch_prefetch_kept(void **state)
 static void test_epoch_prefetch_dropped(void **state)
 {
     (void)state;
-    NEED_FEEDD();
     assert_int_equal(g_ref.count, 10);
     feed_test_server s[1];
     assert_int_equal(start_servers(s, 1, g_good_arg), 0);
@@ -846,7 +825,6 @@ static void test_epoch_prefetch_dropped(void **state)
 static void test_epoch_prefetch_unordered(void **state)
 {
     (void)state;
-    NEED_FEEDD();
     feed_test_server s[3];
     assert_int_equal(start_servers(s, 3, g_good_arg), 0);
     const char *targets[3] = {s[0].target, s[1].target, s[2].target};
@@ -887,7 +865,6 @@ static void test_epoch_prefetch_unordered(void **state)
 static void test_epoch_prefetch_failover(void **state)
 {
     (void)state;
-    NEED_FEEDD();
     feed_test_server s[2];
     assert_int_equal(start_servers(s, 2, g_good_arg), 0);
     const char *targets[2] = {s[0].target, s[1].target};
@@ -968,7 +945,6 @@ static int copy_file(const char *src, const char *dst)
 static void test_busy_server_no_false_failover(void **state)
 {
     (void)state;
-    NEED_FEEDD();
     char dir[300], arg[340], src[400], path[400];
     snprintf(dir, sizeof dir, "%s/big", g_root);
     snprintf(arg, sizeof arg, "big=%s", dir);
@@ -1052,7 +1028,6 @@ static void test_busy_server_no_false_failover(void **state)
 static void test_refusing_server_not_up(void **state)
 {
     (void)state;
-    NEED_FEEDD();
     assert_int_equal(g_ref.count, 10);
     feed_test_server s[2];
     const char *one[] = {"--dataset", g_good_arg,    "--threads", "1", "--max-streams",
@@ -1097,7 +1072,6 @@ static void test_refusing_server_not_up(void **state)
 static void test_max_slots(void **state)
 {
     (void)state;
-    NEED_FEEDD();
     assert_int_equal(g_ref.count, 10);
     feed_test_server s[3];
     assert_int_equal(start_servers(s, 3, g_good_arg), 0);
@@ -1120,12 +1094,6 @@ static void test_max_slots(void **state)
 static int group_setup(void **state)
 {
     (void)state;
-    char exe[512];
-    const char *bdir = getenv("FEED_BUILD_DIR");
-    snprintf(exe, sizeof exe, "%s/server/feedd", bdir ? bdir : ".");
-    g_have_feedd = bdir && access(exe, X_OK) == 0;
-    if (!g_have_feedd)
-        return 0;
     if (feed_test_tmpdir("client-test", g_root, sizeof g_root))
         return -1;
     snprintf(g_good, sizeof g_good, "%s/good", g_root);
@@ -1167,6 +1135,13 @@ static int group_teardown(void **state)
 
 int main(void)
 {
+    char exe[512];
+    const char *bdir = getenv("FEED_BUILD_DIR");
+    snprintf(exe, sizeof exe, "%s/server/feedd", bdir ? bdir : ".");
+    if (!bdir || access(exe, X_OK) != 0) {
+        printf("SKIP: feedd not built (%s)\n", exe);
+        return FEED_TEST_SKIP;
+    }
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_epoch_one_and_three_servers, kill_leftovers),

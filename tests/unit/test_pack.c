@@ -28,6 +28,7 @@
 #include "feed/dataset.h"
 #include "feed/errors.h"
 #include "feed/pack.h"
+#include "feedtest_skip.h"
 
 extern char **environ;
 
@@ -804,12 +805,6 @@ static void test_imagenet_sample_repack(void **state)
 {
     (void)state;
     const char *dir = getenv("FEED_SAMPLE_DIR");
-    struct stat st;
-    if (!dir || stat(dir, &st) != 0) {
-        print_message("FEED_SAMPLE_DIR (%s) absent: skipping the ImageNet repack test\n",
-                      dir ? dir : "unset");
-        skip();
-    }
     feed_dataset *tree = NULL;
     char err[512];
     assert_int_equal(feed_dataset_open(dir, NULL, &tree, err, sizeof(err)), 0);
@@ -822,8 +817,14 @@ static void test_imagenet_sample_repack(void **state)
     feed_dataset_close(tree);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    const struct CMUnitTest sample_tests[] = {
+        cmocka_unit_test_setup_teardown(test_imagenet_sample_repack, setup_tmp, teardown_tmp),
+    };
+    if (feed_test_sample_mode(argc, argv))
+        return feed_test_have_sample() ? cmocka_run_group_tests(sample_tests, NULL, NULL)
+                                       : FEED_TEST_SKIP;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_writer_round_trip, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_tool_round_trip, setup_tmp, teardown_tmp),
@@ -832,7 +833,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mutation_sweep, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_pack_read_limits, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_writer_misuse, setup_tmp, teardown_tmp),
-        cmocka_unit_test_setup_teardown(test_imagenet_sample_repack, setup_tmp, teardown_tmp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
