@@ -8,7 +8,7 @@
  *  - the real loader on the GPU against real feedd: the same bytes as the
  *    host path, labels on the device, and next()'s CPU cost per batch when
  *    data is ready (thread CPU time; asserted <= 50 us).
- * Skips (exit FEED_TEST_SKIP, saying why) when built without CUDA or when
+ * Skips every test, saying why, when built without CUDA or when
  * cudaGetDeviceCount finds no device. Prints a summary table at the end.
  */
 #include <setjmp.h>
