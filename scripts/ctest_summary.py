@@ -5,8 +5,9 @@
 
 JUNIT_XML defaults to BUILD_DIR/ctest-junit.xml (ctest --output-junit).
 One line with how many tests there were, ran, passed, failed and were
-skipped; then each skipped test with the "SKIP: why" line it printed, and
-each failed one by name.
+skipped; then each skipped test with the "SKIP: why" line it printed, each
+passed test that skipped some of its cases (pytest -rs "SKIPPED [n] ...: why"
+lines, cmocka "[  SKIPPED ] case" lines), and each failed one by name.
 """
 import os
 import sys
@@ -21,6 +22,12 @@ def skip_reason(case):
     return "no reason printed"
 
 
+def partial_skips(case):
+    out = case.findtext("system-out") or ""
+    return [line.strip() for line in out.splitlines()
+            if line.startswith("SKIPPED [") or line.startswith("[  SKIPPED ] ")]
+
+
 def main():
     if len(sys.argv) not in (2, 3):
         print(__doc__, file=sys.stderr)
@@ -31,13 +38,14 @@ def main():
         print(f"{build}: no test results ({path} missing: ctest did not finish)")
         return 1
     cases = ET.parse(path).getroot().iter("testcase")
-    passed, failed, skipped = [], [], []
+    passed, failed, skipped, partial = [], [], [], []
     for c in cases:
         name = c.get("name")
         if c.find("skipped") is not None:
             skipped.append((name, skip_reason(c)))
         elif c.get("status") == "run":
             passed.append(name)
+            partial += [(name, line) for line in partial_skips(c)]
         else:
             failed.append(name)
     total = len(passed) + len(failed) + len(skipped)
@@ -45,6 +53,8 @@ def main():
           f"{len(failed)} failed, {len(skipped)} skipped")
     for name, why in skipped:
         print(f"  skipped {name}: {why}")
+    for name, line in partial:
+        print(f"  passed, part skipped, {name}: {line}")
     for name in failed:
         print(f"  FAILED  {name}")
     return 0
