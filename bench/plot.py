@@ -7,8 +7,12 @@ Reads OUT_DIR/summary.json, batches.csv and nvml.csv; writes
   throughput.png  images/s by source (bars), GPU busy share written on each bar
   gpu_util.png    GPU utilisation over time: NVML samples when there were any;
                   otherwise the step's busy share per second from its own
-                  timings, and the plot's title says so (nothing is made up)
-  batch_wait.png  how long the training loop waited for each batch (jitter)
+                  timings, and the plot's title says so (nothing is made up);
+                  only whole seconds of each source's measured window (a last
+                  partial second would read as a drop)
+  batch_wait.png  how long the training loop waited for each batch: the series
+                  (jitter) and beside it the distribution of waits per source
+                  (CDF); waits of 0 are drawn at 0 (symlog axis), not floored
 Needs matplotlib (Debian: python3-matplotlib) and nothing else.
 """
 import csv
@@ -74,10 +78,16 @@ def plot_throughput(meta, runs, out_dir):
     plt.close(fig)
 
 
-def plot_util(meta, nvml, batches, out_dir):
+def wall_by_source(runs):
+    return {r["source"]: float(r.get("wall_s") or 0.0) for r in runs if r["status"] == "ok"}
+
+
+def plot_util(meta, nvml, batches, runs, out_dir):
     fig, ax = plt.subplots(figsize=(8, 4.2))
+    wall = wall_by_source(runs)
     if nvml:
         for src, rows in by_source(nvml).items():
+            rows = [r for r in rows if float(r["t_s"]) <= wall.get(src, 0.0)]
             ax.plot([float(r["t_s"]) for r in rows], [float(r["gpu_util"]) for r in rows],
                     label=src, color=COLOURS.get(src), lw=1.2)
         ax.set_ylabel("GPU utilisation (NVML, %)")
@@ -91,7 +101,7 @@ def plot_util(meta, nvml, batches, out_dir):
                     continue
                 sec = int(float(r["t_s"]))
                 buckets[sec] = buckets.get(sec, 0.0) + float(r["step_ms"]) / 10.0
-            xs = sorted(buckets)
+            xs = [x for x in sorted(buckets) if x + 1 <= wall.get(src, 0.0)]
             ax.plot(xs, [min(buckets[x], 100.0) for x in xs], label=src,
                     color=COLOURS.get(src), lw=1.2, marker=".")
         ax.set_ylabel("step busy share per second (%)")
@@ -107,24 +117,42 @@ def plot_util(meta, nvml, batches, out_dir):
 
 
 def plot_wait(meta, batches, runs, out_dir):
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig, (ax, cdf) = plt.subplots(1, 2, figsize=(11, 4.6), width_ratios=[3, 2])
     stats = {r["source"]: r for r in runs}
+    top = 0.0
     for src, rows in by_source(batches).items():
-        rows = [r for r in rows if r["warmup"] == "0"]
-        if not rows:
+        waits = [float(r["wait_ms"]) for r in rows if r["warmup"] == "0"]
+        if not waits:
             continue
-        waits = [max(float(r["wait_ms"]), 1e-3) for r in rows]
         s = stats.get(src, {})
         label = (f"{src}: p50 {s.get('wait_p50_ms', 0):.3g} / p99 {s.get('wait_p99_ms', 0):.3g}"
                  f" / max {s.get('wait_max_ms', 0):.3g} ms")
-        ax.plot(range(len(waits)), waits, label=label, color=COLOURS.get(src), lw=0.8,
-                marker=".", ms=2)
-    ax.set_yscale("log")
+        colour = COLOURS.get(src)
+        ax.plot(range(len(waits)), waits, color=colour, lw=0.6, marker=".", ms=2)
+        ordered = sorted(waits)
+        n = len(ordered)
+        cdf.step(ordered, [(i + 1) / n for i in range(n)], where="post", color=colour,
+                 lw=1.4, label=label)
+        top = max(top, ordered[-1])
+    # symlog: linear below 0.01 ms, so waits of 0 sit on the axis instead of a made-up floor.
+    for a in (ax, cdf):
+        a.grid(True, which="major", alpha=0.3)
+    ax.set_yscale("symlog", linthresh=0.01)
+    ax.set_ylim(0, max(top, 0.01) * 2)
     ax.set_xlabel("batch (measured window)")
-    ax.set_ylabel("wait for the batch (ms, log)")
-    ax.legend(fontsize=8)
-    ax.set_title("Per-batch wait in the training loop\n" + subtitle(meta), fontsize=9)
-    fig.tight_layout()
+    ax.set_ylabel("wait for the batch (ms, symlog)")
+    ax.set_title("Per-batch wait, in order", fontsize=9)
+    cdf.set_xscale("symlog", linthresh=0.01)
+    cdf.set_xlim(0, max(top, 0.01) * 2)
+    cdf.set_ylim(0, 1.02)
+    cdf.set_xlabel("wait for the batch (ms, symlog)")
+    cdf.set_ylabel("fraction of batches waiting at most this long")
+    cdf.set_title("Distribution (CDF)", fontsize=9)
+    fig.suptitle("Batch wait in the training loop\n" + subtitle(meta), fontsize=9)
+    handles, labels = cdf.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=max(1, len(labels)), fontsize=8,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(os.path.join(out_dir, "batch_wait.png"), dpi=120)
     plt.close(fig)
 
@@ -140,7 +168,7 @@ def main():
     batches = read_csv(os.path.join(out_dir, "batches.csv"))
     nvml = read_csv(os.path.join(out_dir, "nvml.csv"))
     plot_throughput(meta, runs, out_dir)
-    plot_util(meta, nvml, batches, out_dir)
+    plot_util(meta, nvml, batches, runs, out_dir)
     plot_wait(meta, batches, runs, out_dir)
     print(f"plots in {out_dir}: throughput.png gpu_util.png batch_wait.png")
     return 0

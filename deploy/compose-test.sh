@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# deploy/compose-test.sh: builds both images and runs deploy/compose.yaml with
-# podman on a machine without a GPU (feed-bench on plain Debian: CPU step),
-# then checks that every source delivered batches. Needs root and the
+# deploy/compose-test.sh: builds both images and runs deploy/compose.yaml's
+# GPU-less route (service bench-cpu: feed-bench on plain Debian, no GPU
+# reservation, CPU step) with podman, then checks that every source delivered
+# batches. Needs root and the
 # packages podman, runc, debootstrap, podman-compose; no image registry:
 # the Debian base image is made locally once (debootstrap) and kept.
 # See ../shared/notes/containers.md for why runc and no default ulimits.
@@ -14,14 +15,15 @@ if ! podman image exists docker.io/library/debian:bookworm-slim; then
   podman tag localhost/debian-base:bookworm docker.io/library/debian:bookworm-slim
   rm -rf "$rootfs"
 fi
-export BENCH_BASE=debian:bookworm-slim BENCH_SECONDS=${BENCH_SECONDS:-5}
+export BENCH_SECONDS=${BENCH_SECONDS:-5}
 rm -rf out && mkdir -p out
 podman build --pull=never -q -f ../docker/feedd.Dockerfile -t localhost/feedd:latest ..
-podman build --pull=never -q -f ../docker/bench.Dockerfile --build-arg BASE="$BENCH_BASE" \
-  -t localhost/feed-bench:latest ..
+podman build --pull=never -q -f ../docker/bench.Dockerfile --build-arg BASE=debian:bookworm-slim \
+  -t localhost/feed-bench-cpu:latest ..
 trap 'podman-compose -f compose.yaml down > /dev/null 2>&1 || true' EXIT
-podman-compose -f compose.yaml up --no-build --exit-code-from bench > out/compose.log 2>&1 || {
-  tail -n 40 out/compose.log; exit 1; }
+# Naming bench-cpu starts it and the servers it depends on, not the GPU bench.
+podman-compose -f compose.yaml up --no-build --exit-code-from bench-cpu bench-cpu \
+  > out/compose.log 2>&1 || { tail -n 40 out/compose.log; exit 1; }
 python3 - out/summary.json <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))

@@ -1,13 +1,29 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages feedd needs to build, test and plot.
+# deps.sh [main|test|compose]: installs the Debian 12 packages one job needs.
+#   main (the default): build feedd, feed-bench and the tools, run them, plot
+#                       (what scripts/main.sh runs)
+#   test: main's packages plus what the test suite runs (cmocka, the interop
+#         clients' grpcio and node/npm, the PyTorch package's torch and pytest)
+#   compose: rootful podman for deploy/compose-test.sh (scripts/compose-ci.sh)
 # Run as root; does nothing for packages already present.
 set -euo pipefail
 
-pkgs=(build-essential cmake pkg-config git
-      libjpeg62-turbo-dev libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
-      libcmocka-dev libmicrohttpd-dev
-      python3 python3-grpcio python3-grpc-tools python3-protobuf python3-numpy
-      python3-matplotlib nodejs npm)
+main_pkgs=(build-essential cmake pkg-config
+           libjpeg62-turbo-dev libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
+           libmicrohttpd-dev python3 python3-numpy python3-matplotlib)
+test_pkgs=(git libcmocka-dev
+           python3-grpcio python3-grpc-tools python3-protobuf nodejs npm
+           python3-torch python3-torchvision python3-pytest python3-pil
+           python3-venv python3-pip python3-setuptools openssl)
+compose_pkgs=(podman runc netavark aardvark-dns iptables debootstrap podman-compose python3)
+
+case "${1:-main}" in
+  main) pkgs=("${main_pkgs[@]}") ;;
+  test) pkgs=("${main_pkgs[@]}" "${test_pkgs[@]}") ;;
+  compose) pkgs=("${compose_pkgs[@]}") ;;
+  -h|--help) sed -n '2,8s/^# \{0,1\}//p' "$0"; exit 0 ;;
+  *) echo "usage: scripts/deps.sh [main|test|compose]" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

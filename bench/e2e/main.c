@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "feed/client.h"
 #include "feed/dataset.h"
 #include "feed/errors.h"
 #include "feed/log.h"
@@ -44,7 +45,7 @@
 #define MAX_NVML 100000u
 #define MAX_BATCH 4096u
 #define INFLIGHT 2u
-#define DATASET_NAME "bench"
+#define DEFAULT_DATASET_NAME "bench"
 #define DEFAULT_DATA "data/default"
 
 /*
@@ -83,6 +84,7 @@ typedef struct options {
     uint32_t spawn, server_threads;
     const char *server_cpus;
     const char *feedd, *gen_tool;
+    const char *dataset_name; /* asked of every server, and what spawned ones serve */
     uint32_t window, prefetch, gen_classes, gen_per_class;
     uint32_t size;
     bool unordered;
@@ -92,10 +94,14 @@ static volatile sig_atomic_t interrupted;
 
 static void usage(FILE *f)
 {
+    feed_loader_config lc;
+    feed_loader_config_default(&lc);
     fputs("usage: feed-bench [options]\n"
           "  --source LIST        sync,local,remote (default: all three, in that order)\n"
           "  --data PATH          ImageFolder dir or pack (default: data/default, generated\n"
           "                       with feed-gen-dataset when missing)\n"
+          "  --dataset NAME       remote: the dataset name asked of the servers (and served\n"
+          "                       by spawned ones; default " DEFAULT_DATASET_NAME ")\n"
           "  --out DIR            results: summary.csv/json, batches.csv, nvml.csv (default "
           "out/bench)\n"
           "  --device D           auto (default: CUDA if a device is found), cuda, cpu\n"
@@ -114,9 +120,13 @@ static void usage(FILE *f)
           "  --server-cpus L      pin spawned feedd: one CPU list for all, or one per server\n"
           "                       separated by ':' (e.g. 4-9:10-15)\n"
           "  --feedd PATH         feedd binary (default: next to this build)\n"
-          "  --gen-tool PATH      feed-gen-dataset binary (default: next to this build)\n"
-          "  --window N --prefetch N   libfeedclient outstanding batches / delivery slots\n"
-          "  --unordered          remote: batches as they arrive, not in plan order\n"
+          "  --gen-tool PATH      feed-gen-dataset binary (default: next to this build)\n",
+          f);
+    fprintf(f,
+            "  --window N           remote: outstanding batches per server (default %u)\n"
+            "  --prefetch N         remote: delivery slots ready ahead of next() (default %u)\n",
+            lc.window_per_server, lc.prefetch);
+    fputs("  --unordered          remote: batches as they arrive, not in plan order\n"
           "  --hidden N --lr X --seed N --size N   model width, SGD rate, seed, image side\n",
           f);
 }
@@ -145,6 +155,7 @@ static int parse_options(int argc, char **argv, options *o)
     enum {
         O_SOURCE = 256,
         O_DATA,
+        O_DATASET,
         O_OUT,
         O_DEVICE,
         O_MODEL,
@@ -172,6 +183,7 @@ static int parse_options(int argc, char **argv, options *o)
     static const struct option longopts[] = {
         {"source", required_argument, NULL, O_SOURCE},
         {"data", required_argument, NULL, O_DATA},
+        {"dataset", required_argument, NULL, O_DATASET},
         {"out", required_argument, NULL, O_OUT},
         {"device", required_argument, NULL, O_DEVICE},
         {"model", required_argument, NULL, O_MODEL},
@@ -209,6 +221,9 @@ static int parse_options(int argc, char **argv, options *o)
             break;
         case O_DATA:
             o->data = optarg;
+            break;
+        case O_DATASET:
+            o->dataset_name = optarg;
             break;
         case O_OUT:
             o->out = optarg;
@@ -626,6 +641,7 @@ int main(int argc, char **argv)
     options *o = &ctx.opt;
     snprintf(o->sources, sizeof o->sources, "sync,local,remote");
     o->out = "out/bench";
+    o->dataset_name = DEFAULT_DATASET_NAME;
     o->device = "auto";
     o->us_per_image = -1.0;
     o->seconds = -1.0;
@@ -686,6 +702,13 @@ int main(int argc, char **argv)
         o->server_threads = (uint32_t)affinity_cpus();
     if (!o->servers && !o->spawn)
         o->spawn = 1;
+    /* libfeedclient's own defaults, so that every output shows what is in effect. */
+    feed_loader_config lc_default;
+    feed_loader_config_default(&lc_default);
+    if (!o->window)
+        o->window = lc_default.window_per_server;
+    if (!o->prefetch)
+        o->prefetch = lc_default.prefetch;
     if (o->batch > MAX_BATCH || o->spawn > MAX_SERVERS || o->size < FEED_TRANSFORM_MIN_SIDE ||
         o->size > FEED_TRANSFORM_MAX_SIDE || (o->steps == 0 && o->seconds <= 0)) {
         fprintf(stderr,
@@ -785,7 +808,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "feed-bench: --server-cpus has no list for server %u\n", i);
                 goto out;
             }
-            snprintf(dataset_arg, sizeof dataset_arg, "%s=%s", DATASET_NAME, o->data);
+            snprintf(dataset_arg, sizeof dataset_arg, "%s=%s", o->dataset_name, o->data);
             snprintf(threads_arg, sizeof threads_arg, "%u", o->server_threads);
             const char *args[] = {"--dataset", dataset_arg, "--threads", threads_arg, NULL};
             feed_test_server_opts so = {
@@ -819,7 +842,7 @@ int main(int argc, char **argv)
         .device = scfg.device,
         .targets = targets,
         .num_targets = ntargets,
-        .dataset_name = DATASET_NAME,
+        .dataset_name = o->dataset_name,
         .window = o->window,
         .prefetch = o->prefetch,
         .ordered = !o->unordered,
@@ -873,6 +896,7 @@ int main(int argc, char **argv)
     meta.img_h = meta.img_w = o->size;
     meta.hidden = o->hidden;
     meta.data_path = o->data;
+    meta.dataset_name = o->dataset_name;
     meta.data_format = feed_dataset_format(ds);
     meta.data_count = feed_dataset_count(ds);
     meta.data_classes = feed_dataset_num_classes(ds);

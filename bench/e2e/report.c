@@ -184,6 +184,8 @@ static void write_meta_json(FILE *f, const bench_meta *m)
             m->target_us_per_image, m->step.base_ms, m->step.ballast_gemm_ms, m->step.ballast_gemms,
             m->step.calibrated_ms, m->batch, m->img_h, m->img_w, m->hidden);
     json_str(f, m->data_path);
+    fputs(",\n    \"dataset_name\": ", f);
+    json_str(f, m->dataset_name);
     fputs(",\n    \"data_format\": ", f);
     json_str(f, m->data_format);
     fprintf(f,
@@ -329,8 +331,8 @@ void report_table(FILE *f, const bench_meta *m, const run_result *runs, size_t n
     if (m->spawned)
         fprintf(f, " (spawned %u x %u threads%s%s)", m->spawned, m->server_threads,
                 m->server_cpus ? ", cpus " : "", m->server_cpus ? m->server_cpus : "");
-    fprintf(f, "\n  client: window %u, prefetch %u (0 = default), %s", m->window, m->prefetch,
-            m->ordered ? "ordered" : "unordered");
+    fprintf(f, "\n  client: dataset %s, window %u, prefetch %u, %s", m->dataset_name, m->window,
+            m->prefetch, m->ordered ? "ordered" : "unordered");
     fprintf(f, "\n  NVML: %s\n\n", m->nvml_ok ? "sampled every 100 ms" : m->nvml_why);
 
     fprintf(f, "%-7s %9s %7s %8s %6s %9s %9s %9s %9s %7s %7s %15s\n", "source", "images/s",

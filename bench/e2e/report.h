@@ -61,6 +61,7 @@ typedef struct bench_meta {
     const char *model_source;
     uint32_t batch, img_h, img_w, hidden;
     const char *data_path, *data_format;
+    const char *dataset_name; /* the name asked of the servers */
     uint64_t data_count;
     uint32_t data_classes;
     uint64_t seed;
@@ -70,7 +71,7 @@ typedef struct bench_meta {
     const char *servers; /* comma list of targets */
     uint32_t spawned, server_threads;
     const char *server_cpus;   /* NULL: not pinned */
-    uint32_t window, prefetch; /* libfeedclient settings; 0 = its default */
+    uint32_t window, prefetch; /* libfeedclient settings in effect */
     bool ordered;
     bool nvml_ok;
     char nvml_why[256];

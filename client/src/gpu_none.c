@@ -16,7 +16,7 @@ int client_gpu_open(int device, client_gpu **out, char *err, size_t err_cap)
 {
     (void)device;
     *out = NULL;
-    snprintf(err, err_cap, "libfeedclient was built without CUDA");
+    snprintf(err, err_cap, "libfeedclient was built without CUDA; use FEED_DEVICE_HOST");
     return FEED_ECUDA;
 }
 

@@ -1,6 +1,7 @@
 /*
  * feed-pack SRC OUT.pack [--max-side N] [--quality Q] [--subsample 420|444|keep] [--threads N]
  * feed-pack --verify PACK_OR_DIR [--expect-max-side N]
+ * feed-pack --help
  *
  * Writes a pack (layout in common/src/pack.c) from an ImageFolder tree (or
  * another pack), optionally re-encoding each image: decode with libjpeg
@@ -19,17 +20,25 @@
  * and buffers, taking indices from an atomic counter), joins them, and writes
  * the chunk's results in index order. Memory is bounded by the chunk size
  * times the largest sample. The pack goes to OUT.pack.tmp.<pid> and is renamed
- * when complete.
+ * when complete; a failure removes the temporary file, and so does SIGINT or
+ * SIGTERM (the handler unlinks it and dies of the signal), so an interrupted
+ * run leaves nothing behind and an older OUT.pack untouched. On a terminal,
+ * stderr shows progress after each chunk (files, bytes in and out, rate, time
+ * left); otherwise the tool prints only its summary and per-sample problems.
  *
  * --verify opens a dataset as feedd would, decodes every sample with libjpeg
  * and prints counts (undecodable ones included); with --expect-max-side it
  * fails if any image is larger.
  */
 #include <errno.h>
+#include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +60,8 @@
 #define MAX_SAMPLE_BYTES (1ull << 30)     /* one input or output image */
 #define MAX_PIXELS (100ull * 1000 * 1000) /* declared pixels we agree to decode */
 #define MAX_REPORTED 20                   /* per-sample messages before we only count */
+#define PROGRESS_EVERY_S 0.5              /* terminal progress refresh */
+#define DEFAULT_QUALITY 90
 
 enum subsample { SUB_UNSET, SUB_420, SUB_444, SUB_KEEP };
 
@@ -348,7 +359,7 @@ __attribute__((noinline)) static enum recode reencode_body(worker *wk, const uin
     enc->input_components = ch;
     enc->in_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
     jpeg_set_defaults(enc);
-    jpeg_set_quality(enc, o->quality ? o->quality : 90, TRUE);
+    jpeg_set_quality(enc, o->quality ? o->quality : DEFAULT_QUALITY, TRUE);
     if (!gray) {
         enc->comp_info[0].h_samp_factor = want_h;
         enc->comp_info[0].v_samp_factor = want_v;
@@ -486,6 +497,62 @@ static const char *sample_name(const feed_dataset *ds, uint64_t i, char *buf, si
     return buf;
 }
 
+/*
+ * The writer's temporary file (feed/pack.h: PATH.tmp.<pid>), for the signal
+ * handler: set before the writer opens it, read only by the handler.
+ */
+static char g_tmp_path[PATH_MAX + 32];
+
+static void on_fatal_signal(int sig)
+{
+    unlink(g_tmp_path);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static int remove_tmp_on_signals(const char *dst)
+{
+    int n = snprintf(g_tmp_path, sizeof(g_tmp_path), "%s.tmp.%ld", dst, (long)getpid());
+    if (n < 0 || (size_t)n >= sizeof(g_tmp_path))
+        return -1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_fatal_signal;
+    sigemptyset(&sa.sa_mask);
+    return sigaction(SIGINT, &sa, NULL) || sigaction(SIGTERM, &sa, NULL) ? -1 : 0;
+}
+
+/* Progress on a terminal: one line rewritten in place. */
+typedef struct progress {
+    bool on;    /* stderr is a terminal */
+    bool shown; /* a progress line is on screen */
+    double t0, last;
+} progress;
+
+static void progress_clear(progress *p)
+{
+    if (p->shown)
+        fputs("\r\033[K", stderr);
+    p->shown = false;
+}
+
+static void progress_update(progress *p, uint64_t done, uint64_t count, uint64_t in_bytes,
+                            uint64_t out_bytes)
+{
+    double now = now_s();
+    if (!p->on || (now - p->last < PROGRESS_EVERY_S && done < count))
+        return;
+    p->last = now;
+    double secs = now - p->t0, rate = secs > 0 ? done / secs : 0.0;
+    double left = rate > 0 ? (count - done) / rate : 0.0;
+    fprintf(stderr,
+            "\r\033[Kfeed-pack: %llu/%llu files (%.1f%%), in %.1f MB, out %.1f MB, %.0f files/s, "
+            "%.0f:%02.0f left",
+            (unsigned long long)done, (unsigned long long)count, 100.0 * done / count,
+            in_bytes / 1e6, out_bytes / 1e6, rate, floor(left / 60), fmod(floor(left), 60));
+    p->shown = true;
+}
+
 static int run_pack(const char *src, const char *dst, const pack_opts *o)
 {
     int rc = 1;
@@ -497,6 +564,7 @@ static int run_pack(const char *src, const char *dst, const pack_opts *o)
     const char **names = NULL;
     char err[1024], nbuf[64];
     double t0 = now_s();
+    progress prog = {.on = isatty(STDERR_FILENO) == 1, .t0 = t0};
     feed_dataset_limits lim;
     feed_dataset_limits_default(&lim);
     lim.max_sample_bytes = MAX_SAMPLE_BYTES;
@@ -520,6 +588,10 @@ static int run_pack(const char *src, const char *dst, const pack_opts *o)
     }
     for (uint32_t c = 0; c < classes; c++)
         names[c] = feed_dataset_class_name(ds, c);
+    if (remove_tmp_on_signals(dst) != 0) {
+        fprintf(stderr, "feed-pack: %s: path too long\n", dst);
+        goto out;
+    }
     e = feed_pack_writer_open(dst, count, classes, names, &pw, err, sizeof(err));
     if (e) {
         fprintf(stderr, "feed-pack: %s (%s)\n", err, feed_err_name(e));
@@ -551,6 +623,7 @@ static int run_pack(const char *src, const char *dst, const pack_opts *o)
             result *r = &results[k];
             uint64_t i = first + k;
             if (r->read_rc && !e) {
+                progress_clear(&prog);
                 fprintf(stderr, "feed-pack: %s: cannot read: %s\n",
                         sample_name(ds, i, nbuf, sizeof(nbuf)), feed_strerror(r->read_rc));
                 e = r->read_rc;
@@ -562,15 +635,19 @@ static int run_pack(const char *src, const char *dst, const pack_opts *o)
             out_bytes += r->len;
             n_recoded += r->outcome == OUT_REENCODED;
             n_unchanged += r->outcome == OUT_UNCHANGED && !r->read_rc;
-            if (r->outcome == OUT_KEPT_BAD && n_bad++ < MAX_REPORTED)
+            if (r->outcome == OUT_KEPT_BAD && n_bad++ < MAX_REPORTED) {
+                progress_clear(&prog);
                 fprintf(stderr, "feed-pack: %s: kept as-is: %s\n",
                         sample_name(ds, i, nbuf, sizeof(nbuf)), r->msg);
+            }
             free(r->data);
             r->data = NULL;
         }
         if (e)
             break;
+        progress_update(&prog, first + n, count, in_bytes, out_bytes);
     }
+    progress_clear(&prog);
     if (e) {
         if (!read_failed)
             fprintf(stderr, "feed-pack: writing %s failed (%s)\n", dst, feed_strerror(e));
@@ -705,60 +782,96 @@ out:
     return rc;
 }
 
-static void usage(void)
+static void usage(FILE *f, unsigned default_threads)
 {
-    fprintf(stderr, "usage: feed-pack SRC OUT.pack [--max-side N] [--quality Q] "
-                    "[--subsample 420|444|keep] [--threads N]\n"
-                    "       feed-pack --verify PACK_OR_DIR [--expect-max-side N]\n");
+    fprintf(f,
+            "usage: feed-pack SRC OUT.pack [options]   pack an ImageFolder tree (or a pack)\n"
+            "       feed-pack --verify PACK_OR_DIR [--expect-max-side N]\n"
+            "\n"
+            "Writes OUT.pack.tmp.<pid> and renames it onto OUT.pack when complete; a failure,\n"
+            "SIGINT or SIGTERM removes it (an older OUT.pack stays as it was). Progress\n"
+            "(files, bytes in/out, rate, time left) goes to stderr when it is a terminal.\n"
+            "By default every image goes in byte for byte; an image is re-encoded only when\n"
+            "an option asks for something it does not already have.\n"
+            "\n"
+            "  --max-side N       shrink images whose longer side exceeds N (1..65535) to N,\n"
+            "                     antialiased, and re-encode them (default: no resizing)\n"
+            "  --quality Q        re-encode every image at JPEG quality Q (1..100); images\n"
+            "                     re-encoded for another reason use %d (default: not given)\n"
+            "  --subsample S      chroma subsampling of re-encoded images: 420, 444, or keep\n"
+            "                     the source's (default: 420 with --max-side or --quality;\n"
+            "                     420 or 444 alone re-encodes images that differ)\n"
+            "  --threads N        decoding/encoding threads, 1..%u (default: CPUs online, %u)\n"
+            "  --verify           open PACK_OR_DIR as feedd would, decode every sample, print\n"
+            "                     counts (undecodable ones included)\n"
+            "  --expect-max-side N  with --verify: fail if an image has a longer side than N\n"
+            "                     (default: no check)\n"
+            "  -h, --help         print this and exit\n",
+            DEFAULT_QUALITY, MAX_THREADS, default_threads);
 }
 
 int main(int argc, char **argv)
 {
+    enum { O_MAX_SIDE = 256, O_QUALITY, O_SUBSAMPLE, O_THREADS, O_VERIFY, O_EXPECT };
+    static const struct option longopts[] = {
+        {"max-side", required_argument, NULL, O_MAX_SIDE},
+        {"quality", required_argument, NULL, O_QUALITY},
+        {"subsample", required_argument, NULL, O_SUBSAMPLE},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"verify", no_argument, NULL, O_VERIFY},
+        {"expect-max-side", required_argument, NULL, O_EXPECT},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
     pack_opts o = {0};
-    const char *pos[2] = {NULL, NULL};
-    int npos = 0, verify = 0;
+    int verify = 0, bad = 0, c;
     uint32_t v32, expect_max_side = 0;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o.threads = ncpu < 1 ? 1 : ncpu > (long)MAX_THREADS ? MAX_THREADS : (unsigned)ncpu;
+    unsigned default_threads = o.threads;
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--verify") == 0) {
-            verify = 1;
-        } else if (strcmp(a, "--max-side") == 0 && v && !feed_parse_u32(v, 1, 65535, &o.max_side)) {
-            i++;
-        } else if (strcmp(a, "--expect-max-side") == 0 && v &&
-                   !feed_parse_u32(v, 1, 65535, &expect_max_side)) {
-            i++;
-        } else if (strcmp(a, "--quality") == 0 && v && !feed_parse_u32(v, 1, 100, &v32)) {
+    while (!bad && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_MAX_SIDE:
+            bad = feed_parse_u32(optarg, 1, 65535, &o.max_side) != 0;
+            break;
+        case O_QUALITY:
+            bad = feed_parse_u32(optarg, 1, 100, &v32) != 0;
             o.quality = (int)v32;
-            i++;
-        } else if (strcmp(a, "--threads") == 0 && v && !feed_parse_u32(v, 1, MAX_THREADS, &v32)) {
+            break;
+        case O_SUBSAMPLE:
+            o.sub = strcmp(optarg, "420") == 0    ? SUB_420
+                    : strcmp(optarg, "444") == 0  ? SUB_444
+                    : strcmp(optarg, "keep") == 0 ? SUB_KEEP
+                                                  : SUB_UNSET;
+            bad = o.sub == SUB_UNSET;
+            break;
+        case O_THREADS:
+            bad = feed_parse_u32(optarg, 1, MAX_THREADS, &v32) != 0;
             o.threads = v32;
-            i++;
-        } else if (strcmp(a, "--subsample") == 0 && v) {
-            o.sub = strcmp(v, "420") == 0    ? SUB_420
-                    : strcmp(v, "444") == 0  ? SUB_444
-                    : strcmp(v, "keep") == 0 ? SUB_KEEP
-                                             : SUB_UNSET;
-            if (o.sub == SUB_UNSET) {
-                usage();
-                return 2;
-            }
-            i++;
-        } else if (a[0] != '-' && npos < 2) {
-            pos[npos++] = a;
-        } else {
-            usage();
-            return 2;
+            break;
+        case O_VERIFY:
+            verify = 1;
+            break;
+        case O_EXPECT:
+            bad = feed_parse_u32(optarg, 1, 65535, &expect_max_side) != 0;
+            break;
+        case 'h':
+            usage(stdout, default_threads);
+            return 0;
+        default: /* getopt_long has said what is wrong */
+            bad = 1;
+            continue;
         }
+        if (bad)
+            fprintf(stderr, "feed-pack: invalid value '%s'\n", optarg);
     }
-    if (verify && npos == 1)
-        return run_verify(pos[0], expect_max_side);
-    if (verify || npos != 2) {
-        usage();
+    int npos = argc - optind;
+    if (!bad && verify && npos == 1)
+        return run_verify(argv[optind], expect_max_side);
+    if (bad || verify || npos != 2) {
+        usage(stderr, default_threads);
         return 2;
     }
-    return run_pack(pos[0], pos[1], &o);
+    return run_pack(argv[optind], argv[optind + 1], &o);
 }

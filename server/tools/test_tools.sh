@@ -22,6 +22,12 @@ cmp -s "$work/tree/class_000/img_00000.jpg" "$work/other/class_000/img_00000.jpg
 n=$(find "$work/default" -type f | wc -l)
 [ "$n" -eq 400 ] || fail "default dataset has $n files, want 400"
 
+"$pack" --help > "$work/help.txt" || fail "feed-pack --help failed"
+for opt in --max-side --quality --subsample --threads --verify --expect-max-side --help; do
+    grep -q -- "$opt" "$work/help.txt" || fail "feed-pack --help does not describe $opt"
+done
+grep -q "default" "$work/help.txt" || fail "feed-pack --help gives no defaults"
+
 "$pack" --verify "$work/tree" | tee "$work/tree.txt"
 grep -q "imagefolder, 100 samples, 4 classes, .* 0 undecodable" "$work/tree.txt" ||
     fail "tree does not verify"

@@ -3,7 +3,9 @@
  * few batches from each source (sync, local, and remote through a real feedd
  * the benchmark spawns on 127.0.0.1 port 0). Checks that the outputs exist
  * with the expected fields and that every source delivered exactly the
- * images asked for, with labels in range and no failed samples. No timings.
+ * images asked for, with labels in range and no failed samples; and that
+ * --dataset names the dataset asked of a feedd started outside the benchmark,
+ * with the client's window and prefetch in effect printed. No timings.
  *
  * argv: feed-bench, feedd, feed-gen-dataset (paths from CMake).
  */
@@ -16,6 +18,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,11 +55,12 @@ static int run_argv(const char *const *argv, const char *log_path)
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
 }
 
-/* Whole file as a NUL-terminated string (caller frees), capped at MAX_FILE. */
+/* Whole file dir/name (dir itself when name is "") as a NUL-terminated string
+ * (caller frees), capped at MAX_FILE. */
 static char *slurp(const char *dir, const char *name)
 {
     char path[512];
-    int len = snprintf(path, sizeof path, "%s/%s", dir, name);
+    int len = snprintf(path, sizeof path, "%s%s%s", dir, name[0] ? "/" : "", name);
     if (len < 0 || (size_t)len >= sizeof path)
         return NULL;
     FILE *f = fopen(path, "r");
@@ -240,6 +244,80 @@ static void test_three_sources_deliver_everything(void **state)
     free(nvml);
 }
 
+/* feedd serving data as "imagenet" on 127.0.0.1 port 0; its port, or -1. */
+static int start_feedd(const char *port_file, const char *log_path, pid_t *pid)
+{
+    char arg[400];
+    snprintf(arg, sizeof arg, "imagenet=%s", data);
+    const char *argv[] = {feedd_bin,     "--dataset", arg,         "--listen", "127.0.0.1:0",
+                          "--port-file", port_file,   "--threads", "1",        NULL};
+    *pid = fork();
+    if (*pid < 0)
+        return -1;
+    if (*pid == 0) {
+        FILE *f = freopen(log_path, "w", stdout);
+        if (!f || dup2(fileno(stdout), STDERR_FILENO) < 0)
+            _exit(126);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    for (int i = 0; i < 600; i++) { /* up to 60 s for the port file */
+        FILE *f = fopen(port_file, "r");
+        int port = -1;
+        if (f) {
+            int ok = fscanf(f, "%d", &port) == 1;
+            fclose(f);
+            if (ok && port > 0)
+                return port;
+        }
+        if (waitpid(*pid, NULL, WNOHANG) == *pid) {
+            *pid = 0;
+            return -1;
+        }
+        usleep(100000);
+    }
+    return -1;
+}
+
+static void test_dataset_name_and_client_settings(void **state)
+{
+    (void)state;
+    char port_file[512], flog[512], log[512], out2[512], target[64];
+    snprintf(port_file, sizeof port_file, "%s/feedd.port", work);
+    snprintf(flog, sizeof flog, "%s/feedd.log", work);
+    snprintf(log, sizeof log, "%s/named.log", work);
+    snprintf(out2, sizeof out2, "%s/named", work);
+    pid_t pid = 0;
+    int port = start_feedd(port_file, flog, &pid);
+    if (port < 0) {
+        if (pid > 0)
+            kill(pid, SIGKILL);
+        dump(flog);
+        fail_msg("feedd did not start");
+    }
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    const char *argv[] = {bench_bin, "--device",  "cpu",      "--source", "remote", "--servers",
+                          target,    "--dataset", "imagenet", "--data",   data,     "--out",
+                          out2,      "--batch",   "4",        "--steps",  "2",      "--seconds",
+                          "0",       "--warmup",  "1",        NULL};
+    int rc = run_argv(argv, log);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    if (rc != 0)
+        dump(log);
+    assert_int_equal(rc, 0);
+    char *text = slurp(log, "");
+    assert_non_null(text);
+    if (!strstr(text, "client: dataset imagenet, window 4, prefetch 4, ordered"))
+        fail_msg("feed-bench does not print the dataset and the client settings in effect");
+    free(text);
+    char *json = slurp(out2, "summary.json");
+    assert_non_null(json);
+    assert_non_null(strstr(json, "\"dataset_name\": \"imagenet\""));
+    assert_non_null(strstr(json, "\"client_window\": 4,"));
+    free(json);
+}
+
 static void test_bad_option_is_refused(void **state)
 {
     (void)state;
@@ -263,6 +341,7 @@ int main(int argc, char **argv)
     gen_bin = argv[3];
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_three_sources_deliver_everything),
+        cmocka_unit_test(test_dataset_name_and_client_settings),
         cmocka_unit_test(test_bad_option_is_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -2,7 +2,9 @@
 # ctest client_install: `cmake --install` libfeedclient into a temp prefix,
 # build consumer.c with `pkg-config --cflags --libs feedclient` and with
 # find_package(feedclient), run both, and check the library exports only the
-# feed_ API. Args: BUILD_DIR CONSUMER_DIR C_COMPILER [SANITIZE=ON|OFF]
+# feed_ API. Both run without LD_LIBRARY_PATH, linked as the README says for a
+# custom prefix: pkg-config's libdir as rpath; CMake's build-tree rpath.
+# Args: BUILD_DIR CONSUMER_DIR C_COMPILER [SANITIZE=ON|OFF]
 set -eu
 build=$1
 src=$2
@@ -24,8 +26,8 @@ libdir=$(pkg-config --variable=libdir feedclient)
 
 # shellcheck disable=SC2046
 "$cc" -std=c11 -Wall -Wextra -Werror $extra -o "$tmp/consumer" "$src/consumer.c" \
-    $(pkg-config --cflags --libs feedclient)
-LD_LIBRARY_PATH=$libdir "$tmp/consumer"
+    $(pkg-config --cflags --libs feedclient) -Wl,-rpath,"$libdir"
+env -u LD_LIBRARY_PATH "$tmp/consumer"
 
 exported=$(nm -D --defined-only "$libdir/libfeedclient.so" | awk '{print $3}')
 others=$(printf '%s\n' "$exported" | grep -v '^feed_' | grep -v '^_init$' | grep -v '^_fini$' || true)
@@ -41,5 +43,5 @@ printf '%s\n' "$exported" | grep -q '^feed_loader_open$' || { echo "feed_loader_
 cmake -S "$src" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_C_COMPILER="$cc" \
     -DCMAKE_C_FLAGS="$extra" >/dev/null
 cmake --build "$tmp/cm" >/dev/null
-LD_LIBRARY_PATH=$libdir "$tmp/cm/consumer"
+env -u LD_LIBRARY_PATH "$tmp/cm/consumer"
 echo "client_install: pkg-config and find_package consumers built and ran"

@@ -31,6 +31,7 @@
 #include "feed/errors.h"
 #include "feed/timeutil.h"
 #include "feedtest.h"
+#include "feedtest_skip.h"
 #include "gpu.h"
 #include "norm_ref.h"
 
@@ -76,7 +77,6 @@ cudaError_t __wrap_cudaHostAlloc(void **p, size_t n, unsigned int flags)
 #define SUMMARY_MAX 32
 static char g_summary[SUMMARY_MAX][160];
 static int g_nsummary;
-static const char *g_skip_reason;
 static pid_t g_feedd_pid; /* killed at teardown if a failed assertion left it running */
 
 static void summary(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -90,20 +90,11 @@ static void summary(const char *fmt, ...)
     va_end(ap);
 }
 
-#define NEED_GPU()                                                                                 \
-    do {                                                                                           \
-        if (g_skip_reason) {                                                                       \
-            print_message("SKIP: %s\n", g_skip_reason);                                            \
-            skip();                                                                                \
-        }                                                                                          \
-    } while (0)
-
 #define CK(x) assert_int_equal((int)(x), (int)cudaSuccess)
 
 static void test_normalize_kernel(void **state)
 {
     (void)state;
-    NEED_GPU();
     const uint32_t n = 5, h = 37, w = 29; /* odd sizes: no layout luck */
     size_t count = (size_t)n * h * w * 3;
     const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
@@ -161,7 +152,6 @@ static float elapsed_ms(cudaEvent_t a, cudaEvent_t b)
 static void test_copy_overlaps_step(void **state)
 {
     (void)state;
-    NEED_GPU();
     /* A 256 x 224 x 224 batch: 38.5 MB of uint8, the real size of an ImageNet step. */
     const uint32_t n = 256, h = 224, w = 224;
     size_t count = (size_t)n * h * w * 3;
@@ -249,7 +239,6 @@ static int cmp_u64(const void *a, const void *b)
 static void test_loader_on_gpu(void **state)
 {
     (void)state;
-    NEED_GPU();
     char root[256], dir[300], arg[340];
     feed_test_server srv;
     const char *args[] = {"--dataset", arg, "--log-level", "warn", NULL};
@@ -257,13 +246,7 @@ static void test_loader_on_gpu(void **state)
     snprintf(dir, sizeof dir, "%s/ds", root);
     snprintf(arg, sizeof arg, "small=%s", dir);
     assert_int_equal(feed_test_make_imagefolder(dir, 4, 32, 5), 0);
-    int rc = feed_test_server_start(args, &srv);
-    if (rc == FEED_ENOTFOUND) {
-        print_message("SKIP: feedd not found under $FEED_BUILD_DIR/server\n");
-        feed_test_rmtree(root);
-        skip();
-    }
-    assert_int_equal(rc, 0);
+    assert_int_equal(feed_test_server_start(args, &srv), 0);
     g_feedd_pid = srv.pid;
     const char *targets[1] = {srv.target};
     feed_loader_config c;
@@ -330,7 +313,7 @@ static void test_loader_on_gpu(void **state)
         usleep(20000);
         feed_batch *b = NULL;
         uint64_t t0 = feed_thread_cpu_ns();
-        rc = feed_loader_next(lg, &b);
+        int rc = feed_loader_next(lg, &b);
         uint64_t t1 = feed_thread_cpu_ns();
         if (rc == FEED_EEOF) {
             assert_int_equal(feed_loader_set_epoch(lg, ++epoch, 0), 0);
@@ -359,15 +342,6 @@ static void test_loader_on_gpu(void **state)
     feed_test_rmtree(root);
 }
 
-static int group_setup(void **state)
-{
-    (void)state;
-    int n = client_gpu_device_count();
-    if (n == 0)
-        g_skip_reason = "no CUDA device (cudaGetDeviceCount found none)";
-    return 0;
-}
-
 static int group_teardown(void **state)
 {
     (void)state;
@@ -377,8 +351,6 @@ static int group_teardown(void **state)
         waitpid(g_feedd_pid, &st, 0);
     }
     fprintf(stderr, "\n==== test_client_gpu summary ====\n");
-    if (g_skip_reason)
-        fprintf(stderr, "  all GPU tests skipped: %s\n", g_skip_reason);
     for (int i = 0; i < g_nsummary; i++)
         fprintf(stderr, "  %s\n", g_summary[i]);
     fprintf(stderr, "=================================\n");
@@ -387,20 +359,24 @@ static int group_teardown(void **state)
 
 int main(void)
 {
+    if (client_gpu_device_count() == 0) {
+        printf("SKIP: no CUDA device (cudaGetDeviceCount found none)\n");
+        return FEED_TEST_SKIP;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_normalize_kernel),
         cmocka_unit_test(test_copy_overlaps_step),
         cmocka_unit_test(test_loader_on_gpu),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, NULL, group_teardown);
 }
 
 #else
 
 int main(void)
 {
-    printf("SKIP: test_client_gpu: libfeedclient was built without CUDA\n");
-    return 0;
+    printf("SKIP: libfeedclient was built without CUDA\n");
+    return FEED_TEST_SKIP;
 }
 
 #endif

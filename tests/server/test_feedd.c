@@ -31,6 +31,7 @@
 #include "feed/transform.h"
 #include "feedtest.h"
 #include "feedtest_grpc.h"
+#include "feedtest_skip.h"
 
 #define CLASSES 3
 #define PER_CLASS 8
@@ -1137,10 +1138,6 @@ static void test_imagenet_sample(void **state)
 {
     (void)state;
     const char *dir = getenv("FEED_SAMPLE_DIR");
-    if (!dir || access(dir, R_OK) != 0) {
-        fprintf(stderr, "test_imagenet_sample: skipped, FEED_SAMPLE_DIR not present\n");
-        skip();
-    }
     char arg[1200];
     snprintf(arg, sizeof arg, "in=%s", dir);
     const char *args[] = {"--dataset", arg, "--threads", "2", "--log-level", "warn", NULL};
@@ -1186,8 +1183,15 @@ static void test_imagenet_sample(void **state)
     assert_int_equal(feed_test_server_stop(&s2), 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    const struct CMUnitTest sample_tests[] = {
+        cmocka_unit_test(test_imagenet_sample),
+    };
+    if (feed_test_sample_mode(argc, argv))
+        return feed_test_have_sample()
+                   ? cmocka_run_group_tests(sample_tests, group_setup, group_teardown)
+                   : FEED_TEST_SKIP;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_describe),
         cmocka_unit_test(test_health_and_unimplemented),
@@ -1208,7 +1212,6 @@ int main(void)
         cmocka_unit_test(test_drain_timeout),
         cmocka_unit_test(test_metrics_endpoint),
         cmocka_unit_test(test_config_file),
-        cmocka_unit_test(test_imagenet_sample),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -23,6 +23,7 @@
 #include "feed/buf.h"
 #include "feed/dataset.h"
 #include "feed/errors.h"
+#include "feedtest_skip.h"
 
 static char g_root[512];
 
@@ -417,12 +418,6 @@ static void test_imagenet_sample(void **state)
 {
     (void)state;
     const char *dir = getenv("FEED_SAMPLE_DIR");
-    struct stat st;
-    if (!dir || stat(dir, &st) != 0) {
-        print_message("FEED_SAMPLE_DIR (%s) absent: skipping the ImageNet sample test\n",
-                      dir ? dir : "unset");
-        skip();
-    }
     feed_dataset *ds = NULL;
     char err[512];
     assert_int_equal(feed_dataset_open(dir, NULL, &ds, err, sizeof(err)), 0);
@@ -443,8 +438,14 @@ static void test_imagenet_sample(void **state)
     feed_dataset_close(ds);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    const struct CMUnitTest sample_tests[] = {
+        cmocka_unit_test(test_imagenet_sample),
+    };
+    if (feed_test_sample_mode(argc, argv))
+        return feed_test_have_sample() ? cmocka_run_group_tests(sample_tests, NULL, NULL)
+                                       : FEED_TEST_SKIP;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_order_and_labels, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_trailing_slash_and_root_forms, setup_tmp,
@@ -455,7 +456,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_read_limits_and_errors, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_class_name_not_utf8, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_concurrent_reads, setup_tmp, teardown_tmp),
-        cmocka_unit_test(test_imagenet_sample),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

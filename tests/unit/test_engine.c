@@ -33,6 +33,7 @@
 #include "feed/errors.h"
 #include "feed/transform.h"
 #include "resize.h"
+#include "feedtest_skip.h"
 
 #define PSNR_BOUND 30.0
 
@@ -357,12 +358,8 @@ static void test_sample_images(void **state)
 {
     fixture *f = *state;
     const char *dir = getenv("FEED_SAMPLE_DIR");
-    DIR *top = dir ? opendir(dir) : NULL;
-    if (!top) {
-        print_message("SKIP: FEED_SAMPLE_DIR (%s) not found: no real images tested\n",
-                      dir ? dir : "unset");
-        skip();
-    }
+    DIR *top = opendir(dir);
+    assert_non_null(top);
     char **paths = NULL;
     size_t n = 0, cap = 0;
     struct dirent *de;
@@ -391,10 +388,7 @@ static void test_sample_images(void **state)
         closedir(d);
     }
     closedir(top);
-    if (n == 0) {
-        print_message("SKIP: no JPEG files under %s\n", dir);
-        skip();
-    }
+    assert_true(n > 0);
     qsort(paths, n, sizeof *paths, cmp_str);
     /* Every 10th image: 100 of the 1000-image sample, enough and quick under ASan. */
     size_t step = n >= 500 ? 10 : 1, tested = 0;
@@ -824,8 +818,14 @@ static void test_benign_oddities(void **state)
     free(jpg);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    const struct CMUnitTest sample_tests[] = {
+        cmocka_unit_test_setup_teardown(test_sample_images, setup, teardown),
+    };
+    if (feed_test_sample_mode(argc, argv))
+        return feed_test_have_sample() ? cmocka_run_group_tests(sample_tests, NULL, NULL)
+                                       : FEED_TEST_SKIP;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resize_kernels),
         cmocka_unit_test_setup_teardown(test_synthetic_layouts, setup, teardown),
@@ -837,7 +837,6 @@ int main(void)
         cmocka_unit_test(test_limits),
         cmocka_unit_test_setup_teardown(test_scan_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_benign_oddities, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sample_images, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

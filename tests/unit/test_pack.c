@@ -2,13 +2,15 @@
  * Unit tests for the pack: the writer (feed/pack.h) and the reader behind
  * feed_dataset_open(), byte-for-byte round trips from ImageFolder trees (by
  * the library writer and by the feed-pack tool), re-encoded packs decoded
- * with libjpeg, and damaged packs refused with the expected error. The tool
- * runs as a child process from ${FEED_BUILD_DIR}/server/tools.
+ * with libjpeg, damaged packs refused with the expected error, and a tool
+ * killed by SIGINT or SIGTERM mid-pack leaving nothing behind. The tool runs
+ * as a child process from ${FEED_BUILD_DIR}/server/tools.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,6 +30,7 @@
 #include "feed/dataset.h"
 #include "feed/errors.h"
 #include "feed/pack.h"
+#include "feedtest_skip.h"
 
 extern char **environ;
 
@@ -187,8 +190,9 @@ static void decode(const uint8_t *data, size_t len, decoded *d)
         d->mean[k] = sum[k] / ((double)d->w * d->h);
 }
 
-/* Runs ${FEED_BUILD_DIR}/server/tools/feed-pack with args; returns its exit status. */
-static int run_feed_pack(const char *const *args)
+/* Starts ${FEED_BUILD_DIR}/server/tools/feed-pack with args (stderr on fd
+ * stderr_fd when >= 0); its pid. */
+static pid_t spawn_feed_pack(const char *const *args, int stderr_fd)
 {
     const char *build = getenv("FEED_BUILD_DIR");
     if (!build)
@@ -201,10 +205,22 @@ static int run_feed_pack(const char *const *args)
     for (; args[n - 1] && n < 15; n++)
         argv[n] = (char *)args[n - 1];
     argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    assert_int_equal(posix_spawn_file_actions_init(&fa), 0);
+    if (stderr_fd >= 0)
+        assert_int_equal(posix_spawn_file_actions_adddup2(&fa, stderr_fd, STDERR_FILENO), 0);
     pid_t pid;
-    int rc = posix_spawn(&pid, tool, NULL, NULL, argv, environ);
+    int rc = posix_spawn(&pid, tool, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
     if (rc)
         fail_msg("spawn %s: %s", tool, strerror(rc));
+    return pid;
+}
+
+/* Runs feed-pack with args; returns its exit status. */
+static int run_feed_pack(const char *const *args)
+{
+    pid_t pid = spawn_feed_pack(args, -1);
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -800,16 +816,69 @@ static void test_writer_misuse(void **state)
     assert_int_equal(errno, ENOENT);
 }
 
+/* A pipe with no room left: a write to it blocks until someone reads. */
+static void make_full_pipe(int fds[2])
+{
+    assert_int_equal(pipe(fds), 0);
+    assert_int_equal(fcntl(fds[1], F_SETFL, O_NONBLOCK), 0);
+    char junk[4096];
+    memset(junk, 'x', sizeof(junk));
+    while (write(fds[1], junk, sizeof(junk)) > 0)
+        ;
+    while (write(fds[1], junk, 1) > 0) /* writes up to PIPE_BUF are all or nothing */
+        ;
+    assert_int_equal(errno, EAGAIN);
+    assert_int_equal(fcntl(fds[1], F_SETFL, 0), 0);
+}
+
+/*
+ * feed-pack interrupted mid-pack by SIGINT and by SIGTERM. Its stderr is a
+ * full pipe, so the first undecodable sample's message blocks it after the
+ * temporary file exists and before the pack is complete, whatever the
+ * machine's speed. It dies of the signal and leaves no temporary file; the
+ * older pack at the path is untouched.
+ */
+static void test_tool_interrupted(void **state)
+{
+    (void)state;
+    make_jpeg_tree();
+    char src[1024], dst[1024], tmp[1100];
+    path_in(src, sizeof(src), "tree");
+    path_in(dst, sizeof(dst), "out.pack");
+    static const char older[] = "an older pack";
+    write_bytes("out.pack", older, sizeof(older));
+    const char *args[] = {src, dst, "--max-side", "64", "--threads", "1", NULL};
+    const int sigs[] = {SIGINT, SIGTERM};
+    for (size_t k = 0; k < sizeof(sigs) / sizeof(sigs[0]); k++) {
+        int fds[2];
+        make_full_pipe(fds);
+        pid_t pid = spawn_feed_pack(args, fds[1]);
+        snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", dst, (long)pid);
+        /* It cannot finish: wait (bounded, 60 s) for it to get that far. */
+        for (int i = 0; i < 6000 && access(tmp, F_OK) != 0; i++)
+            usleep(10000);
+        assert_int_equal(access(tmp, F_OK), 0);
+        assert_int_equal(kill(pid, sigs[k]), 0);
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        close(fds[0]);
+        close(fds[1]);
+        assert_true(WIFSIGNALED(status));
+        assert_int_equal(WTERMSIG(status), sigs[k]);
+        assert_int_equal(access(tmp, F_OK), -1);
+        assert_int_equal(errno, ENOENT);
+        size_t len;
+        uint8_t *kept = read_all(dst, &len);
+        assert_int_equal(len, sizeof(older));
+        assert_memory_equal(kept, older, len);
+        free(kept);
+    }
+}
+
 static void test_imagenet_sample_repack(void **state)
 {
     (void)state;
     const char *dir = getenv("FEED_SAMPLE_DIR");
-    struct stat st;
-    if (!dir || stat(dir, &st) != 0) {
-        print_message("FEED_SAMPLE_DIR (%s) absent: skipping the ImageNet repack test\n",
-                      dir ? dir : "unset");
-        skip();
-    }
     feed_dataset *tree = NULL;
     char err[512];
     assert_int_equal(feed_dataset_open(dir, NULL, &tree, err, sizeof(err)), 0);
@@ -822,8 +891,14 @@ static void test_imagenet_sample_repack(void **state)
     feed_dataset_close(tree);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    const struct CMUnitTest sample_tests[] = {
+        cmocka_unit_test_setup_teardown(test_imagenet_sample_repack, setup_tmp, teardown_tmp),
+    };
+    if (feed_test_sample_mode(argc, argv))
+        return feed_test_have_sample() ? cmocka_run_group_tests(sample_tests, NULL, NULL)
+                                       : FEED_TEST_SKIP;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_writer_round_trip, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_tool_round_trip, setup_tmp, teardown_tmp),
@@ -832,7 +907,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mutation_sweep, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_pack_read_limits, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_writer_misuse, setup_tmp, teardown_tmp),
-        cmocka_unit_test_setup_teardown(test_imagenet_sample_repack, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_tool_interrupted, setup_tmp, teardown_tmp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
