@@ -5,9 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh test
-if [ -f tests/interop/js/package.json ]; then
-  (cd tests/interop/js && npm ci --no-audit --no-fund --loglevel=error)
-fi
+for js in tests/interop/js tests/deploy; do
+  (cd "$js" && npm ci --no-audit --no-fund --loglevel=error)
+done
 
 tested=()
 summary() {
