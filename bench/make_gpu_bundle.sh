@@ -18,7 +18,8 @@
 #   DIR/python  the feedclient package; DIR/pylib  Debian's pytest (pure Python)
 #              for the GPU machine, which has none
 #   DIR/tests/python  the package's pytest suite; DIR/torch  the PyTorch
-#              head-to-head (torch/run_h2h.sh)
+#              head-to-head (torch/run_h2h.sh); DIR/fleet  the fleet-sizing
+#              benchmark (BIN=DIR/bin fleet/fleet.sh)
 #   DIR/*.sh, *.py  the suite and the scripts it calls
 # Build first with CUDA (scripts/build.sh BUILD_DIR -DCMAKE_BUILD_TYPE=Release).
 set -euo pipefail
@@ -59,6 +60,8 @@ cp -r "$root/python/src/feedclient" "$dir/python/"
 cp -r "$root/tests/python" "$dir/tests/"
 rm -rf "$dir/tests/python/__pycache__" "$dir/python/feedclient/__pycache__"
 cp "$root"/bench/torch/*.py "$root"/bench/torch/*.sh "$dir/torch/"
+mkdir -p "$dir/fleet"
+cp "$root"/bench/fleet/*.py "$root"/bench/fleet/*.sh "$dir/fleet/"
 for m in _pytest pytest pluggy iniconfig packaging attr attrs py py.py; do
   cp -r "/usr/lib/python3/dist-packages/$m" "$dir/pylib/"
 done

@@ -74,7 +74,7 @@ typedef struct options {
     char sources[64];
     const char *data;
     const char *out;
-    const char *device; /* auto, cpu, cuda */
+    const char *device; /* auto, cpu, cuda, none */
     const char *model;
     double us_per_image; /* < 0: the preset's */
     uint32_t batch, steps, warmup, hidden, local_threads;
@@ -87,6 +87,7 @@ typedef struct options {
     const char *dataset_name; /* asked of every server, and what spawned ones serve */
     uint32_t window, prefetch, gen_classes, gen_per_class;
     uint32_t size;
+    uint32_t rank, world; /* remote: this client's share of the epoch */
     bool unordered;
 } options;
 
@@ -104,10 +105,15 @@ static void usage(FILE *f)
           "                       by spawned ones; default " DEFAULT_DATASET_NAME ")\n"
           "  --out DIR            results: summary.csv/json, batches.csv, nvml.csv (default "
           "out/bench)\n"
-          "  --device D           auto (default: CUDA if a device is found), cuda, cpu\n"
+          "  --device D           auto (default: CUDA if a device is found), cuda, cpu, or\n"
+          "                       none: a simulated step that only takes the model's time\n"
+          "                       per image (no GPU, almost no CPU: many clients per host)\n"
           "  --model P            resnet18, resnet50, vit-b16, mlp (GPU time per image of the\n"
           "                       step; default resnet50 on a GPU, mlp on the CPU)\n"
           "  --us-per-image X     override the preset's GPU time per image\n"
+          "  --step-us-per-image X   the same (the simulated step's time per image)\n"
+          "  --rank R --world W   remote: this client is rank R of W (DistributedSampler\n"
+          "                       split of each epoch; default 0 of 1)\n"
           "  --batch N            batch size (default 256 on a GPU, 32 on the CPU)\n"
           "  --steps N            measured batches per source (0: until --seconds)\n"
           "  --seconds S          measured seconds per source (default 30 GPU, 10 CPU; 0: "
@@ -178,6 +184,8 @@ static int parse_options(int argc, char **argv, options *o)
         O_SEED,
         O_SIZE,
         O_UNORDERED,
+        O_RANK,
+        O_WORLD,
         O_HELP
     };
     static const struct option longopts[] = {
@@ -188,6 +196,9 @@ static int parse_options(int argc, char **argv, options *o)
         {"device", required_argument, NULL, O_DEVICE},
         {"model", required_argument, NULL, O_MODEL},
         {"us-per-image", required_argument, NULL, O_USPI},
+        {"step-us-per-image", required_argument, NULL, O_USPI},
+        {"rank", required_argument, NULL, O_RANK},
+        {"world", required_argument, NULL, O_WORLD},
         {"batch", required_argument, NULL, O_BATCH},
         {"steps", required_argument, NULL, O_STEPS},
         {"seconds", required_argument, NULL, O_SECONDS},
@@ -239,6 +250,12 @@ static int parse_options(int argc, char **argv, options *o)
             break;
         case O_BATCH:
             bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->batch) != 0;
+            break;
+        case O_RANK:
+            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->rank) != 0;
+            break;
+        case O_WORLD:
+            bad |= feed_parse_u32(optarg, 1, UINT32_MAX, &o->world) != 0;
             break;
         case O_STEPS:
             bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->steps) != 0;
@@ -651,6 +668,7 @@ int main(int argc, char **argv)
     o->size = 224;
     o->gen_classes = 10;
     o->gen_per_class = 64;
+    o->world = 1;
     if (parse_options(argc, argv, o) != 0)
         return 2;
     for (int i = 0; i < argc; i++) {
@@ -664,10 +682,17 @@ int main(int argc, char **argv)
     ctx.progress_tty = isatty(STDERR_FILENO);
 
     /* The step first: it decides the defaults (GPU or CPU). */
-    bool want_gpu = strcmp(o->device, "cpu") != 0;
+    bool sim = strcmp(o->device, "none") == 0;
+    bool want_gpu = strcmp(o->device, "cpu") != 0 && !sim;
     if (strcmp(o->device, "auto") != 0 && strcmp(o->device, "cpu") != 0 &&
-        strcmp(o->device, "cuda") != 0) {
-        fprintf(stderr, "feed-bench: --device must be auto, cuda or cpu\n");
+        strcmp(o->device, "cuda") != 0 && !sim) {
+        fprintf(stderr, "feed-bench: --device must be auto, cuda, cpu or none\n");
+        return 2;
+    }
+    if (o->rank >= o->world ||
+        (o->world > 1 && (strcmp(o->sources, "remote") != 0))) {
+        fprintf(stderr, "feed-bench: --rank must be below --world, and --world > 1 needs "
+                        "--source remote (only libfeedclient splits the epoch)\n");
         return 2;
     }
     bool gpu = want_gpu && step_cuda_device_count() > 0;
@@ -679,7 +704,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "feed-bench: no CUDA device found: using the CPU step (labelled cpu "
                         "in every output)\n");
     if (!o->model)
-        o->model = gpu ? "resnet50" : "mlp";
+        o->model = gpu || sim ? "resnet50" : "mlp";
     const model_preset *preset = find_preset(o->model);
     if (!preset) {
         fprintf(stderr, "feed-bench: unknown --model %s (resnet18, resnet50, vit-b16, mlp)\n",
@@ -687,13 +712,13 @@ int main(int argc, char **argv)
         return 2;
     }
     if (o->us_per_image < 0)
-        o->us_per_image = gpu ? preset->us_per_image : 0.0;
+        o->us_per_image = gpu || sim ? preset->us_per_image : 0.0;
     if (!o->batch)
-        o->batch = gpu ? 256 : 32;
+        o->batch = gpu || sim ? 256 : 32;
     if (o->seconds < 0)
-        o->seconds = o->steps ? 0.0 : (gpu ? 30.0 : 10.0);
+        o->seconds = o->steps ? 0.0 : (gpu || sim ? 30.0 : 10.0);
     if (o->warmup == UINT32_MAX)
-        o->warmup = gpu ? 5 : 2;
+        o->warmup = gpu || sim ? 5 : 2;
     if (!o->hidden)
         o->hidden = gpu ? 1024 : 128;
     if (!o->local_threads)
@@ -762,8 +787,12 @@ int main(int argc, char **argv)
         goto out;
     }
     err[0] = '\0';
-    frc = gpu ? step_cuda_open(&scfg, &ctx.step, err, sizeof err)
-              : step_cpu_open(&scfg, &ctx.step, err, sizeof err);
+    if (sim)
+        frc = step_sim_open(&scfg, &ctx.step, err, sizeof err);
+    else if (gpu)
+        frc = step_cuda_open(&scfg, &ctx.step, err, sizeof err);
+    else
+        frc = step_cpu_open(&scfg, &ctx.step, err, sizeof err);
     if (frc) {
         fprintf(stderr, "feed-bench: training step: %s\n", err);
         goto out;
@@ -785,7 +814,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "feed-bench: NVML absent, GPU utilisation not reported: %s\n",
                     meta.nvml_why);
     } else {
-        snprintf(meta.nvml_why, sizeof meta.nvml_why, "no GPU (CPU step)");
+        snprintf(meta.nvml_why, sizeof meta.nvml_why, sim ? "no GPU (simulated step)"
+                                                          : "no GPU (CPU step)");
     }
 
     /* Remote targets: given, or spawned here. */
@@ -846,6 +876,8 @@ int main(int argc, char **argv)
         .window = o->window,
         .prefetch = o->prefetch,
         .ordered = !o->unordered,
+        .rank = o->rank,
+        .world = o->world,
         .mean = {0.485f, 0.456f, 0.406f},
         .std = {0.229f, 0.224f, 0.225f},
     };
@@ -887,7 +919,9 @@ int main(int argc, char **argv)
     gethostname(meta.host, sizeof meta.host - 1);
     meta.host_cpus = sysconf(_SC_NPROCESSORS_ONLN);
     meta.affinity_cpus = affinity_cpus();
-    meta.device_kind = gpu ? "cuda" : "cpu";
+    meta.device_kind = sim ? "sim" : (gpu ? "cuda" : "cpu");
+    meta.rank = o->rank;
+    meta.world = o->world;
     meta.step = ctx.step->info;
     meta.model = o->model;
     meta.target_us_per_image = o->us_per_image;

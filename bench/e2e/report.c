@@ -170,6 +170,7 @@ static void write_meta_json(FILE *f, const bench_meta *m)
     fprintf(f, ",\n    \"host_cpus\": %ld,\n    \"affinity_cpus\": %d,\n    \"device\": ",
             m->host_cpus, m->affinity_cpus);
     json_str(f, m->device_kind);
+    fprintf(f, ",\n    \"rank\": %u,\n    \"world\": %u", m->rank, m->world ? m->world : 1);
     fputs(",\n    \"device_name\": ", f);
     json_str(f, m->step.device_name);
     fputs(",\n    \"model\": ", f);
@@ -335,11 +336,14 @@ void report_table(FILE *f, const bench_meta *m, const run_result *runs, size_t n
             m->prefetch, m->ordered ? "ordered" : "unordered");
     fprintf(f, "\n  NVML: %s\n\n", m->nvml_ok ? "sampled every 100 ms" : m->nvml_why);
 
+    bool sim = strcmp(m->device_kind, "sim") == 0;
+    const char *busy = m->step.on_gpu ? "gpu busy" : (sim ? "sim busy" : "cpu step");
     fprintf(f, "%-7s %9s %7s %8s %6s %9s %9s %9s %9s %7s %7s %15s\n", "source", "images/s",
-            "x sync", m->step.on_gpu ? "gpu busy" : "cpu step", "nvml", "pcie MB/s", "wait p50",
+            "x sync", busy, "nvml", "pcie MB/s", "wait p50",
             "wait p99", "wait max", "loader", "server", "loss start->end");
     fprintf(f, "%-7s %9s %7s %8s %6s %9s %9s %9s %9s %7s %7s %15s\n", "", "", "",
-            m->step.on_gpu ? "(events)" : "share", "util%", "rx", "ms", "ms", "ms", "cores",
+            m->step.on_gpu ? "(events)" : (sim ? "(clock)" : "share"), "util%", "rx", "ms", "ms",
+            "ms", "cores",
             "cores", "");
     for (size_t i = 0; i < nruns; i++) {
         const run_result *r = &runs[i];
@@ -361,7 +365,11 @@ void report_table(FILE *f, const bench_meta *m, const run_result *runs, size_t n
                 r->wait_p99_ms, r->wait_max_ms, r->loader_cores, server, r->loss_first,
                 r->loss_last);
     }
-    if (!m->step.on_gpu)
+    if (sim)
+        fprintf(f, "\n(simulated step, rank %u of %u: no GPU; 'sim busy' is the share of wall "
+                   "time the simulated device was computing.)\n",
+                m->rank, m->world ? m->world : 1);
+    else if (!m->step.on_gpu)
         fprintf(f, "\n(CPU step: no GPU was used; 'cpu step share' is the step's share of wall "
                    "time, and loading competes with it for the same cores.)\n");
 }

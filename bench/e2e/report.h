@@ -54,7 +54,8 @@ typedef struct bench_meta {
     char host[64];
     long host_cpus;          /* online CPUs */
     int affinity_cpus;       /* CPUs this process may run on (loaders, client, step) */
-    const char *device_kind; /* "cuda" or "cpu" */
+    const char *device_kind; /* "cuda", "cpu" or "sim" (simulated step, --device none) */
+    uint32_t rank, world;    /* remote: this client's share of the epoch */
     step_info step;
     const char *model;
     double target_us_per_image;

@@ -8,7 +8,8 @@
  * step costs target_us_per_image * batch of GPU time (how presets mimic real
  * models' GPU time per image; see presets.c).
  *
- * Two implementations behind one table of functions: step_cpu.c (no GPU; the
+ * Three implementations behind one table of functions: step_sim.c (--device
+ * none: no model, only a simulated accelerator's time), step_cpu.c (no GPU; the
  * input is uint8 NHWC in host memory) and step_cuda.cu (cuBLAS on the
  * training stream; input either host uint8 NHWC, copied and normalised on a
  * copy stream, or an already-normalised fp32 NCHW device tensor from
@@ -95,6 +96,8 @@ struct bench_step {
 int step_cpu_open(const step_config *cfg, bench_step **out, char *err, size_t err_cap);
 /* FEED_EUNSUPPORTED when built without CUDA or no device is present. */
 int step_cuda_open(const step_config *cfg, bench_step **out, char *err, size_t err_cap);
+/* The simulated step (step_sim.c): only the time, cfg->target_us_per_image per image. */
+int step_sim_open(const step_config *cfg, bench_step **out, char *err, size_t err_cap);
 /* Devices CUDA sees; 0 without CUDA or without a driver. */
 int step_cuda_device_count(void);
 

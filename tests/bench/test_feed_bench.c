@@ -5,7 +5,9 @@
  * with the expected fields and that every source delivered exactly the
  * images asked for, with labels in range and no failed samples; and that
  * --dataset names the dataset asked of a feedd started outside the benchmark,
- * with the client's window and prefetch in effect printed. No timings.
+ * with the client's window and prefetch in effect printed; and that the
+ * simulated step (--device none) runs two clients as ranks of one job. No
+ * timings.
  *
  * argv: feed-bench, feedd, feed-gen-dataset (paths from CMake).
  */
@@ -318,6 +320,56 @@ static void test_dataset_name_and_client_settings(void **state)
     free(json);
 }
 
+/* --device none: the simulated step, two clients as ranks 0 and 1 of 2 sharing one feedd. */
+static void test_simulated_ranks_share_a_server(void **state)
+{
+    (void)state;
+    char port_file[512], flog[512], target[64], logs[2][512], outs[2][512], ranks[2][4];
+    snprintf(port_file, sizeof port_file, "%s/sim.port", work);
+    snprintf(flog, sizeof flog, "%s/sim-feedd.log", work);
+    pid_t pid = 0;
+    int port = start_feedd(port_file, flog, &pid);
+    if (port < 0) {
+        if (pid > 0)
+            kill(pid, SIGKILL);
+        dump(flog);
+        fail_msg("feedd did not start");
+    }
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    int rc[2];
+    for (int r = 0; r < 2; r++) {
+        snprintf(logs[r], sizeof logs[r], "%s/sim%d.log", work, r);
+        snprintf(outs[r], sizeof outs[r], "%s/sim%d", work, r);
+        snprintf(ranks[r], sizeof ranks[r], "%d", r);
+        const char *argv[] = {bench_bin, "--device", "none",  "--model",   "resnet18",
+                              "--source", "remote",  "--servers", target,   "--dataset",
+                              "imagenet", "--data",  data,     "--out",     outs[r],
+                              "--batch",  "4",       "--steps", "3",        "--seconds",
+                              "0",        "--warmup", "1",     "--rank",    ranks[r],
+                              "--world",  "2",       NULL};
+        rc[r] = run_argv(argv, logs[r]);
+        if (rc[r] != 0)
+            dump(logs[r]);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(rc[r], 0);
+        char *json = slurp(outs[r], "summary.json");
+        assert_non_null(json);
+        assert_non_null(strstr(json, "\"device\": \"sim\""));
+        char want[32];
+        snprintf(want, sizeof want, "\"rank\": %d,", r);
+        assert_non_null(strstr(json, want));
+        assert_non_null(strstr(json, "\"world\": 2,"));
+        assert_non_null(strstr(json, "\"images\": 12,"));
+        free(json);
+    }
+    const char *argv[] = {bench_bin, "--device", "none",  "--source", "sync,remote",
+                          "--world", "2",        "--rank", "0",        NULL};
+    assert_int_equal(run_argv(argv, logs[0]), 2); /* only the remote source splits epochs */
+}
+
 static void test_bad_option_is_refused(void **state)
 {
     (void)state;
@@ -342,6 +394,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_three_sources_deliver_everything),
         cmocka_unit_test(test_dataset_name_and_client_settings),
+        cmocka_unit_test(test_simulated_ranks_share_a_server),
         cmocka_unit_test(test_bad_option_is_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
