@@ -14,6 +14,7 @@
 #   MODELS   "resnet18 resnet50 vit-b16"   CLIENTS K (2)   SERVERS S (1)
 #   THREADS  worker threads per server to try ("1 2")
 #   SERVER_CPUS  ':'-separated CPU list per server (unpinned when empty)
+#   CLIENT_CPUS  CPU list for all the clients (unpinned when empty)
 #   SECONDS_PER (8), WARMUP batches (3), BATCH (64), SIZE (224)
 #   BIN      folder with feed-bench, feedd, feed-gen-dataset, feed-pack
 #            (default: build/ of this checkout)
@@ -63,8 +64,10 @@ for d in $data; do
     for m in ${MODELS:-resnet18 resnet50 vit-b16}; do
       tag=$dname-$m-s${servers}t$t-k$clients
       echo "== $(date -u +%T) $tag" >&2
+      cpin=()
+      [ -n "${CLIENT_CPUS:-}" ] && cpin=(taskset -c "$CLIENT_CPUS")
       for ((k = 0; k < clients; k++)); do
-        "$bench" --device none --model "$m" --source remote --servers "$list" \
+        "${cpin[@]}" "$bench" --device none --model "$m" --source remote --servers "$list" \
           --dataset fleet --data "$dpath" --rank "$k" --world "$clients" \
           --batch "${BATCH:-64}" --size "${SIZE:-224}" --seconds "${SECONDS_PER:-8}" \
           --warmup "${WARMUP:-3}" --out "$work/$tag-r$k" > "$out/$tag-r$k.log" 2>&1 &
