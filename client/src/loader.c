@@ -4,6 +4,7 @@
  * receiver threads (conn.c) and the scheduler (sched.c) do the rest; the
  * locking rules are in loader_impl.h.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +20,15 @@
 
 #include "loader_impl.h"
 
+/* The first layouts that carry their size (0.3): every later one only adds fields at the end. */
+#define CONFIG_MIN_SIZE (offsetof(feed_loader_config, log_user) + sizeof(void *))
+#define STATS_MIN_SIZE (offsetof(feed_loader_stats, servers_up) + sizeof(uint32_t))
+#define SERVER_STATS_MIN_SIZE (offsetof(feed_server_stats, outstanding) + sizeof(uint32_t))
+
 void feed_loader_config_default(feed_loader_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
+    cfg->struct_size = sizeof(*cfg);
     feed_transform_default_train(&cfg->transform);
     cfg->batch_size = 256;
     cfg->world = 1;
@@ -150,15 +157,28 @@ static int open_servers(loader *l)
     return 0;
 }
 
-int feed_loader_open(const feed_loader_config *cfg, feed_loader **out)
+int feed_loader_open(const feed_loader_config *caller_cfg, feed_loader **out)
 {
     const char *why;
     char tmsg[128];
     loader *l = NULL;
     int rc = FEED_EINVAL;
-    if (!cfg || !out)
+    feed_loader_config full;
+    const feed_loader_config *cfg = &full;
+    if (!caller_cfg || !out)
         goto out;
     *out = NULL;
+    /* Fields the caller's header did not have keep their defaults. */
+    feed_loader_config_default(&full);
+    if (caller_cfg->struct_size < CONFIG_MIN_SIZE || caller_cfg->struct_size > sizeof(full)) {
+        if (caller_cfg->log_fn && caller_cfg->struct_size >= CONFIG_MIN_SIZE)
+            caller_cfg->log_fn(caller_cfg->log_user, FEED_LOG_ERROR,
+                               "feed_loader_open: invalid struct_size (a header newer than "
+                               "this library?)");
+        goto out;
+    }
+    memcpy(&full, caller_cfg, caller_cfg->struct_size);
+    full.struct_size = sizeof(full);
     rc = check_config(cfg, &why, tmsg, sizeof(tmsg));
     if (rc) {
         if (cfg->log_fn) {
@@ -447,19 +467,20 @@ uint64_t feed_loader_dataset_size(const feed_loader *l)
     return l ? l->num_samples : 0;
 }
 
-int feed_loader_get_stats(feed_loader *l, feed_loader_stats *out)
+int feed_loader_get_stats(feed_loader *l, feed_loader_stats *out, size_t out_size)
 {
-    if (!l || !out)
+    if (!l || !out || out_size < STATS_MIN_SIZE || out_size > sizeof(*out))
         return FEED_EINVAL;
     pthread_mutex_lock(&l->mu);
-    *out = l->stats;
+    memcpy(out, &l->stats, out_size);
     pthread_mutex_unlock(&l->mu);
     return 0;
 }
 
-int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server_stats *out)
+int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server_stats *out,
+                             size_t out_size)
 {
-    if (!l || !out)
+    if (!l || !out || out_size < SERVER_STATS_MIN_SIZE || out_size > sizeof(feed_server_stats))
         return FEED_EINVAL;
     int rc = FEED_EINVAL;
     uint32_t k = 0;
@@ -470,11 +491,13 @@ int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server_stats *out)
             continue;
         if (k++ != i)
             continue;
-        memset(out, 0, sizeof(*out));
-        snprintf(out->target, sizeof(out->target), "%s", s->target);
-        out->up = s->state == SRV_UP;
-        out->batches = s->batches;
-        out->outstanding = s->outstanding;
+        feed_server_stats st;
+        memset(&st, 0, sizeof(st));
+        snprintf(st.target, sizeof(st.target), "%s", s->target);
+        st.up = s->state == SRV_UP;
+        st.batches = s->batches;
+        st.outstanding = s->outstanding;
+        memcpy(out, &st, out_size);
         rc = 0;
         break;
     }

@@ -124,7 +124,7 @@ int main(int argc, char **argv)
     uint64_t images = 0, got = 0;
     uint32_t epoch = 0;
     feed_loader_stats st0, st1;
-    feed_loader_get_stats(l, &st0);
+    feed_loader_get_stats(l, &st0, sizeof st0);
     uint64_t t0 = feed_now_ns(), p0 = process_cpu_ns(), m0 = feed_thread_cpu_ns();
     while (got < want && wait && cpu) {
         feed_batch *b = NULL;
@@ -156,7 +156,7 @@ int main(int argc, char **argv)
     /* Everything but the main thread (which may spin in cudaEventSynchronize). */
     uint64_t main_cpu = feed_thread_cpu_ns() - m0;
     uint64_t proc_cpu = process_cpu_ns() - p0;
-    feed_loader_get_stats(l, &st1);
+    feed_loader_get_stats(l, &st1, sizeof st1);
     if (rc)
         fprintf(stderr, "feed-client-probe: stopped: %s\n", feed_strerror(rc));
     if (got) {

@@ -3,8 +3,10 @@
  * foreign) caller leans on, against a real feedd on 127.0.0.1: log_fn is
  * never called with the loader's lock held (a callback that takes the GIL
  * would deadlock otherwise), release() and stream_wait() from a thread other
- * than the training thread, stream_wait() refusing a batch not held, and the
- * version macros against the library's version.
+ * than the training thread, stream_wait() refusing a batch not held, the
+ * version macros against the library's version, and the size fields that
+ * let the config and stats structs grow (a caller's smaller struct keeps
+ * working; a larger one than the library knows is refused).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -174,6 +176,32 @@ static void test_version(void **state)
                                                   FEED_CLIENT_VERSION_PATCH);
 }
 
+static void test_struct_sizes(void **state)
+{
+    (void)state;
+    const char *targets[] = {g_target};
+    feed_loader_config c;
+    base_cfg(&c, targets, 1);
+    assert_int_equal(c.struct_size, sizeof(c));
+    feed_loader *l = NULL;
+    c.struct_size = sizeof(c) + 8; /* a header newer than this library */
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.struct_size = 0;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.struct_size = sizeof(c);
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    feed_loader_stats st;
+    assert_int_equal(feed_loader_get_stats(l, &st, sizeof st), 0);
+    assert_int_equal(st.servers_known, 1);
+    assert_int_equal(feed_loader_get_stats(l, &st, sizeof st + 1), FEED_EINVAL);
+    assert_int_equal(feed_loader_get_stats(l, &st, 8), FEED_EINVAL);
+    feed_server_stats ss;
+    assert_int_equal(feed_loader_server_stats(l, 0, &ss, sizeof ss), 0);
+    assert_string_equal(ss.target, g_target);
+    assert_int_equal(feed_loader_server_stats(l, 0, &ss, 4), FEED_EINVAL);
+    feed_loader_close(l);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -211,6 +239,7 @@ int main(void)
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_log_without_lock),
         cmocka_unit_test(test_release_from_another_thread),
+        cmocka_unit_test(test_struct_sizes),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -276,17 +276,18 @@ static void test_epoch_one_and_three_servers(void **state)
     assert_int_equal(feed_loader_open(&c, &l), 0);
     collect_all(l, three);
     feed_loader_stats st;
-    assert_int_equal(feed_loader_get_stats(l, &st), 0);
+    assert_int_equal(feed_loader_get_stats(l, &st, sizeof st), 0);
     assert_int_equal(st.batches, 10);
     assert_int_equal(st.samples, NSAMPLES);
     assert_int_equal(st.servers_known, 3);
     uint64_t by_servers = 0;
     for (uint32_t i = 0; i < st.servers_known; i++) {
         feed_server_stats ss;
-        assert_int_equal(feed_loader_server_stats(l, i, &ss), 0);
+        assert_int_equal(feed_loader_server_stats(l, i, &ss, sizeof ss), 0);
         by_servers += ss.batches;
     }
-    assert_int_equal(feed_loader_server_stats(l, 3, &(feed_server_stats){0}), FEED_EINVAL);
+    feed_server_stats none;
+    assert_int_equal(feed_loader_server_stats(l, 3, &none, sizeof none), FEED_EINVAL);
     /* Plus whatever of the next epoch was prefetched: at most one slot each (2 + 2 x 3). */
     assert_true(by_servers >= 10 && by_servers <= 18);
     assert_int_equal(feed_loader_next(l, &(feed_batch *){NULL}), FEED_EEOF);
@@ -345,7 +346,7 @@ static void test_kill_one_of_three(void **state)
      * a server that has not answered yet is no failover when it dies. */
     feed_loader_stats st;
     for (int i = 0; i < 1500; i++) {
-        feed_loader_get_stats(l, &st);
+        feed_loader_get_stats(l, &st, sizeof st);
         if (st.servers_up == 3)
             break;
         usleep(20000);
@@ -356,7 +357,7 @@ static void test_kill_one_of_three(void **state)
     int victim = -1;
     for (int i = 0; i < 3; i++) {
         feed_server_stats ss;
-        assert_int_equal(feed_loader_server_stats(l, (uint32_t)i, &ss), 0);
+        assert_int_equal(feed_loader_server_stats(l, (uint32_t)i, &ss, sizeof ss), 0);
         if (ss.up && (victim < 0 || i == 1))
             victim = i;
     }
@@ -365,7 +366,7 @@ static void test_kill_one_of_three(void **state)
     collect_all(l, r);
     /* The epoch may end before the dead stream is noticed: give it time (bounded). */
     for (int i = 0; i < SETTLE_POLLS; i++) {
-        assert_int_equal(feed_loader_get_stats(l, &st), 0);
+        assert_int_equal(feed_loader_get_stats(l, &st, sizeof st), 0);
         if (st.failovers)
             break;
         usleep(20000);
@@ -412,7 +413,7 @@ static void test_server_started_mid_epoch(void **state)
     run *r = calloc(1, sizeof(*r));
     assert_int_equal(take(l, r), 0);
     feed_server_stats ss;
-    assert_int_equal(feed_loader_server_stats(l, 1, &ss), 0);
+    assert_int_equal(feed_loader_server_stats(l, 1, &ss, sizeof ss), 0);
     assert_false(ss.up);
 
     const char *args[] = {"--dataset", g_good_arg,    "--threads", "1", "--listen",
@@ -427,7 +428,7 @@ static void test_server_started_mid_epoch(void **state)
         assert_int_equal(rc, FEED_EEOF);
         run_free(r);
         assert_int_equal(feed_loader_set_epoch(l, EPOCH + 1 + (uint32_t)epoch, 0), 0);
-        assert_int_equal(feed_loader_server_stats(l, 1, &ss), 0);
+        assert_int_equal(feed_loader_server_stats(l, 1, &ss, sizeof ss), 0);
         late_batches = ss.batches;
     }
     print_message("late server %s: %llu batches\n", ss.target, (unsigned long long)late_batches);
@@ -578,7 +579,7 @@ static void test_bad_samples(void **state)
     assert_int_equal(feed_loader_open(&c, &l), 0);
     collect_all(l, r);
     feed_loader_stats st;
-    assert_int_equal(feed_loader_get_stats(l, &st), 0);
+    assert_int_equal(feed_loader_get_stats(l, &st, sizeof st), 0);
     feed_loader_close(l);
     size_t sb = (size_t)SIDE * SIDE * 3;
     uint32_t bad = 0, subst = 0;
@@ -657,7 +658,7 @@ static void test_stalled_server_deadline(void **state)
     assert_int_equal(feed_loader_open(&c, &l), 0);
     feed_server_stats ss = {0};
     for (int i = 0; i < SETTLE_POLLS && !ss.up; i++) {
-        assert_int_equal(feed_loader_server_stats(l, 0, &ss), 0);
+        assert_int_equal(feed_loader_server_stats(l, 0, &ss, sizeof ss), 0);
         if (!ss.up)
             usleep(20000);
     }
@@ -669,7 +670,7 @@ static void test_stalled_server_deadline(void **state)
     run *r = calloc(1, sizeof(*r));
     collect_all(l, r);
     feed_loader_stats st;
-    assert_int_equal(feed_loader_get_stats(l, &st), 0);
+    assert_int_equal(feed_loader_get_stats(l, &st, sizeof st), 0);
     print_message("SIGSTOP: failovers %llu, reissued %llu\n", (unsigned long long)st.failovers,
                   (unsigned long long)st.reissued);
     assert_true(st.failovers >= 1);
@@ -700,13 +701,13 @@ static void test_dns_target(void **state)
     run *r = calloc(1, sizeof(*r));
     collect_all(l, r);
     feed_loader_stats st;
-    assert_int_equal(feed_loader_get_stats(l, &st), 0);
+    assert_int_equal(feed_loader_get_stats(l, &st, sizeof st), 0);
     /* localhost gives 127.0.0.1 and perhaps ::1 (where nothing listens). */
     assert_true(st.servers_known >= 1 && st.servers_known <= 2);
     bool found_v4 = false;
     for (uint32_t i = 0; i < st.servers_known; i++) {
         feed_server_stats ss;
-        assert_int_equal(feed_loader_server_stats(l, i, &ss), 0);
+        assert_int_equal(feed_loader_server_stats(l, i, &ss, sizeof ss), 0);
         if (strncmp(ss.target, "ipv4:127.0.0.1:", 15) == 0)
             found_v4 = ss.batches >= 10; /* the next epoch's prefetch may have begun */
     }
@@ -739,7 +740,7 @@ static void wait_prefetched(feed_loader *l, uint64_t epochs_taken)
     uint64_t epoch_bytes = (uint64_t)NSAMPLES * SIDE * SIDE * 3;
     feed_loader_stats st;
     for (int i = 0; i < SETTLE_POLLS; i++) {
-        assert_int_equal(feed_loader_get_stats(l, &st), 0);
+        assert_int_equal(feed_loader_get_stats(l, &st, sizeof st), 0);
         if (st.bytes_received > epochs_taken * epoch_bytes)
             break;
         usleep(20000);
@@ -777,7 +778,7 @@ static void test_epoch_prefetch_kept(void **state)
         run_free(fresh);
     }
     feed_loader_stats st;
-    assert_int_equal(feed_loader_get_stats(l, &st), 0);
+    assert_int_equal(feed_loader_get_stats(l, &st, sizeof st), 0);
     assert_int_equal(st.batches, 30);
     feed_loader_close(l);
     run_free(r);
@@ -917,13 +918,13 @@ static void test_epoch_prefetch_failover(void **state)
     for (int tries = 0; tries < 30 && !stuck; tries++) {
         collect_all(l, r);
         run_free(r);
-        assert_int_equal(feed_loader_get_stats(l, &st), 0);
+        assert_int_equal(feed_loader_get_stats(l, &st, sizeof st), 0);
         reissued = st.reissued;
         assert_int_equal(feed_test_server_signal(&s[0], SIGSTOP), 0);
         bool settled = false;
         for (int i = 0; i < SETTLE_POLLS && !settled; i++) {
-            assert_int_equal(feed_loader_server_stats(l, 0, &ss), 0);
-            assert_int_equal(feed_loader_get_stats(l, &st), 0);
+            assert_int_equal(feed_loader_server_stats(l, 0, &ss, sizeof ss), 0);
+            assert_int_equal(feed_loader_get_stats(l, &st, sizeof st), 0);
             stuck = st.reissued > reissued;
             settled = stuck || ss.outstanding == 0;
             if (!settled)
@@ -1034,7 +1035,7 @@ static void test_busy_server_no_false_failover(void **state)
     assert_int_equal(feed_loader_open(&c, &l), 0);
     collect_all(l, r);
     feed_loader_stats st;
-    assert_int_equal(feed_loader_get_stats(l, &st), 0);
+    assert_int_equal(feed_loader_get_stats(l, &st, sizeof st), 0);
     feed_loader_close(l);
     print_message("busy server: failovers %llu, reissued %llu\n", (unsigned long long)st.failovers,
                   (unsigned long long)st.reissued);
@@ -1091,8 +1092,8 @@ static void test_refusing_server_not_up(void **state)
     collect_all(l, r);
     feed_loader_stats st;
     feed_server_stats ss;
-    assert_int_equal(feed_loader_get_stats(l, &st), 0);
-    assert_int_equal(feed_loader_server_stats(l, 0, &ss), 0);
+    assert_int_equal(feed_loader_get_stats(l, &st, sizeof st), 0);
+    assert_int_equal(feed_loader_server_stats(l, 0, &ss, sizeof ss), 0);
     print_message("refusing server: failovers %llu, reissued %llu, retries %llu\n",
                   (unsigned long long)st.failovers, (unsigned long long)st.reissued,
                   (unsigned long long)st.retries);

@@ -29,6 +29,7 @@ int main(void)
     FIELD(feed_sample_plan, flip);
 
     SIZE(feed_loader_config);
+    FIELD(feed_loader_config, struct_size);
     FIELD(feed_loader_config, targets);
     FIELD(feed_loader_config, num_targets);
     FIELD(feed_loader_config, dataset);

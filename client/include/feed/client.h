@@ -67,9 +67,9 @@ extern "C" {
 
 /* The version of this header; feed_client_version() gives the library's. */
 #define FEED_CLIENT_VERSION_MAJOR 0
-#define FEED_CLIENT_VERSION_MINOR 2
+#define FEED_CLIENT_VERSION_MINOR 3
 #define FEED_CLIENT_VERSION_PATCH 0
-#define FEED_CLIENT_VERSION_STRING "0.2.0"
+#define FEED_CLIENT_VERSION_STRING "0.3.0"
 /* MAJOR << 16 | MINOR << 8 | PATCH, for comparisons. */
 #define FEED_CLIENT_VERSION_NUM                                                                    \
     ((FEED_CLIENT_VERSION_MAJOR << 16) | (FEED_CLIENT_VERSION_MINOR << 8) |                        \
@@ -106,6 +106,11 @@ typedef enum feed_bad_sample_policy {
 typedef void (*feed_client_log_fn)(void *user, int level, const char *message);
 
 typedef struct feed_loader_config {
+    /* sizeof(feed_loader_config) as the caller was compiled; feed_loader_config_default sets it.
+     * A library newer than the caller's header reads only the fields this size covers and
+     * defaults the rest; one older than it refuses a larger size (FEED_EINVAL). Fields are only
+     * ever added at the end. */
+    size_t struct_size;
     /* Servers: "host:port", "ipv4:127.0.0.1:5000", or "dns:///name:port"; a
      * DNS name is re-resolved every resolve_interval_ms and every address it
      * yields is used as a server. At most 256 targets/addresses. */
@@ -227,10 +232,15 @@ FEED_EXPORT uint64_t feed_loader_dataset_size(const feed_loader *l);
  * of l that the caller holds), FEED_ECUDA. Any thread. */
 FEED_EXPORT int feed_loader_stream_wait(feed_loader *l, const feed_batch *b, void *stream);
 
-/* Named _get_ because feed_loader_stats is the struct's typedef. 0 or FEED_EINVAL. */
-FEED_EXPORT int feed_loader_get_stats(feed_loader *l, feed_loader_stats *out);
-/* Per-server stats; i < stats.servers_known. 0 or FEED_EINVAL (no server i). */
-FEED_EXPORT int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server_stats *out);
+/* Named _get_ because feed_loader_stats is the struct's typedef. out_size is sizeof(*out) as
+ * the caller was compiled: the library fills that much (fields are only ever added at the end),
+ * so an older caller keeps working with a newer library. 0 or FEED_EINVAL (out_size smaller
+ * than the first version of the struct or larger than this library's). */
+FEED_EXPORT int feed_loader_get_stats(feed_loader *l, feed_loader_stats *out, size_t out_size);
+/* Per-server stats; i < stats.servers_known; out_size as above. 0 or FEED_EINVAL (no server
+ * i, or out_size out of range). */
+FEED_EXPORT int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server_stats *out,
+                                         size_t out_size);
 
 /* The library's version: "MAJOR.MINOR.PATCH", never NULL; and as FEED_CLIENT_VERSION_NUM. */
 FEED_EXPORT const char *feed_client_version(void);

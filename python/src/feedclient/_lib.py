@@ -37,9 +37,9 @@ from ctypes import (
 )
 
 # The library version this package is written against: the same major, at
-# least this minor (feed_loader_stream_wait came in 0.2).
+# least this minor (feed_loader_stream_wait came in 0.2, struct sizes in 0.3).
 ABI_MAJOR = 0
-ABI_MINOR = 2
+ABI_MINOR = 3
 
 DEVICE_HOST = -1
 DTYPE_UINT8, DTYPE_FP16, DTYPE_BF16, DTYPE_FP32 = 0, 1, 2, 3
@@ -75,6 +75,7 @@ class SamplePlan(Structure):
 
 class LoaderConfig(Structure):
     _fields_ = [
+        ("struct_size", c_size_t),
         ("targets", POINTER(c_char_p)),
         ("num_targets", c_size_t),
         ("dataset", c_char_p),
@@ -163,8 +164,8 @@ _PROTOTYPES = {
     "feed_loader_set_epoch": (c_int, [c_void_p, c_uint32, c_uint64]),
     "feed_loader_batches_per_epoch": (c_uint64, [c_void_p]),
     "feed_loader_dataset_size": (c_uint64, [c_void_p]),
-    "feed_loader_get_stats": (c_int, [c_void_p, POINTER(LoaderStats)]),
-    "feed_loader_server_stats": (c_int, [c_void_p, c_uint32, POINTER(ServerStats)]),
+    "feed_loader_get_stats": (c_int, [c_void_p, POINTER(LoaderStats), c_size_t]),
+    "feed_loader_server_stats": (c_int, [c_void_p, c_uint32, POINTER(ServerStats), c_size_t]),
     "feed_client_version": (c_char_p, []),
     "feed_client_version_number": (c_uint32, []),
     "feed_strerror": (c_char_p, [c_int]),

@@ -405,7 +405,7 @@ class Loader:
         """libfeedclient's counters (feed_loader_stats) and per-server state."""
         native = self._open_native()
         st = _lib.LoaderStats()
-        rc = _lib.lib.feed_loader_get_stats(native.ptr, ctypes.byref(st))
+        rc = _lib.lib.feed_loader_get_stats(native.ptr, ctypes.byref(st), ctypes.sizeof(st))
         if rc:
             raise make_error(rc, "feedclient.Loader.stats")
         out: Dict[str, Any] = {name: getattr(st, name) for name, _ in _lib.LoaderStats._fields_}
@@ -416,7 +416,8 @@ class Loader:
         servers = []
         for i in range(st.servers_known):
             ss = _lib.ServerStats()
-            if _lib.lib.feed_loader_server_stats(native.ptr, i, ctypes.byref(ss)) == 0:
+            if _lib.lib.feed_loader_server_stats(native.ptr, i, ctypes.byref(ss),
+                                                 ctypes.sizeof(ss)) == 0:
                 servers.append({"target": ss.target.decode(), "up": ss.up,
                                 "batches": ss.batches, "outstanding": ss.outstanding})
         out["servers"] = servers
