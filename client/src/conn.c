@@ -21,6 +21,7 @@
 #include "feed/log.h"
 #include "feed/timeutil.h"
 #include "loader_impl.h"
+#include "policy.h"
 
 static gpr_timespec ms_from_now(uint32_t ms)
 {
@@ -336,39 +337,36 @@ static void on_describe(loader *l, call_ctx *c, bool ok)
         if (resp->datasets[i]->name && strcmp(resp->datasets[i]->name, l->dataset) == 0)
             info = resp->datasets[i];
     }
-    if (!info) {
+    policy_server_info pi = {.served = info != NULL,
+                             .num_samples = info ? info->num_samples : 0,
+                             .max_batch_size = resp->max_batch_size,
+                             .max_batch_bytes = resp->max_batch_bytes,
+                             .max_window = resp->max_window};
+    char why[224];
+    uint32_t window;
+    switch (policy_check_server(&l->cfg, l->num_samples, &pi, &window, why, sizeof(why))) {
+    case POLICY_NOT_SERVED:
         l->notfound_seen = true;
         sched_fail_server(l, s, "dataset not served");
         goto out;
-    }
-    if (info->num_samples == 0 || (l->num_samples && info->num_samples != l->num_samples)) {
-        client_log(l, FEED_LOG_ERROR, "server %s: dataset %s has %llu samples, expected %llu",
-                   s->target, l->dataset, (unsigned long long)info->num_samples,
-                   (unsigned long long)l->num_samples);
+    case POLICY_SIZE_DIFFERS:
+        client_log(l, FEED_LOG_ERROR, "server %s: %s", s->target, why);
         sched_fail_server(l, s, "dataset size differs");
         goto out;
-    }
-    uint64_t batch_bytes =
-        (uint64_t)l->cfg.batch_size * l->cfg.transform.out_h * l->cfg.transform.out_w * 3;
-    if ((resp->max_batch_size && resp->max_batch_size < l->cfg.batch_size) ||
-        (resp->max_batch_bytes && resp->max_batch_bytes < batch_bytes)) {
-        client_log(l, FEED_LOG_ERROR,
-                   "server %s: batch of %u (%llu bytes) beyond its max_batch_size %u / "
-                   "max_batch_bytes %llu",
-                   s->target, l->cfg.batch_size, (unsigned long long)batch_bytes,
-                   resp->max_batch_size, (unsigned long long)resp->max_batch_bytes);
+    case POLICY_BATCH_TOO_LARGE:
+        client_log(l, FEED_LOG_ERROR, "server %s: %s", s->target, why);
         if (!l->num_samples)
             l->fatal = FEED_EINVAL;
         sched_fail_server(l, s, "batch too large");
         goto out;
+    case POLICY_USE:
+        break;
     }
     if (!l->num_samples) {
         l->num_samples = info->num_samples;
         l->num_classes = (uint32_t)info->n_class_names;
     }
-    s->window = l->cfg.window_per_server;
-    if (resp->max_window && resp->max_window < s->window)
-        s->window = resp->max_window;
+    s->window = window;
     start_stream(l, s);
 out:
     if (resp)

@@ -27,6 +27,7 @@
 #include "feed/timeutil.h"
 #include "loader_impl.h"
 #include "normalize.h"
+#include "policy.h"
 
 static size_t sample_bytes(const loader *l)
 {
@@ -326,7 +327,7 @@ void sched_check_deadlines(loader *l, uint64_t now)
 
 /*
  * Fills the slot from a checked Batch whose pixels are already in sl->raw:
- * labels, status, the bad-sample policy, then normalisation (host) or the
+ * labels, status, the bad-sample policy (policy.c), then normalisation (host) or the
  * copy + kernel (GPU). Runs unlocked. Sample errors are counted in stats when
  * the batch is handed out (feed_loader_next), not here: a landed batch of the
  * next epoch may never be handed out.
@@ -335,34 +336,13 @@ static int land(loader *l, slot *sl, const Feed__V1__Batch *b)
 {
     uint32_t n = sl->n;
     size_t sb = sample_bytes(l);
-    uint32_t bad = 0, substituted = 0;
-    bool unfixable = false;
+    uint32_t substituted;
     for (uint32_t i = 0; i < n; i++) {
         sl->labels[i] = b->labels[i];
         sl->status[i] = (uint8_t)b->status[i];
-        if (sl->status[i] != FEED_SAMPLE_OK)
-            bad++;
     }
-    if (bad && l->cfg.bad_sample_policy == FEED_BAD_SAMPLE_SUBSTITUTE) {
-        /* The next good sample after i, cyclically: deterministic for a batch. */
-        for (uint32_t i = 0; i < n; i++) {
-            if (sl->status[i] == FEED_SAMPLE_OK)
-                continue;
-            uint32_t j = (i + 1) % n;
-            while (j != i && sl->status[j] != FEED_SAMPLE_OK)
-                j = (j + 1) % n;
-            if (j == i) {
-                unfixable = true;
-                break;
-            }
-            memcpy(sl->raw + (size_t)i * sb, sl->raw + (size_t)j * sb, sb);
-            sl->labels[i] = sl->labels[j];
-            substituted++;
-        }
-    }
-    sl->result = bad && (unfixable || l->cfg.bad_sample_policy == FEED_BAD_SAMPLE_FAIL)
-                     ? FEED_EBADSAMPLE
-                     : 0;
+    sl->result = policy_bad_samples(l->cfg.bad_sample_policy, n, sl->status, sl->labels, sl->raw,
+                                    sb, &substituted);
     feed_batch *fb = &sl->batch;
     memset(fb, 0, sizeof(*fb));
     fb->n = n;

@@ -23,6 +23,7 @@
 #include "norm_ref.h"
 #include "normalize.h"
 #include "plan.h"
+#include "policy.h"
 #include "loader_impl.h"
 #include "wire.h"
 
@@ -650,6 +651,80 @@ static void test_resolve_reuse(void **state)
     free(l);
 }
 
+/* Substitution takes the next good sample after each failed one, cyclically; FAIL and an
+ * all-bad batch report FEED_EBADSAMPLE. */
+static void test_bad_sample_policy(void **state)
+{
+    (void)state;
+    enum { N = 6, SB = 4 };
+    uint8_t status[N] = {FEED_SAMPLE_CORRUPT, FEED_SAMPLE_OK,    FEED_SAMPLE_EMPTY,
+                         FEED_SAMPLE_EMPTY,   FEED_SAMPLE_OK,    FEED_SAMPLE_TRUNCATED};
+    uint8_t raw[N * SB];
+    int64_t labels[N];
+    for (int i = 0; i < N; i++) {
+        memset(raw + i * SB, 'a' + i, SB);
+        labels[i] = 10 + i;
+    }
+    uint32_t sub = 99;
+    assert_int_equal(policy_bad_samples(FEED_BAD_SAMPLE_SUBSTITUTE, N, status, labels, raw, SB,
+                                        &sub),
+                     0);
+    assert_int_equal(sub, 4);
+    const int want[N] = {1, 1, 4, 4, 4, 1}; /* 5 wraps around to 0, bad, then 1 */
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(raw[i * SB], 'a' + want[i]);
+        assert_int_equal(labels[i], 10 + want[i]);
+    }
+    assert_int_equal(policy_bad_samples(FEED_BAD_SAMPLE_FAIL, N, status, labels, raw, SB, &sub),
+                     FEED_EBADSAMPLE);
+    assert_int_equal(sub, 0);
+    uint8_t all_bad[2] = {FEED_SAMPLE_IO_ERROR, FEED_SAMPLE_CORRUPT};
+    assert_int_equal(policy_bad_samples(FEED_BAD_SAMPLE_SUBSTITUTE, 2, all_bad, labels, raw, SB,
+                                        &sub),
+                     FEED_EBADSAMPLE);
+    uint8_t good[2] = {FEED_SAMPLE_OK, FEED_SAMPLE_OK};
+    assert_int_equal(policy_bad_samples(FEED_BAD_SAMPLE_FAIL, 2, good, labels, raw, SB, &sub), 0);
+    assert_int_equal(sub, 0);
+}
+
+/* Which servers a loader uses, from their Describe alone. */
+static void test_server_policy(void **state)
+{
+    (void)state;
+    feed_loader_config c;
+    feed_loader_config_default(&c);
+    c.dataset = "imagenet";
+    c.batch_size = 64;
+    c.window_per_server = 8;
+    char why[224];
+    uint32_t window = 0;
+    policy_server_info ok = {.served = true, .num_samples = 1000, .max_window = 4};
+    assert_int_equal(policy_check_server(&c, 0, &ok, &window, why, sizeof why), POLICY_USE);
+    assert_int_equal(window, 4); /* the server's limit wins */
+    ok.max_window = 0;
+    assert_int_equal(policy_check_server(&c, 1000, &ok, &window, why, sizeof why), POLICY_USE);
+    assert_int_equal(window, 8);
+    policy_server_info absent = {.served = false};
+    assert_int_equal(policy_check_server(&c, 0, &absent, &window, why, sizeof why),
+                     POLICY_NOT_SERVED);
+    policy_server_info other = {.served = true, .num_samples = 999};
+    assert_int_equal(policy_check_server(&c, 1000, &other, &window, why, sizeof why),
+                     POLICY_SIZE_DIFFERS);
+    assert_non_null(strstr(why, "999"));
+    policy_server_info empty = {.served = true, .num_samples = 0};
+    assert_int_equal(policy_check_server(&c, 0, &empty, &window, why, sizeof why),
+                     POLICY_SIZE_DIFFERS);
+    policy_server_info small = {.served = true, .num_samples = 1000, .max_batch_size = 32};
+    assert_int_equal(policy_check_server(&c, 0, &small, &window, why, sizeof why),
+                     POLICY_BATCH_TOO_LARGE);
+    policy_server_info few_bytes = {.served = true, .num_samples = 1000,
+                                    .max_batch_bytes = 64ull * 224 * 224 * 3 - 1};
+    assert_int_equal(policy_check_server(&c, 0, &few_bytes, &window, why, sizeof why),
+                     POLICY_BATCH_TOO_LARGE);
+    few_bytes.max_batch_bytes++;
+    assert_int_equal(policy_check_server(&c, 0, &few_bytes, &window, why, sizeof why), POLICY_USE);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -658,7 +733,8 @@ int main(void)
         cmocka_unit_test(test_f16_bf16_rounding), cmocka_unit_test(test_normalize_host_all),
         cmocka_unit_test(test_wire_batch),        cmocka_unit_test(test_config_validation),
         cmocka_unit_test(test_resolve_parse),     cmocka_unit_test(test_resolve_apply),
-        cmocka_unit_test(test_resolve_reuse),
+        cmocka_unit_test(test_resolve_reuse),     cmocka_unit_test(test_bad_sample_policy),
+        cmocka_unit_test(test_server_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
