@@ -281,6 +281,22 @@ static int start_feedd(const char *port_file, const char *log_path, pid_t *pid)
     return -1;
 }
 
+/* start_feedd, failing the test (with feedd's log) when it does not come up; target gets
+ * "127.0.0.1:PORT". */
+static pid_t start_feedd_target(const char *port_file, const char *log, char *target, size_t cap)
+{
+    pid_t pid = 0;
+    int port = start_feedd(port_file, log, &pid);
+    if (port < 0) {
+        if (pid > 0)
+            kill(pid, SIGKILL);
+        dump(log);
+        fail_msg("feedd did not start");
+    }
+    snprintf(target, cap, "127.0.0.1:%d", port);
+    return pid;
+}
+
 static void test_dataset_name_and_client_settings(void **state)
 {
     (void)state;
@@ -289,15 +305,7 @@ static void test_dataset_name_and_client_settings(void **state)
     snprintf(flog, sizeof flog, "%s/feedd.log", work);
     snprintf(log, sizeof log, "%s/named.log", work);
     snprintf(out2, sizeof out2, "%s/named", work);
-    pid_t pid = 0;
-    int port = start_feedd(port_file, flog, &pid);
-    if (port < 0) {
-        if (pid > 0)
-            kill(pid, SIGKILL);
-        dump(flog);
-        fail_msg("feedd did not start");
-    }
-    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    pid_t pid = start_feedd_target(port_file, flog, target, sizeof target);
     const char *argv[] = {bench_bin, "--device",  "cpu",      "--source", "remote", "--servers",
                           target,    "--dataset", "imagenet", "--data",   data,     "--out",
                           out2,      "--batch",   "4",        "--steps",  "2",      "--seconds",
@@ -327,15 +335,7 @@ static void test_simulated_ranks_share_a_server(void **state)
     char port_file[512], flog[512], target[64], logs[2][512], outs[2][512], ranks[2][4];
     snprintf(port_file, sizeof port_file, "%s/sim.port", work);
     snprintf(flog, sizeof flog, "%s/sim-feedd.log", work);
-    pid_t pid = 0;
-    int port = start_feedd(port_file, flog, &pid);
-    if (port < 0) {
-        if (pid > 0)
-            kill(pid, SIGKILL);
-        dump(flog);
-        fail_msg("feedd did not start");
-    }
-    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    pid_t pid = start_feedd_target(port_file, flog, target, sizeof target);
     int rc[2];
     for (int r = 0; r < 2; r++) {
         snprintf(logs[r], sizeof logs[r], "%s/sim%d.log", work, r);

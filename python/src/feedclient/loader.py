@@ -131,33 +131,20 @@ class _BatchRef:
         self.native.release(self.batch, self.stream)
 
 
-class _HostView:
-    """numpy array interface over slot memory; keeps the slot's _BatchRef alive."""
+class _SlotView:
+    """Array interface over slot memory (numpy's on the host, CUDA's on the device) that keeps
+    the slot's _BatchRef alive. The CUDA one has no stream key: the loader has already made the
+    consumer's stream wait for the batch."""
 
-    def __init__(self, ref: _BatchRef, ptr: int, shape: tuple, strides: tuple, typestr: str):
+    def __init__(self, ref: _BatchRef, ptr: int, shape: tuple, strides: tuple, typestr: str,
+                 cuda: bool):
         self._ref = ref
-        self.__array_interface__ = {
-            "shape": shape,
-            "strides": strides,
-            "typestr": typestr,
-            "data": (ptr, False),
-            "version": 3,
-        }
-
-
-class _CudaView:
-    """CUDA array interface over slot memory; keeps the slot's _BatchRef alive. No stream key:
-    the loader has already made the consumer's stream wait for the batch."""
-
-    def __init__(self, ref: _BatchRef, ptr: int, shape: tuple, strides: tuple, typestr: str):
-        self._ref = ref
-        self.__cuda_array_interface__ = {
-            "shape": shape,
-            "strides": strides,
-            "typestr": typestr,
-            "data": (ptr, False),
-            "version": 2,
-        }
+        interface = {"shape": shape, "strides": strides, "typestr": typestr, "data": (ptr, False),
+                     "version": 2 if cuda else 3}
+        if cuda:
+            self.__cuda_array_interface__ = interface
+        else:
+            self.__array_interface__ = interface
 
 
 def _default_rank_world() -> Tuple[int, int]:
@@ -504,10 +491,10 @@ class Loader:
         else:
             shape, strides = (n, c, h, w), (h * w * c * es, es, w * c * es, c * es)
         if self._device.type == "cuda":
-            t = torch.as_tensor(_CudaView(ref, b.data, shape, strides, typestr),
+            t = torch.as_tensor(_SlotView(ref, b.data, shape, strides, typestr, True),
                                 device=self._device)
         else:
-            t = torch.from_numpy(np.asarray(_HostView(ref, b.data, shape, strides, typestr)))
+            t = torch.from_numpy(np.asarray(_SlotView(ref, b.data, shape, strides, typestr, False)))
         if self._dtype == torch.bfloat16:
             t = t.view(torch.bfloat16)
         return t
@@ -515,7 +502,8 @@ class Loader:
     def _labels(self, ref: _BatchRef, b: Any) -> torch.Tensor:
         if self._device.type == "cuda":
             ptr = ctypes.cast(b.labels_device, ctypes.c_void_p).value
-            view = torch.as_tensor(_CudaView(ref, ptr, (b.n,), (8,), "<i8"), device=self._device)
+            view = torch.as_tensor(_SlotView(ref, ptr, (b.n,), (8,), "<i8", True),
+                                   device=self._device)
             return view.clone()
         return torch.from_numpy(np.ctypeslib.as_array(b.labels, shape=(b.n,)).copy())
 
