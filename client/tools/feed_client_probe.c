@@ -5,15 +5,15 @@
  * CPU per GB received. A deployment smoke test and the client's throughput
  * measurement. Single-threaded main; the loader runs its own threads.
  *
- *   feed-client-probe --target HOST:PORT [--target ...] --dataset NAME
- *       [--batch 256] [--size 224] [--batches 200] [--window 4] [--prefetch 4]
- *       [--device host|N] [--dtype u8|fp16|bf16|fp32] [--layout nchw|nhwc]
- *       [--same-epoch] [--step-us 0]
+ *   feed-client-probe --target HOST:PORT [--target ...] --dataset NAME [options]
+ *   (feed-client-probe --help lists every option with its default)
  *
  * --same-epoch repeats epoch 0 (so a server's --cache-bytes cache serves it
  * and the client side is what is measured); --step-us sleeps that long per
  * batch to stand in for a training step.
  */
+#include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "feed/client.h"
+#include "feed/strutil.h"
 #include "feed/timeutil.h"
 
 #ifdef FEED_HAVE_CUDA
@@ -51,17 +52,61 @@ static uint64_t process_cpu_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int usage(void)
+static int usage(FILE *f, int rc)
 {
-    fprintf(stderr, "usage: feed-client-probe --target HOST:PORT [--target ...] --dataset NAME\n"
-                    "  [--batch N] [--size S] [--batches K] [--window W] [--prefetch P]\n"
-                    "  [--device host|N] [--dtype u8|fp16|bf16|fp32] [--layout nchw|nhwc]\n"
-                    "  [--same-epoch] [--step-us U]\n");
-    return 2;
+    fprintf(f,
+            "usage: feed-client-probe --target HOST:PORT [--target ...] --dataset NAME [options]\n"
+            "  --target T       a feedd server (host:port, ipv4:..., dns:///name:port);\n"
+            "                   repeat for several (at most %d)\n"
+            "  --dataset NAME   dataset to ask for (required)\n"
+            "  --batch N        batch size (default 256)\n"
+            "  --size S         output side, S x S (default 224)\n"
+            "  --batches K      batches to take (default 200, at most %d)\n"
+            "  --window W       outstanding batches per server (default 4)\n"
+            "  --prefetch P     delivery slots ready ahead (default 4)\n"
+            "  --device D       host (default) or a CUDA device number\n"
+            "  --dtype T        u8, fp16, bf16 or fp32 (default fp32)\n"
+            "  --layout L       nchw (default) or nhwc\n"
+            "  --same-epoch     repeat epoch 0 (measures the client against a server's cache)\n"
+            "  --step-us U      sleep U us per batch, standing in for a training step (default 0)\n"
+            "  --help           print this\n",
+            MAX_TARGETS, MAX_SAMPLES);
+    return rc;
+}
+
+/* Index of name in names (NULL-terminated), or -1. */
+static int pick(const char *name, const char *const *names)
+{
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(name, names[i]))
+            return i;
+    return -1;
 }
 
 int main(int argc, char **argv)
 {
+    enum { O_TARGET = 256, O_DATASET, O_BATCH, O_SIZE, O_BATCHES, O_WINDOW, O_PREFETCH,
+           O_DEVICE, O_DTYPE, O_LAYOUT, O_SAME, O_STEP, O_HELP };
+    static const struct option opts[] = {
+        {"target", required_argument, NULL, O_TARGET},
+        {"dataset", required_argument, NULL, O_DATASET},
+        {"batch", required_argument, NULL, O_BATCH},
+        {"size", required_argument, NULL, O_SIZE},
+        {"batches", required_argument, NULL, O_BATCHES},
+        {"window", required_argument, NULL, O_WINDOW},
+        {"prefetch", required_argument, NULL, O_PREFETCH},
+        {"device", required_argument, NULL, O_DEVICE},
+        {"dtype", required_argument, NULL, O_DTYPE},
+        {"layout", required_argument, NULL, O_LAYOUT},
+        {"same-epoch", no_argument, NULL, O_SAME},
+        {"step-us", required_argument, NULL, O_STEP},
+        {"help", no_argument, NULL, O_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    static const char *const dtypes[] = {"u8", "fp16", "bf16", "fp32", NULL};
+    static const feed_dtype dtype_of[] = {FEED_DTYPE_UINT8, FEED_DTYPE_FP16, FEED_DTYPE_BF16,
+                                          FEED_DTYPE_FP32};
+    static const char *const layouts[] = {"nchw", "nhwc", NULL};
     const char *targets[MAX_TARGETS];
     size_t nt = 0;
     feed_loader_config c;
@@ -69,47 +114,76 @@ int main(int argc, char **argv)
     c.device = FEED_DEVICE_HOST;
     c.log_fn = log_stderr;
     uint64_t want = 200, step_us = 0;
-    int same_epoch = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--same-epoch")) {
+    int same_epoch = 0, opt, k;
+    uint32_t u;
+    bool bad = false;
+    while (!bad && (opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (opt) {
+        case O_TARGET:
+            bad = nt == MAX_TARGETS;
+            if (!bad)
+                targets[nt++] = optarg;
+            break;
+        case O_DATASET:
+            c.dataset = optarg;
+            break;
+        case O_BATCH:
+            bad = feed_parse_u32(optarg, 1, UINT32_MAX, &c.batch_size) != 0;
+            break;
+        case O_SIZE:
+            bad = feed_parse_u32(optarg, 1, UINT32_MAX, &u) != 0;
+            c.transform.out_h = c.transform.out_w = u;
+            break;
+        case O_BATCHES:
+            bad = feed_parse_u64(optarg, 1, MAX_SAMPLES, &want) != 0;
+            break;
+        case O_WINDOW:
+            bad = feed_parse_u32(optarg, 1, UINT32_MAX, &c.window_per_server) != 0;
+            break;
+        case O_PREFETCH:
+            bad = feed_parse_u32(optarg, 1, UINT32_MAX, &c.prefetch) != 0;
+            break;
+        case O_DEVICE:
+            if (!strcmp(optarg, "host"))
+                c.device = FEED_DEVICE_HOST;
+            else
+                bad = feed_parse_u32(optarg, 0, 1024, &u) != 0;
+            if (!bad && strcmp(optarg, "host") != 0)
+                c.device = (int)u;
+            break;
+        case O_DTYPE:
+            k = pick(optarg, dtypes);
+            bad = k < 0;
+            if (!bad)
+                c.dtype = dtype_of[k];
+            break;
+        case O_LAYOUT:
+            k = pick(optarg, layouts);
+            bad = k < 0;
+            c.layout = k == 1 ? FEED_LAYOUT_NHWC : FEED_LAYOUT_NCHW;
+            break;
+        case O_SAME:
             same_epoch = 1;
-            continue;
+            break;
+        case O_STEP:
+            bad = feed_parse_u64(optarg, 0, 60000000u, &step_us) != 0;
+            break;
+        case O_HELP:
+            return usage(stdout, 0);
+        default:
+            bad = true;
         }
-        if (!v)
-            return usage();
-        i++;
-        if (!strcmp(a, "--target") && nt < MAX_TARGETS)
-            targets[nt++] = v;
-        else if (!strcmp(a, "--dataset"))
-            c.dataset = v;
-        else if (!strcmp(a, "--batch"))
-            c.batch_size = (uint32_t)strtoul(v, NULL, 10);
-        else if (!strcmp(a, "--size"))
-            c.transform.out_h = c.transform.out_w = (uint32_t)strtoul(v, NULL, 10);
-        else if (!strcmp(a, "--batches"))
-            want = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--window"))
-            c.window_per_server = (uint32_t)strtoul(v, NULL, 10);
-        else if (!strcmp(a, "--prefetch"))
-            c.prefetch = (uint32_t)strtoul(v, NULL, 10);
-        else if (!strcmp(a, "--device"))
-            c.device = !strcmp(v, "host") ? FEED_DEVICE_HOST : atoi(v);
-        else if (!strcmp(a, "--layout"))
-            c.layout = !strcmp(v, "nhwc") ? FEED_LAYOUT_NHWC : FEED_LAYOUT_NCHW;
-        else if (!strcmp(a, "--step-us"))
-            step_us = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--dtype"))
-            c.dtype = !strcmp(v, "u8")     ? FEED_DTYPE_UINT8
-                      : !strcmp(v, "fp16") ? FEED_DTYPE_FP16
-                      : !strcmp(v, "bf16") ? FEED_DTYPE_BF16
-                                           : FEED_DTYPE_FP32;
-        else
-            return usage();
     }
-    if (!nt || !c.dataset || want == 0 || want > MAX_SAMPLES)
-        return usage();
+    if (bad || optind != argc) {
+        if (bad && optind > 0 && optind <= argc)
+            fprintf(stderr, "feed-client-probe: bad value or option near '%s'\n",
+                    argv[optind - 1]);
+        return usage(stderr, 2);
+    }
+    if (!nt || !c.dataset) {
+        fprintf(stderr, "feed-client-probe: --target and --dataset are required\n");
+        return usage(stderr, 2);
+    }
     c.targets = targets;
     c.num_targets = nt;
 
