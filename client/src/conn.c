@@ -250,6 +250,28 @@ bool conn_send(loader *l, server *s, grpc_byte_buffer *bb)
     return true;
 }
 
+static bool send_request(loader *l, server *s, uint64_t id, uint32_t epoch,
+                         const uint64_t *indices, uint32_t n)
+{
+    grpc_byte_buffer *bb = wire_pack_request(NULL, id, epoch, indices, n);
+    return bb && conn_send(l, s, bb);
+}
+
+static void drop_server(loader *l, server *s)
+{
+    (void)l;
+    if (s->describe)
+        conn_abandon(s->describe);
+    if (s->stream)
+        conn_abandon(s->stream);
+    if (s->channel) {
+        grpc_channel_destroy(s->channel);
+        s->channel = NULL;
+    }
+}
+
+const sched_transport conn_transport = {.send_request = send_request, .drop_server = drop_server};
+
 /* Whether anything may still use s: a slot in flight to it or being landed from it (the
  * receiver landing uses s when it retakes mu), or a call still attached to it. */
 static bool server_in_use(const loader *l, const server *s)

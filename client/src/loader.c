@@ -193,6 +193,7 @@ int feed_loader_open(const feed_loader_config *caller_cfg, feed_loader **out)
     if (!l)
         goto out;
     l->cfg = *cfg;
+    l->transport = &conn_transport;
     pthread_mutex_init(&l->mu, NULL);
     pthread_mutex_init(&l->dns_mu, NULL);
     pthread_condattr_t ca;

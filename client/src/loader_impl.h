@@ -55,6 +55,17 @@
 typedef struct feed_loader loader;
 typedef struct server server;
 
+/* What the scheduler asks of the transport, so that sched.c itself does no I/O: conn.c
+ * provides the gRPC one (conn_transport), the scheduler's tests a scripted one. Called
+ * with mu held. */
+typedef struct sched_transport {
+    /* Queue request `id` for batch (epoch, indices[n]) on s's live stream; false if refused. */
+    bool (*send_request)(loader *l, server *s, uint64_t id, uint32_t epoch,
+                         const uint64_t *indices, uint32_t n);
+    /* s failed: cancel its calls (their remaining tags free them) and drop its channel. */
+    void (*drop_server)(loader *l, server *s);
+} sched_transport;
+
 #define LOG_QUEUE_CAP 64u
 #define LOG_MSG_CAP 512u
 
@@ -238,6 +249,7 @@ struct feed_loader {
 
     client_gpu *gpu;  /* NULL on the host path */
     size_t out_bytes; /* per slot output size at batch_size samples */
+    const sched_transport *transport; /* set at open, immutable */
 
     log_queue logq;
 };
@@ -274,6 +286,7 @@ void sched_reset_epoch(loader *l, uint32_t epoch, uint64_t start_batch, bool kee
                        client_plan *plan, client_plan *ahead);
 
 /* conn.c */
+extern const sched_transport conn_transport;
 int conn_start(loader *l); /* starts the receiver threads */
 void conn_stop(loader *l); /* stops them, cancels and frees every call */
 int conn_add_server(loader *l, const char *target, int dns_index); /* mu held; index or <0 */

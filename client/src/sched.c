@@ -1,6 +1,8 @@
 /*
  * Scheduling: delivery slots, which batch goes to which server, failover,
- * and landing a received batch into its slot. Everything here runs with the
+ * and landing a received batch into its slot. No I/O: requests go out and
+ * failed servers' calls are dropped through l->transport (conn.c's gRPC one,
+ * or tests/client/test_client_sched.c's scripted one). Everything here runs with the
  * loader's mu held (see loader_impl.h), except the body of land(), which a
  * receiver thread runs unlocked on a slot in SLOT_LANDING, and the plan
  * building of set_epoch (training thread, sched_build_plans).
@@ -253,18 +255,13 @@ void sched_dispatch(loader *l, bool may_grow)
         if (!s)
             break;
         uint64_t id = ++l->request_seq;
-        grpc_byte_buffer *bb = wire_pack_request(NULL, id, sl->epoch, sl->indices, sl->n);
-        if (!bb) {
-            l->fatal = FEED_ENOMEM;
-            break;
-        }
         sl->request_id = id;
         sl->server = s;
         sl->state = SLOT_INFLIGHT;
         /* The server's deadline clock runs from now if it had nothing to do. */
         if (s->outstanding++ == 0)
             s->progress_ns = feed_now_ns();
-        if (!conn_send(l, s, bb))
+        if (!l->transport->send_request(l, s, id, sl->epoch, sl->indices, sl->n))
             sched_fail_server(l, s, "send queue refused a request");
     }
 }
@@ -273,10 +270,7 @@ void sched_dispatch(loader *l, bool may_grow)
 static void fail_server(loader *l, server *s, const char *why, bool counted)
 {
     uint32_t moved = 0;
-    if (s->describe)
-        conn_abandon(s->describe);
-    if (s->stream)
-        conn_abandon(s->stream);
+    l->transport->drop_server(l, s);
     s->describe = s->stream = NULL;
     for (uint32_t i = 0; i < l->num_slots; i++) {
         slot *sl = &l->slots[i];
@@ -299,10 +293,6 @@ static void fail_server(loader *l, server *s, const char *why, bool counted)
     s->retry_at_ns = feed_now_ns() + (uint64_t)s->backoff_ms * 1000000u;
     s->backoff_ms =
         s->backoff_ms * 2 > CLIENT_BACKOFF_MAX_MS ? CLIENT_BACKOFF_MAX_MS : s->backoff_ms * 2;
-    if (s->channel) {
-        grpc_channel_destroy(s->channel);
-        s->channel = NULL;
-    }
 }
 
 void sched_fail_server(loader *l, server *s, const char *why)

@@ -490,6 +490,7 @@ static void test_resolve_apply(void **state)
     (void)state;
     loader *l = calloc(1, sizeof(*l));
     assert_non_null(l);
+    l->transport = &conn_transport; /* no calls or channels: dropping a server does nothing */
     char t0[] = "dns:///feedd:7878";
     char *targets[1] = {t0};
     l->targets = targets;
@@ -575,6 +576,7 @@ static void test_resolve_reuse(void **state)
     (void)state;
     loader *l = calloc(1, sizeof(*l));
     assert_non_null(l);
+    l->transport = &conn_transport; /* no calls or channels: dropping a server does nothing */
     char t0[] = "dns:///feedd:7878";
     char *targets[1] = {t0};
     l->targets = targets;
