@@ -44,6 +44,11 @@
  * ended → TRUNCATED, out of memory or backing store → TOO_LARGE, 12-bit,
  * lossless and other unsupported processes → UNSUPPORTED, the rest CORRUPT.
  *
+ * Tables: libjpeg keeps quantisation and Huffman tables from one image to
+ * the next (for abbreviated datastreams); reset_tables gives every image the
+ * tables a fresh decompressor would have, and check_quant_tables refuses one
+ * that uses a quantisation table it does not define.
+ *
  * Limits, all checked from the header before anything sized by the image is
  * allocated: declared width/height against max_side and max_pixels; a
  * multi-scan image's whole-image coefficient buffer against 2 bytes per
@@ -133,6 +138,12 @@ struct feed_engine {
     size_t vrows_cap;
     feed_resize_axis hx, vy;
     uint8_t *ref_full; /* the reference path's whole image; freed at the end of the run */
+
+    /* The decompressor's table slots point here, refilled before every image
+     * (reset_tables): libjpeg keeps tables across images otherwise. */
+    JQUANT_TBL quant[NUM_QUANT_TBLS];
+    JHUFF_TBL dc[NUM_HUFF_TBLS], ac[NUM_HUFF_TBLS];
+    JHUFF_TBL std_dc[2], std_ac[2]; /* libjpeg's standard tables (JPEG Annex K.3) */
 };
 
 /* ---- errors ---------------------------------------------------------------------------- */
@@ -212,8 +223,42 @@ static void __attribute__((noreturn)) bail(j_common_ptr c, feed_sample_status st
     longjmp(e->err.jump, 1);
 }
 
+/*
+ * A Huffman table slot this image did not define holds UNDEFINED_HUFF:
+ * bits[0], which a DHT marker always sets to 0, says so, and two codes of
+ * length 1 make libjpeg refuse the table (JERR_BAD_HUFF_TABLE) when a scan
+ * uses it.
+ */
+static const JHUFF_TBL UNDEFINED_HUFF = {.bits = {1, 2}};
+
+/* A Huffman table the current scan may use and this image did not define, or -1. */
+static int undefined_huff_table(const struct jpeg_decompress_struct *d)
+{
+    int found = -1;
+    bool dc = d->Ss == 0 && (!d->progressive_mode || d->Ah == 0), ac = d->Se > 0;
+    for (int i = 0; i < d->comps_in_scan && found < 0; i++) {
+        const jpeg_component_info *c = d->cur_comp_info[i];
+        if (dc && c->dc_tbl_no >= 0 && c->dc_tbl_no < NUM_HUFF_TBLS &&
+            d->dc_huff_tbl_ptrs[c->dc_tbl_no]->bits[0])
+            found = c->dc_tbl_no;
+        else if (ac && c->ac_tbl_no >= 0 && c->ac_tbl_no < NUM_HUFF_TBLS &&
+                 d->ac_huff_tbl_ptrs[c->ac_tbl_no]->bits[0])
+            found = c->ac_tbl_no;
+    }
+    return found;
+}
+
 static void on_error_exit(j_common_ptr c)
 {
+    int tbl = c->err->msg_code == JERR_BAD_HUFF_TABLE && c->is_decompressor
+                  ? undefined_huff_table((j_decompress_ptr)c)
+                  : -1;
+    if (tbl >= 0) {
+        feed_engine *e = engine_of(c);
+        e->status = FEED_SAMPLE_CORRUPT;
+        set_msg(e, e->status, "Huffman table %d is not defined in this image", tbl);
+        longjmp(e->err.jump, 1);
+    }
     bail(c, classify_error(c->err->msg_code));
 }
 
@@ -252,6 +297,77 @@ void feed_engine_limits_default(feed_engine_limits *lim)
     lim->max_jpeg_bytes = 64ull << 20;
 }
 
+/*
+ * Copy libjpeg's standard Huffman tables into e->std_dc and e->std_ac: the
+ * ones its decoder installs when an image has no DHT (jstdhuff.c), taken from
+ * a compressor, whose jpeg_set_defaults installs the same ones.
+ */
+static int load_std_tables(feed_engine *e)
+{
+    struct jpeg_compress_struct c;
+    volatile int rc = 0; /* set after the longjmp */
+    memset(&c, 0, sizeof c);
+    c.err = &e->err.pub;
+    if (setjmp(e->err.jump)) {
+        rc = FEED_ENOMEM; /* only allocation can fail here */
+        goto out;
+    }
+    jpeg_create_compress(&c);
+    c.in_color_space = JCS_RGB;
+    c.input_components = 3;
+    jpeg_set_defaults(&c);
+    for (int i = 0; i < 2; i++) {
+        e->std_dc[i] = *c.dc_huff_tbl_ptrs[i];
+        e->std_ac[i] = *c.ac_huff_tbl_ptrs[i];
+    }
+out:
+    jpeg_destroy_compress(&c);
+    return rc;
+}
+
+/*
+ * Before every image: no quantisation table (all zeros, refused by
+ * check_quant_tables unless the image defines it), the standard Huffman
+ * tables in slots 0 and 1 and none in 2 and 3, exactly what a fresh libjpeg
+ * decompressor would use. libjpeg itself keeps the last image's tables
+ * (abbreviated datastreams), which would make one image's pixels depend on
+ * the image decoded before it.
+ */
+static void reset_tables(feed_engine *e)
+{
+    struct jpeg_decompress_struct *d = &e->dec;
+    for (int i = 0; i < NUM_QUANT_TBLS; i++) {
+        memset(&e->quant[i], 0, sizeof e->quant[i]);
+        d->quant_tbl_ptrs[i] = &e->quant[i];
+    }
+    for (int i = 0; i < NUM_HUFF_TBLS; i++) {
+        e->dc[i] = i < 2 ? e->std_dc[i] : UNDEFINED_HUFF;
+        e->ac[i] = i < 2 ? e->std_ac[i] : UNDEFINED_HUFF;
+        d->dc_huff_tbl_ptrs[i] = &e->dc[i];
+        d->ac_huff_tbl_ptrs[i] = &e->ac[i];
+    }
+}
+
+/*
+ * After jpeg_start_decompress, which has latched every component's table:
+ * refuse an image that uses a quantisation table it did not define.
+ */
+static feed_sample_status check_quant_tables(feed_engine *e)
+{
+    const struct jpeg_decompress_struct *d = &e->dec;
+    static const JQUANT_TBL none;
+    feed_sample_status st = FEED_SAMPLE_OK;
+    for (int ci = 0; ci < d->num_components && st == FEED_SAMPLE_OK; ci++) {
+        const JQUANT_TBL *q = d->comp_info[ci].quant_table;
+        if (q && memcmp(q->quantval, none.quantval, sizeof none.quantval) == 0) {
+            st = FEED_SAMPLE_CORRUPT;
+            set_msg(e, st, "quantisation table %d is not defined in this image (or all zeros)",
+                    d->comp_info[ci].quant_tbl_no);
+        }
+    }
+    return st;
+}
+
 int feed_engine_new(const feed_engine_limits *lim, feed_engine **out)
 {
     *out = NULL;
@@ -273,6 +389,10 @@ int feed_engine_new(const feed_engine_limits *lim, feed_engine **out)
     e->err.pub.error_exit = on_error_exit;
     e->err.pub.emit_message = on_emit_message;
     e->err.pub.output_message = on_output_message;
+    if (load_std_tables(e) != 0) {
+        free(e);
+        return FEED_ENOMEM;
+    }
     if (setjmp(e->err.jump)) {
         /* jpeg_create_decompress fails only when out of memory. */
         jpeg_destroy_decompress(&e->dec);
@@ -582,6 +702,7 @@ static feed_sample_status run_fast(feed_engine *e, const uint8_t *jpeg, size_t l
     uint64_t t_start = feed_now_ns(), resize_ns = 0;
     bool cmyk;
 
+    reset_tables(e);
     jpeg_mem_src(d, jpeg, (unsigned long)len);
     jpeg_read_header(d, TRUE);
     e->status = check_header(e, &cmyk);
@@ -594,6 +715,9 @@ static feed_sample_status run_fast(feed_engine *e, const uint8_t *jpeg, size_t l
     d->scale_num = 1;
     d->scale_denom = denom;
     jpeg_start_decompress(d);
+    e->status = check_quant_tables(e);
+    if (e->status != FEED_SAMPLE_OK)
+        return fail_now(e, out, out_bytes, times);
 
     /* The crop in scaled pixels, and the whole scaled pixels that cover it. */
     double bx0 = (double)plan.crop.x / denom, bx1 = (double)(plan.crop.x + plan.crop.w) / denom;
@@ -702,6 +826,7 @@ static feed_sample_status run_reference(feed_engine *e, const uint8_t *jpeg, siz
 {
     struct jpeg_decompress_struct *d = &e->dec;
     bool cmyk;
+    reset_tables(e);
     jpeg_mem_src(d, jpeg, (unsigned long)len);
     jpeg_read_header(d, TRUE);
     e->status = check_header(e, &cmyk);
@@ -710,6 +835,9 @@ static feed_sample_status run_reference(feed_engine *e, const uint8_t *jpeg, siz
     feed_sample_plan plan;
     feed_plan_sample(t, d->image_width, d->image_height, seed, epoch, sample_index, &plan);
     jpeg_start_decompress(d);
+    e->status = check_quant_tables(e);
+    if (e->status != FEED_SAMPLE_OK)
+        return fail_now(e, out, out_bytes, NULL);
     uint32_t w = d->output_width, h = d->output_height;
 
     if (feed_resize_axis_plan(&e->hx, 0.0, plan.crop.w, plan.crop.w, t->out_w, plan.flip) ||
