@@ -75,15 +75,15 @@ int feed_transform_validate(const feed_transform *t, char *msg, size_t msg_cap)
     if (t->mode != FEED_TRANSFORM_TRAIN && t->mode != FEED_TRANSFORM_EVAL)
         return fail(msg, msg_cap, "transform.mode must be train (0) or eval (1)");
     if (t->out_h < FEED_TRANSFORM_MIN_SIDE || t->out_h > FEED_TRANSFORM_MAX_SIDE)
-        return fail(msg, msg_cap, "transform.out_h must be in [8, 2048]");
+        return fail(msg, msg_cap, "transform.out_height must be in [8, 2048]");
     if (t->out_w < FEED_TRANSFORM_MIN_SIDE || t->out_w > FEED_TRANSFORM_MAX_SIDE)
-        return fail(msg, msg_cap, "transform.out_w must be in [8, 2048]");
+        return fail(msg, msg_cap, "transform.out_width must be in [8, 2048]");
     if (t->mode == FEED_TRANSFORM_EVAL) {
         /* The shorter side after the resize must hold the centre crop. */
         uint32_t need = t->out_h > t->out_w ? t->out_h : t->out_w;
         if (t->resize_size < need || t->resize_size > RESIZE_SIZE_MAX)
             return fail(msg, msg_cap,
-                        "transform.resize_size must be in [max(out_h, out_w), 65536]");
+                        "transform.resize_size must be in [max(out_height, out_width), 65536]");
         return 0;
     }
     /* The negated comparisons also catch NaN. */

@@ -739,7 +739,7 @@ static void test_limits(void **state)
     t.out_h = 3; /* invalid spec */
     assert_int_equal(feed_engine_run(e, small, slen, &t, 0, 0, 0, out, NULL),
                      FEED_SAMPLE_UNSUPPORTED);
-    assert_non_null(strstr(feed_engine_last_error(e), "transform.out_h"));
+    assert_non_null(strstr(feed_engine_last_error(e), "transform.out_height"));
     feed_transform_default_train(&t);
     assert_int_equal(feed_engine_run(e, NULL, 0, &t, 0, 0, 0, out, NULL), FEED_SAMPLE_EMPTY);
     feed_engine_free(e);

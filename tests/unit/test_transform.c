@@ -156,8 +156,8 @@ static void test_validate_messages(void **state)
     } while (0)
 
     EXPECT_BAD(t.mode = (feed_transform_mode)7, "transform.mode");
-    EXPECT_BAD(t.out_h = 4, "transform.out_h");
-    EXPECT_BAD(t.out_w = 4096, "transform.out_w");
+    EXPECT_BAD(t.out_h = 4, "transform.out_height");
+    EXPECT_BAD(t.out_w = 4096, "transform.out_width");
     EXPECT_BAD(t.scale_min = 0.0, "transform.scale_min must be in (0, 1]");
     EXPECT_BAD(t.scale_min = NAN, "transform.scale_min");
     EXPECT_BAD(t.scale_max = 1.5, "transform.scale_max");
