@@ -1308,6 +1308,47 @@ static void test_tables_do_not_carry_over(void **state)
     free(plain);
 }
 
+/* A file deleted after the open is IO_ERROR, and the message says it is gone. */
+static void test_deleted_file(void **state)
+{
+    (void)state;
+    char dir[400], arg[450];
+    snprintf(dir, sizeof dir, "%s/deleted", tmp_root);
+    assert_int_equal(feed_test_make_imagefolder(dir, 1, 3, 21), 0);
+    snprintf(arg, sizeof arg, "gone=%s", dir);
+    const char *args[] = {"--dataset", arg, "--threads", "1", "--log-level", "warn", NULL};
+    feed_test_server one;
+    assert_int_equal(feed_test_server_start(args, &one), 0);
+    feed_dataset *ds = NULL;
+    char err[256];
+    assert_int_equal(feed_dataset_open(dir, NULL, &ds, err, sizeof err), 0);
+    assert_int_equal(unlink(feed_dataset_sample_path(ds, 1)), 0);
+    feed_dataset_close(ds);
+
+    grpc_channel *ch = feedtest_channel(one.target);
+    Feed__V1__TransformSpec spec = train_spec(32);
+    Feed__V1__SessionOpen open;
+    make_open(&open, &spec, "gone", 1, 1);
+    feedtest_stream s;
+    assert_int_equal(feedtest_stream_open(ch, 60, &s), 0);
+    uint64_t idx[2] = {0, 1};
+    assert_int_equal(send_batch(&s, &open, 1, 0, idx, 2), 0);
+    Feed__V1__Batch *b = feedtest_stream_recv(&s);
+    assert_non_null(b);
+    assert_int_equal(b->status[0], FEED__V1__SAMPLE_STATUS__SAMPLE_OK);
+    assert_int_equal(b->status[1], FEED__V1__SAMPLE_STATUS__SAMPLE_IO_ERROR);
+    assert_int_equal(b->n_errors, 1);
+    assert_int_equal(b->errors[0]->index, 1);
+    if (!strstr(b->errors[0]->message, "gone") || !strstr(b->errors[0]->message, "ENOENT"))
+        fail_msg("message '%s' does not say the file is gone", b->errors[0]->message);
+    feed__v1__batch__free_unpacked(b, NULL);
+    assert_int_equal(feedtest_stream_writes_done(&s), 0);
+    assert_null(feedtest_stream_recv(&s));
+    assert_int_equal(feedtest_stream_finish(&s, NULL, 0), GRPC_STATUS_OK);
+    grpc_channel_destroy(ch);
+    assert_int_equal(feed_test_server_stop(&one), 0);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest sample_tests[] = {
@@ -1338,6 +1379,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_metrics_endpoint),
         cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_tables_do_not_carry_over),
+        cmocka_unit_test(test_deleted_file),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
