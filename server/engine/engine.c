@@ -336,6 +336,8 @@ out:
 static void reset_tables(feed_engine *e)
 {
     struct jpeg_decompress_struct *d = &e->dec;
+    /* No scan yet: cur_comp_info would point into the last image's components. */
+    d->comps_in_scan = 0;
     for (int i = 0; i < NUM_QUANT_TBLS; i++) {
         memset(&e->quant[i], 0, sizeof e->quant[i]);
         d->quant_tbl_ptrs[i] = &e->quant[i];
