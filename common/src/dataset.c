@@ -178,8 +178,8 @@ static void warn_skipped(const char *dir_path, const char *name, mode_t kind, si
  * listing images, the entries that look meant as samples but are not regular
  * files are logged and counted in *skipped.
  */
-static int list_dir(const char *dir_path, mode_t kind, size_t max, name_list *out,
-                    size_t *skipped, char *err, size_t err_cap)
+static int list_dir(const char *dir_path, mode_t kind, size_t max, name_list *out, size_t *skipped,
+                    char *err, size_t err_cap)
 {
     int rc = 0;
     DIR *d = opendir(dir_path);

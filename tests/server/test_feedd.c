@@ -1240,7 +1240,8 @@ static void write_without(const char *path, const uint8_t *jpg, size_t len, uint
     free(out);
 }
 
-/* One sample of dataset "tables" (seed 8, epoch 3, train 40x40) on stream s; its status, its pixels in px. */
+/* One sample of dataset "tables" (seed 8, epoch 3, train 40x40) on stream s; its status, its pixels
+ * in px. */
 static int fetch_one(feedtest_stream *s, Feed__V1__SessionOpen *open, uint64_t batch_id,
                      uint64_t index, uint8_t *px)
 {
@@ -1281,7 +1282,8 @@ static void test_tables_do_not_carry_over(void **state)
     const char *args[] = {"--dataset", arg, "--threads", "1", "--log-level", "warn", NULL};
     static const int want[] = {FEED__V1__SAMPLE_STATUS__SAMPLE_OK,
                                FEED__V1__SAMPLE_STATUS__SAMPLE_CORRUPT};
-    uint8_t *fresh = malloc(40 * 40 * 3), *warm = malloc(40 * 40 * 3), *scratch = malloc(40 * 40 * 3);
+    uint8_t *fresh = malloc(40 * 40 * 3), *warm = malloc(40 * 40 * 3),
+            *scratch = malloc(40 * 40 * 3);
     for (uint64_t idx = 1; idx <= 2; idx++) {
         feed_test_server one;
         assert_int_equal(feed_test_server_start(args, &one), 0);
