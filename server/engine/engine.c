@@ -84,6 +84,7 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
+#include "feed/eval_box.h"
 #include "feed/timeutil.h"
 #include "jmem.h"
 #include "resize.h"
@@ -650,6 +651,33 @@ static feed_sample_status check_header(feed_engine *e, bool *cmyk)
     return FEED_SAMPLE_OK;
 }
 
+/*
+ * The source box the output is resized from: train's crop (torchvision crops,
+ * then resizes, so nothing outside the crop counts) or eval's exact
+ * fractional box (torchvision resizes the whole image, then crops, so the
+ * pixels just outside the box count too). Returns whether they do.
+ */
+static bool source_box(const feed_transform *t, uint32_t w, uint32_t h,
+                       const feed_sample_plan *plan, double box[4])
+{
+    bool eval = t->mode == FEED_TRANSFORM_EVAL;
+    if (eval) {
+        feed_plan_eval_box(t, w, h, box);
+    } else {
+        box[0] = plan->crop.x;
+        box[1] = plan->crop.y;
+        box[2] = (double)plan->crop.x + plan->crop.w;
+        box[3] = (double)plan->crop.y + plan->crop.h;
+    }
+    return eval;
+}
+
+/* How far past a box of `len` input pixels resized to `out` the filter reaches (plus one). */
+static double filter_reach(double len, uint32_t out)
+{
+    return fmax(1.0, len / out) + 1.0;
+}
+
 /* DCT scale denominator: 8, 4, 2 or 1, the largest whose scaled crop still covers the output. */
 static unsigned pick_denom(const feed_crop_box *c, const feed_transform *t)
 {
@@ -721,15 +749,18 @@ static feed_sample_status run_fast(feed_engine *e, const uint8_t *jpeg, size_t l
     if (e->status != FEED_SAMPLE_OK)
         return fail_now(e, out, out_bytes, times);
 
-    /* The crop in scaled pixels, and the whole scaled pixels that cover it. */
-    double bx0 = (double)plan.crop.x / denom, bx1 = (double)(plan.crop.x + plan.crop.w) / denom;
-    double by0 = (double)plan.crop.y / denom, by1 = (double)(plan.crop.y + plan.crop.h) / denom;
-    uint32_t c0 = (uint32_t)floor(bx0), c1 = (uint32_t)ceil(bx1);
-    uint32_t r0 = (uint32_t)floor(by0), r1 = (uint32_t)ceil(by1);
-    if (c1 > d->output_width)
-        c1 = d->output_width;
-    if (r1 > d->output_height)
-        r1 = d->output_height;
+    /* The box in scaled pixels, and the whole scaled pixels that cover it
+     * (with the filter's reach around it for eval). */
+    double box[4];
+    bool reach = source_box(t, d->image_width, d->image_height, &plan, box);
+    double bx0 = box[0] / denom, bx1 = box[2] / denom;
+    double by0 = box[1] / denom, by1 = box[3] / denom;
+    double mx = reach ? filter_reach(bx1 - bx0, t->out_w) : 0.0;
+    double my = reach ? filter_reach(by1 - by0, t->out_h) : 0.0;
+    uint32_t c0 = (uint32_t)fmax(floor(bx0 - mx), 0.0);
+    uint32_t c1 = (uint32_t)fmin(ceil(bx1 + mx), (double)d->output_width);
+    uint32_t r0 = (uint32_t)fmax(floor(by0 - my), 0.0);
+    uint32_t r1 = (uint32_t)fmin(ceil(by1 + my), (double)d->output_height);
 
     JDIMENSION xoff = c0, cw = c1 - c0;
     jpeg_crop_scanline(d, &xoff, &cw);
@@ -842,8 +873,16 @@ static feed_sample_status run_reference(feed_engine *e, const uint8_t *jpeg, siz
         return fail_now(e, out, out_bytes, NULL);
     uint32_t w = d->output_width, h = d->output_height;
 
-    if (feed_resize_axis_plan(&e->hx, 0.0, plan.crop.w, plan.crop.w, t->out_w, plan.flip) ||
-        feed_resize_axis_plan(&e->vy, 0.0, plan.crop.h, plan.crop.h, t->out_h, false))
+    double box[4];
+    bool reach = source_box(t, w, h, &plan, box);
+    double mx = reach ? filter_reach(box[2] - box[0], t->out_w) : 0.0;
+    double my = reach ? filter_reach(box[3] - box[1], t->out_h) : 0.0;
+    uint32_t x0 = (uint32_t)fmax(floor(box[0] - mx), 0.0);
+    uint32_t x1 = (uint32_t)fmin(ceil(box[2] + mx), (double)w);
+    uint32_t y0 = (uint32_t)fmax(floor(box[1] - my), 0.0);
+    uint32_t y1 = (uint32_t)fmin(ceil(box[3] + my), (double)h);
+    if (feed_resize_axis_plan(&e->hx, box[0] - x0, box[2] - x0, x1 - x0, t->out_w, plan.flip) ||
+        feed_resize_axis_plan(&e->vy, box[1] - y0, box[3] - y0, y1 - y0, t->out_h, false))
         goto nomem;
     size_t stride = ((size_t)w + FEED_RESIZE_HSLACK(&e->hx)) * 4;
     stride = (stride + 63) & ~(size_t)63;
@@ -866,8 +905,8 @@ static feed_sample_status run_reference(feed_engine *e, const uint8_t *jpeg, siz
     pipeline pipe;
     if (pipeline_init(&pipe, e, out))
         goto nomem;
-    for (uint32_t y = plan.crop.y; y < plan.crop.y + plan.crop.h; y++)
-        pipeline_push(&pipe, full + (size_t)y * stride + (size_t)plan.crop.x * 4);
+    for (uint32_t y = y0; y < y1; y++)
+        pipeline_push(&pipe, full + (size_t)y * stride + (size_t)x0 * 4);
     return FEED_SAMPLE_OK;
 
 nomem:

@@ -97,7 +97,7 @@ typedef struct jpg_spec {
     bool progressive, arith;
     int restart_rows;
     int quality;
-    bool optimize; /* Huffman tables made for the image, not the standard ones */
+    bool optimize;   /* Huffman tables made for the image, not the standard ones */
     bool flat, busy; /* one colour; or fine texture everywhere */
     uint8_t colour[4];
 } jpg_spec;
@@ -844,10 +844,11 @@ static uint8_t *drop_segments(const uint8_t *jpg, size_t len, uint8_t marker, si
     return out;
 }
 
-/* Run jpg on e (fast path, or the reference); the status, the pixels in out and the message in msg. */
+/* Run jpg on e (fast path, or the reference); the status, the pixels in out and the message in msg.
+ */
 static feed_sample_status run_one(feed_engine *e, const uint8_t *jpg, size_t len,
-                                  const feed_transform *t, bool reference, uint8_t *out,
-                                  char *msg, size_t msg_cap)
+                                  const feed_transform *t, bool reference, uint8_t *out, char *msg,
+                                  size_t msg_cap)
 {
     feed_sample_status st = reference ? feed_engine_run_reference(e, jpg, len, t, 3, 1, 7, out)
                                       : feed_engine_run(e, jpg, len, t, 3, 1, 7, out, NULL);
@@ -863,8 +864,8 @@ static feed_sample_status run_one(feed_engine *e, const uint8_t *jpg, size_t len
 static void test_tables_per_image(void **state)
 {
     (void)state;
-    jpg_spec other = {.w = 120, .h = 90, .kind = K_YCC, .quality = 30, .optimize = true,
-                      .busy = true};
+    jpg_spec other = {
+        .w = 120, .h = 90, .kind = K_YCC, .quality = 30, .optimize = true, .busy = true};
     jpg_spec plain = {.w = 96, .h = 72, .kind = K_YCC, .quality = 92};
     size_t other_len, plain_len, nodht_len, nodqt_len;
     uint8_t *ojpg = make_jpeg(&other, &other_len);
@@ -913,9 +914,8 @@ static void test_tables_per_image(void **state)
                 run_one(e, cases[c].jpg, cases[c].len, &t, reference, warm, msg_warm, 256);
             if (st_fresh != cases[c].st || st_warm != cases[c].st)
                 fail_msg("%s (%s): fresh %s '%s', warm %s '%s', want %s", cases[c].what,
-                         reference ? "reference" : "fast",
-                         feed_sample_status_name(st_fresh), msg_fresh,
-                         feed_sample_status_name(st_warm), msg_warm,
+                         reference ? "reference" : "fast", feed_sample_status_name(st_fresh),
+                         msg_fresh, feed_sample_status_name(st_warm), msg_warm,
                          feed_sample_status_name(cases[c].st));
             assert_memory_equal(fresh, warm, n);
             assert_string_equal(msg_fresh, msg_warm);
@@ -941,6 +941,118 @@ static void test_tables_per_image(void **state)
     free(ojpg);
 }
 
+/* ---- eval against resize-then-crop --------------------------------------------------- */
+
+/* The whole image as RGB, decoded by libjpeg here; free() it. */
+static uint8_t *decode_rgb(const uint8_t *jpg, size_t len, uint32_t *w, uint32_t *h)
+{
+    struct jpeg_decompress_struct d;
+    struct jpeg_error_mgr em;
+    d.err = jpeg_std_error(&em);
+    jpeg_create_decompress(&d);
+    jpeg_mem_src(&d, jpg, (unsigned long)len);
+    assert_int_equal(jpeg_read_header(&d, TRUE), JPEG_HEADER_OK);
+    d.out_color_space = JCS_RGB;
+    d.dct_method = JDCT_ISLOW;
+    jpeg_start_decompress(&d);
+    *w = d.output_width;
+    *h = d.output_height;
+    uint8_t *rgb = malloc((size_t)*w * *h * 3);
+    while (d.output_scanline < *h) {
+        JSAMPROW r = rgb + (size_t)d.output_scanline * *w * 3;
+        jpeg_read_scanlines(&d, &r, 1);
+    }
+    jpeg_finish_decompress(&d);
+    jpeg_destroy_decompress(&d);
+    return rgb;
+}
+
+/*
+ * torchvision's eval, Resize(resize_size) of the whole image and then
+ * CenterCrop, in double precision: Pillow's filter over the full image
+ * evaluated only where the crop lands.
+ */
+static void resize_then_crop(const uint8_t *rgb, uint32_t w, uint32_t h, const feed_transform *t,
+                             uint8_t *out)
+{
+    double rw, rh;
+    if (w <= h) {
+        rw = t->resize_size;
+        rh = floor((double)t->resize_size * h / w);
+    } else {
+        rh = t->resize_size;
+        rw = floor((double)t->resize_size * w / h);
+    }
+    double left = rint((rw - t->out_w) / 2.0), top = rint((rh - t->out_h) / 2.0);
+    double *rows = malloc(sizeof(double) * h * t->out_w * 3);
+    for (uint32_t y = 0; y < h; y++)
+        for (uint32_t x = 0; x < t->out_w; x++)
+            for (int c = 0; c < 3; c++)
+                rows[((size_t)y * t->out_w + x) * 3 + c] = ref_sample(
+                    rgb + (size_t)y * w * 3 + c, 3, w, 0.0, w, (uint32_t)rw, (uint32_t)left + x);
+    for (uint32_t y = 0; y < t->out_h; y++)
+        for (uint32_t x = 0; x < t->out_w; x++)
+            for (int c = 0; c < 3; c++) {
+                /* ref_sample reads uint8; the vertical pass runs on the doubles here. */
+                double scale = h / rh, fs = scale < 1 ? 1 : scale;
+                double center = (top + y + 0.5) * scale;
+                int ymin = (int)(center - fs + 0.5), ymax = (int)(center + fs + 0.5);
+                ymin = ymin < 0 ? 0 : ymin;
+                ymax = ymax > (int)h ? (int)h : ymax;
+                double sum = 0, ww = 0;
+                for (int k = ymin; k < ymax; k++) {
+                    double wt = tri((k - center + 0.5) / fs);
+                    sum += wt * rows[((size_t)k * t->out_w + x) * 3 + c];
+                    ww += wt;
+                }
+                double v = rint(sum / ww);
+                out[((size_t)y * t->out_w + x) * 3 + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+            }
+    free(rows);
+}
+
+/*
+ * Eval resizes from the exact fractional box torchvision's resize-then-crop
+ * maps onto the output, with the pixels around it, on ordinary and on
+ * extreme (1 pixel wide) images.
+ */
+static void test_eval_matches_resize_then_crop(void **state)
+{
+    fixture *f = *state;
+    static const struct {
+        uint32_t w, h;
+    } sizes[] = {{300, 200}, {200, 300}, {500, 375}, {1, 4000}, {3000, 2}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        jpg_spec spec = {.w = sizes[i].w,
+                         .h = sizes[i].h,
+                         .kind = K_YCC,
+                         .hs = 1,
+                         .vs = 1,
+                         .quality = 95,
+                         .busy = true};
+        size_t len;
+        uint8_t *jpg = make_jpeg(&spec, &len);
+        uint32_t w, h;
+        uint8_t *rgb = decode_rgb(jpg, len, &w, &h);
+        feed_transform t;
+        feed_transform_default_eval(&t);
+        size_t n = (size_t)t.out_h * t.out_w * 3;
+        uint8_t *want = malloc(n);
+        resize_then_crop(rgb, w, h, &t, want);
+        assert_int_equal(feed_engine_run_reference(f->e, jpg, len, &t, 0, 0, 0, f->b),
+                         FEED_SAMPLE_OK);
+        assert_int_equal(feed_engine_run(f->e, jpg, len, &t, 0, 0, 0, f->a, NULL), FEED_SAMPLE_OK);
+        double pr = psnr(f->b, want, n), pf = psnr(f->a, want, n);
+        print_message("eval %ux%u: reference %.1f dB, fast %.1f dB\n", w, h, pr, pf);
+        if (pr < 40.0 || pf < 40.0)
+            fail_msg("eval %ux%u against resize-then-crop: reference %.1f dB, fast %.1f dB < 40", w,
+                     h, pr, pf);
+        free(want);
+        free(rgb);
+        free(jpg);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest sample_tests[] = {
@@ -961,6 +1073,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_scan_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_benign_oddities, setup, teardown),
         cmocka_unit_test(test_tables_per_image),
+        cmocka_unit_test_setup_teardown(test_eval_matches_resize_then_crop, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
