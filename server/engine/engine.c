@@ -4,7 +4,7 @@
  * a time; it keeps one libjpeg decompressor and grow-only scratch, so a warm
  * engine allocates nothing of its own per image.
  *
- * One file on purpose (~760 lines): the fast path, the full-decode reference
+ * One file on purpose (~940 lines): the fast path, the full-decode reference
  * and the libjpeg error and warning mapping share the decompressor's setup,
  * its error manager and the header limit checks; apart, each would need the
  * others' internals in a header.
