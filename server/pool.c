@@ -102,7 +102,9 @@ static void make_sample(worker *w, feedd_job *job, uint32_t pos)
     if (rc < 0) {
         st = rc == FEED_ETOOBIG ? FEED_SAMPLE_TOO_LARGE : FEED_SAMPLE_IO_ERROR;
         memset(out, 0, job->sample_bytes);
-        snprintf(job->errors[pos], sizeof job->errors[pos], "read: %s", feed_strerror(rc));
+        snprintf(job->errors[pos], sizeof job->errors[pos], "read: %s",
+                 rc == FEED_ENOTFOUND ? "the file is gone (ENOENT): removed since the open"
+                                      : feed_strerror(rc));
         goto done;
     }
     feed_stage_times times = {0, 0};

@@ -35,6 +35,60 @@ void feedd_arena_init(feedd_arena *a, uint8_t *base, size_t cap)
     a->alloc = (ProtobufCAllocator){arena_alloc, arena_free, a};
 }
 
+/* The varint at *p, moving *p past it; false if it runs past end or past 64 bits. */
+static bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    uint64_t x = 0;
+    bool done = false;
+    for (unsigned shift = 0; shift < 64 && *p < end && !done; shift += 7) {
+        uint8_t b = *(*p)++;
+        x |= (uint64_t)(b & 0x7F) << shift;
+        done = (b & 0x80) == 0;
+    }
+    *v = x;
+    return done;
+}
+
+int feedd_wire_has_nul(const uint8_t *buf, size_t len, const uint32_t *path, size_t depth)
+{
+    const uint8_t *p = buf, *end = buf + len;
+    int found = 0;
+    while (p < end && found == 0) {
+        uint64_t key, n;
+        if (!wire_varint(&p, end, &key)) {
+            found = -1;
+            continue;
+        }
+        switch (key & 7) {
+        case 0:
+            found = wire_varint(&p, end, &n) ? 0 : -1;
+            break;
+        case 1:
+        case 5:
+            n = (key & 7) == 1 ? 8 : 4;
+            if (n > (uint64_t)(end - p))
+                found = -1;
+            else
+                p += n;
+            break;
+        case 2:
+            if (!wire_varint(&p, end, &n) || n > (uint64_t)(end - p)) {
+                found = -1;
+            } else {
+                if (key >> 3 == path[0])
+                    found = depth == 1 ? memchr(p, 0, (size_t)n) != NULL
+                                       : feedd_wire_has_nul(p, (size_t)n, path + 1, depth - 1);
+                p += n;
+            }
+            break;
+        default:
+            found = -1; /* groups, which protobuf-c does not parse either */
+            break;
+        }
+    }
+    return found;
+}
+
 int feedd_find_dataset(const feedd_request_env *env, const char *name)
 {
     for (size_t i = 0; i < env->n_datasets; i++)
@@ -130,7 +184,14 @@ grpc_status_code feedd_request_batch(const feedd_request_env *env, feedd_arena *
     grpc_status_code code = GRPC_STATUS_INVALID_ARGUMENT;
     *out = (feedd_batch_request){0};
     a->used = 0;
-    Feed__V1__BatchRequest *r = feed__v1__batch_request__unpack(&a->alloc, len, buf);
+    static const uint32_t open_dataset[] = {1, 1}; /* BatchRequest.open.dataset */
+    int nul = feedd_wire_has_nul(buf, len, open_dataset, 2);
+    Feed__V1__BatchRequest *r =
+        nul == 0 ? feed__v1__batch_request__unpack(&a->alloc, len, buf) : NULL;
+    if (nul == 1) {
+        snprintf(msg, cap, "open.dataset: contains a NUL byte");
+        goto out;
+    }
     if (!r) {
         snprintf(msg, cap, "request: not a valid feed.v1.BatchRequest");
         goto out;
@@ -193,7 +254,15 @@ grpc_status_code feedd_request_describe(const feedd_request_env *env, const uint
                                         size_t cap)
 {
     grpc_status_code code = GRPC_STATUS_OK;
-    Feed__V1__DescribeRequest *req = feed__v1__describe_request__unpack(NULL, len, buf);
+    static const uint32_t dataset[] = {1}; /* DescribeRequest.dataset */
+    int nul = feedd_wire_has_nul(buf, len, dataset, 1);
+    Feed__V1__DescribeRequest *req =
+        nul == 0 ? feed__v1__describe_request__unpack(NULL, len, buf) : NULL;
+    if (nul == 1) {
+        code = GRPC_STATUS_INVALID_ARGUMENT;
+        snprintf(msg, cap, "dataset: contains a NUL byte");
+        goto out;
+    }
     if (!req) {
         code = GRPC_STATUS_INVALID_ARGUMENT;
         snprintf(msg, cap, "request: not a valid feed.v1.DescribeRequest");

@@ -82,6 +82,15 @@ grpc_status_code feedd_request_describe(const feedd_request_env *env, const uint
                                         size_t len, Feed__V1__DescribeRequest **out, char *msg,
                                         size_t cap);
 
+/*
+ * Whether a string field of the protobuf message buf[0, len) holds a NUL
+ * byte, which protobuf-c's C strings would silently cut at: path names the
+ * field by its numbers, outermost first (all but the last name embedded
+ * messages), depth entries. 1 if any occurrence does, 0 if none, -1 if the
+ * bytes are not a message this walk can read (then protobuf-c refuses them too).
+ */
+int feedd_wire_has_nul(const uint8_t *buf, size_t len, const uint32_t *path, size_t depth);
+
 /* Index of the dataset called name, or -1. */
 int feedd_find_dataset(const feedd_request_env *env, const char *name);
 

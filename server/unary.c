@@ -102,10 +102,26 @@ void feedd_unary_done(void *obj)
     pthread_mutex_unlock(&svc->mu);
 }
 
+/*
+ * The whole request message in a malloc'd buffer (free() it), or NULL when it
+ * is past max-request-bytes (gRPC refuses those before we see them) or
+ * memory is short.
+ */
+static uint8_t *read_request(const feedd_service *svc, grpc_byte_buffer *payload, size_t *len)
+{
+    size_t n = grpc_byte_buffer_length(payload);
+    uint8_t *buf = n <= svc->cfg->max_request_bytes ? malloc(n ? n : 1) : NULL;
+    if (buf && feedd_read_bb(payload, n, buf, len) != 0) {
+        free(buf);
+        buf = NULL;
+    }
+    return buf;
+}
+
 void feedd_unary_describe(feedd_service *svc, grpc_call *call, grpc_byte_buffer *payload)
 {
     const feedd_config *cfg = svc->cfg;
-    uint8_t buf[4096];
+    uint8_t *buf = NULL;
     size_t len = 0;
     Feed__V1__DescribeRequest *req = NULL;
     Feed__V1__DatasetInfo infos[FEEDD_MAX_DATASETS];
@@ -127,7 +143,8 @@ void feedd_unary_describe(feedd_service *svc, grpc_call *call, grpc_byte_buffer 
     if (payload) {
         grpc_status_code code = GRPC_STATUS_INVALID_ARGUMENT;
         snprintf(msg, sizeof msg, "request: not a valid feed.v1.DescribeRequest");
-        if (feedd_read_bb(payload, sizeof buf, buf, &len) == 0)
+        buf = read_request(svc, payload, &len);
+        if (buf)
             code = feedd_request_describe(&svc->env, buf, len, &req, msg, sizeof msg);
         if (code != GRPC_STATUS_OK) {
             feedd_unary_finish(svc, call, NULL, code, msg);
@@ -171,17 +188,23 @@ out:
         free(names[i]);
     if (req)
         feed__v1__describe_request__free_unpacked(req, NULL);
+    free(buf);
 }
 
 void feedd_unary_health(feedd_service *svc, grpc_call *call, grpc_byte_buffer *payload)
 {
-    uint8_t buf[1024];
     size_t len = 0;
     Grpc__Health__V1__HealthCheckRequest *req = NULL;
-    if (payload && feedd_read_bb(payload, sizeof buf, buf, &len) == 0)
+    uint8_t *buf = payload ? read_request(svc, payload, &len) : NULL;
+    static const uint32_t service_field[] = {1}; /* HealthCheckRequest.service */
+    int nul = buf ? feedd_wire_has_nul(buf, len, service_field, 1) : 0;
+    if (buf && nul == 0)
         req = grpc__health__v1__health_check_request__unpack(NULL, len, buf);
     const char *service = req && req->service ? req->service : "";
-    if (!req && payload) {
+    if (nul == 1) {
+        feedd_unary_finish(svc, call, NULL, GRPC_STATUS_INVALID_ARGUMENT,
+                           "service: contains a NUL byte");
+    } else if (!req && payload) {
         feedd_unary_finish(svc, call, NULL, GRPC_STATUS_INVALID_ARGUMENT,
                            "request: not a valid grpc.health.v1.HealthCheckRequest");
     } else if (service[0] && strcmp(service, "feed.v1.Feed") != 0) {
@@ -195,6 +218,7 @@ void feedd_unary_health(feedd_service *svc, grpc_call *call, grpc_byte_buffer *p
     }
     if (req)
         grpc__health__v1__health_check_request__free_unpacked(req, NULL);
+    free(buf);
 }
 
 void feedd_unary_unimplemented(feedd_service *svc, grpc_call *call, grpc_slice method_name)

@@ -7,6 +7,9 @@
  *    directory are ignored (torchvision would descend into them);
  *  - names starting with '.' are ignored at both levels, and so are
  *    non-directories at the top level and non-regular files inside a class;
+ *    inside a class, a directory (any name) or a FIFO, device or socket with
+ *    an image's name is logged as skipped (at most MAX_SKIP_WARNINGS lines
+ *    per open, then one count), since the user probably meant it to count;
  *  - a file is an image when its name ends in ".jpg" or ".jpeg" in any letter
  *    case (".JPEG" is ImageNet's; ".JPG" is common from cameras);
  *  - symbolic links are followed, for class directories and files alike (a
@@ -96,41 +99,87 @@ static int is_jpeg_name(const char *name)
            (n > 5 && strcasecmp(name + n - 5, ".jpeg") == 0);
 }
 
+/* Warnings about skipped entries one open logs before it only counts them. */
+#define MAX_SKIP_WARNINGS 20
+
 /*
- * What a directory entry is, following links: S_IFDIR, S_IFREG, 0 for
- * anything else or a dangling link. d_type saves a stat per file when the file
- * system fills it in.
+ * What a directory entry is, following links: its S_IFMT bits, or 0 for a
+ * dangling link (logged) or a path too long to look at. d_type saves a stat
+ * per file when the file system fills it in.
  */
 static mode_t entry_kind(const char *dir_path, const struct dirent *de)
 {
-    if (de->d_type == DT_DIR)
-        return S_IFDIR;
-    if (de->d_type == DT_REG)
-        return S_IFREG;
-    if (de->d_type != DT_LNK && de->d_type != DT_UNKNOWN)
-        return 0;
+    mode_t kind = 0;
     char path[FEED_DATASET_MAX_PATH + 1];
-    int w = snprintf(path, sizeof(path), "%s/%s", dir_path, de->d_name);
-    if (w < 0 || (size_t)w >= sizeof(path))
-        return 0;
     struct stat st;
-    if (stat(path, &st) != 0) {
-        FEED_LOGW("dataset: skipping %s: %s", path, strerror(errno));
-        return 0;
+    switch (de->d_type) {
+    case DT_DIR:
+        kind = S_IFDIR;
+        break;
+    case DT_REG:
+        kind = S_IFREG;
+        break;
+    case DT_FIFO:
+        kind = S_IFIFO;
+        break;
+    case DT_CHR:
+        kind = S_IFCHR;
+        break;
+    case DT_BLK:
+        kind = S_IFBLK;
+        break;
+    case DT_SOCK:
+        kind = S_IFSOCK;
+        break;
+    default: {
+        int w = snprintf(path, sizeof(path), "%s/%s", dir_path, de->d_name);
+        if (w < 0 || (size_t)w >= sizeof(path))
+            break;
+        if (stat(path, &st) != 0)
+            FEED_LOGW("dataset: skipping %s: %s", path, strerror(errno));
+        else
+            kind = st.st_mode & S_IFMT;
+        break;
     }
-    if (S_ISDIR(st.st_mode))
-        return S_IFDIR;
-    if (S_ISREG(st.st_mode))
-        return S_IFREG;
-    return 0;
+    }
+    return kind;
+}
+
+static const char *kind_name(mode_t kind)
+{
+    switch (kind) {
+    case S_IFDIR:
+        return "a directory (class directories are not searched below their first level)";
+    case S_IFIFO:
+        return "a FIFO";
+    case S_IFCHR:
+        return "a character device";
+    case S_IFBLK:
+        return "a block device";
+    case S_IFSOCK:
+        return "a socket";
+    default:
+        return "not a regular file";
+    }
+}
+
+/* Log (bounded by *skipped, the open's count so far) that an entry of a class is not a sample. */
+static void warn_skipped(const char *dir_path, const char *name, mode_t kind, size_t *skipped)
+{
+    if (*skipped < MAX_SKIP_WARNINGS)
+        FEED_LOGW("dataset: skipping %s/%s: %s, not an image file", dir_path, name,
+                  kind_name(kind));
+    ++*skipped;
 }
 
 /*
  * The visible entries of dir_path of the given kind (images only when
- * kind == S_IFREG), sorted. At most max entries, else FEED_ETOOBIG.
+ * kind == S_IFREG), sorted. At most max entries, else FEED_ETOOBIG. When
+ * listing images, the entries that look meant as samples but are not regular
+ * files are logged and counted in *skipped.
  */
-static int list_dir(const char *dir_path, mode_t kind, size_t max, name_list *out, char *err,
-                    size_t err_cap)
+static int list_dir(const char *dir_path, mode_t kind, size_t max, name_list *out, size_t *skipped,
+                    char *err, size_t err_cap)
 {
     int rc = 0;
     DIR *d = opendir(dir_path);
@@ -152,10 +201,17 @@ static int list_dir(const char *dir_path, mode_t kind, size_t max, name_list *ou
         }
         if (de->d_name[0] == '.')
             continue;
-        if (kind == S_IFREG && !is_jpeg_name(de->d_name))
+        if (kind == S_IFREG && !is_jpeg_name(de->d_name)) {
+            if (de->d_type == DT_DIR)
+                warn_skipped(dir_path, de->d_name, S_IFDIR, skipped);
             continue;
-        if (entry_kind(dir_path, de) != kind)
+        }
+        mode_t got = entry_kind(dir_path, de);
+        if (got != kind) {
+            if (kind == S_IFREG && got != 0)
+                warn_skipped(dir_path, de->d_name, got, skipped);
             continue;
+        }
         if (out->n >= max) {
             rc = FEED_ETOOBIG;
             feed_set_err(err, err_cap, "%s: more than %zu %s", dir_path, max,
@@ -251,6 +307,7 @@ static int imagefolder_open(struct feed_dataset *ds, const char *path,
     uint64_t cap = 0;
     char root[FEED_DATASET_MAX_PATH + 1];
     char class_dir[FEED_DATASET_MAX_PATH + 1];
+    size_t skipped = 0; /* entries of class directories logged as not samples */
 
     size_t root_len = strlen(path);
     while (root_len > 1 && path[root_len - 1] == '/')
@@ -265,7 +322,7 @@ static int imagefolder_open(struct feed_dataset *ds, const char *path,
     /* "/" as the root would give "//class" paths: harmless, but keep them tidy. */
     const char *prefix = strcmp(root, "/") == 0 ? "" : root;
 
-    rc = list_dir(root, S_IFDIR, FEED_DATASET_MAX_CLASSES, &classes, err, err_cap);
+    rc = list_dir(root, S_IFDIR, FEED_DATASET_MAX_CLASSES, &classes, &skipped, err, err_cap);
     if (rc)
         goto out;
     if (classes.n == 0) {
@@ -299,8 +356,8 @@ static int imagefolder_open(struct feed_dataset *ds, const char *path,
             goto out;
         }
         uint64_t room = lim->max_samples - ds->count;
-        rc = list_dir(class_dir, S_IFREG, room > SIZE_MAX ? SIZE_MAX : (size_t)room, &files, err,
-                      err_cap);
+        rc = list_dir(class_dir, S_IFREG, room > SIZE_MAX ? SIZE_MAX : (size_t)room, &files,
+                      &skipped, err, err_cap);
         if (rc == FEED_ETOOBIG)
             feed_set_err(err, err_cap, "%s: more than %llu samples (the max_samples limit)", root,
                          (unsigned long long)lim->max_samples);
@@ -326,6 +383,9 @@ static int imagefolder_open(struct feed_dataset *ds, const char *path,
         }
         name_list_free(&files);
     }
+    if (skipped > MAX_SKIP_WARNINGS)
+        FEED_LOGW("dataset: %s: %zu more entries skipped as not image files", root,
+                  skipped - MAX_SKIP_WARNINGS);
     if (ds->count == 0) {
         rc = FEED_ENOTFOUND;
         feed_set_err(err, err_cap, "%s: no .jpg/.jpeg files in any of %zu class directories", root,
@@ -461,7 +521,7 @@ static int read_file(const char *path, uint64_t cap, feed_buf *scratch)
     int rc = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        rc = FEED_EIO;
+        rc = errno == ENOENT ? FEED_ENOTFOUND : FEED_EIO;
         goto out;
     }
     struct stat st;

@@ -32,6 +32,7 @@
 #include <stdio.h>
 
 #include "feed/errors.h"
+#include "feed/eval_box.h"
 #include "feed/rng.h"
 
 #define RRC_ATTEMPTS 10
@@ -75,15 +76,15 @@ int feed_transform_validate(const feed_transform *t, char *msg, size_t msg_cap)
     if (t->mode != FEED_TRANSFORM_TRAIN && t->mode != FEED_TRANSFORM_EVAL)
         return fail(msg, msg_cap, "transform.mode must be train (0) or eval (1)");
     if (t->out_h < FEED_TRANSFORM_MIN_SIDE || t->out_h > FEED_TRANSFORM_MAX_SIDE)
-        return fail(msg, msg_cap, "transform.out_h must be in [8, 2048]");
+        return fail(msg, msg_cap, "transform.out_height must be in [8, 2048]");
     if (t->out_w < FEED_TRANSFORM_MIN_SIDE || t->out_w > FEED_TRANSFORM_MAX_SIDE)
-        return fail(msg, msg_cap, "transform.out_w must be in [8, 2048]");
+        return fail(msg, msg_cap, "transform.out_width must be in [8, 2048]");
     if (t->mode == FEED_TRANSFORM_EVAL) {
         /* The shorter side after the resize must hold the centre crop. */
         uint32_t need = t->out_h > t->out_w ? t->out_h : t->out_w;
         if (t->resize_size < need || t->resize_size > RESIZE_SIZE_MAX)
             return fail(msg, msg_cap,
-                        "transform.resize_size must be in [max(out_h, out_w), 65536]");
+                        "transform.resize_size must be in [max(out_height, out_width), 65536]");
         return 0;
     }
     /* The negated comparisons also catch NaN. */
@@ -141,9 +142,9 @@ static void plan_train(const feed_transform *t, uint32_t img_w, uint32_t img_h, 
  * of source pixels that the centre crop covers. Resize sets the shorter side
  * to resize_size and the longer to int(resize_size * long / short); the crop's
  * corner is int(round((resized - crop) / 2)). Edges map back to the source by
- * each axis's own scale and are rounded to whole pixels.
+ * each axis's own scale, exactly (fractional).
  */
-static void plan_eval(const feed_transform *t, uint32_t img_w, uint32_t img_h, feed_crop_box *box)
+void feed_plan_eval_box(const feed_transform *t, uint32_t img_w, uint32_t img_h, double box[4])
 {
     double rw, rh;
     if (img_w <= img_h) {
@@ -155,16 +156,19 @@ static void plan_eval(const feed_transform *t, uint32_t img_w, uint32_t img_h, f
     }
     double left = rint((rw - t->out_w) / 2.0), top = rint((rh - t->out_h) / 2.0);
     double sx = img_w / rw, sy = img_h / rh;
-    double x0 = rint(left * sx), x1 = rint((left + t->out_w) * sx);
-    double y0 = rint(top * sy), y1 = rint((top + t->out_h) * sy);
-    if (x0 < 0)
-        x0 = 0;
-    if (y0 < 0)
-        y0 = 0;
-    if (x1 > img_w)
-        x1 = img_w;
-    if (y1 > img_h)
-        y1 = img_h;
+    box[0] = fmax(left * sx, 0.0);
+    box[1] = fmax(top * sy, 0.0);
+    box[2] = fmin((left + t->out_w) * sx, (double)img_w);
+    box[3] = fmin((top + t->out_h) * sy, (double)img_h);
+}
+
+/* The eval box rounded to whole pixels, at least one a side, inside the image. */
+static void plan_eval(const feed_transform *t, uint32_t img_w, uint32_t img_h, feed_crop_box *box)
+{
+    double b[4];
+    feed_plan_eval_box(t, img_w, img_h, b);
+    double x0 = rint(b[0]), x1 = rint(b[2]);
+    double y0 = rint(b[1]), y1 = rint(b[3]);
     if (x0 > img_w - 1)
         x0 = img_w - 1;
     if (y0 > img_h - 1)

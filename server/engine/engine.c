@@ -4,7 +4,7 @@
  * a time; it keeps one libjpeg decompressor and grow-only scratch, so a warm
  * engine allocates nothing of its own per image.
  *
- * One file on purpose (~760 lines): the fast path, the full-decode reference
+ * One file on purpose (~940 lines): the fast path, the full-decode reference
  * and the libjpeg error and warning mapping share the decompressor's setup,
  * its error manager and the header limit checks; apart, each would need the
  * others' internals in a header.
@@ -44,6 +44,11 @@
  * ended → TRUNCATED, out of memory or backing store → TOO_LARGE, 12-bit,
  * lossless and other unsupported processes → UNSUPPORTED, the rest CORRUPT.
  *
+ * Tables: libjpeg keeps quantisation and Huffman tables from one image to
+ * the next (for abbreviated datastreams); reset_tables gives every image the
+ * tables a fresh decompressor would have, and check_quant_tables refuses one
+ * that uses a quantisation table it does not define.
+ *
  * Limits, all checked from the header before anything sized by the image is
  * allocated: declared width/height against max_side and max_pixels; a
  * multi-scan image's whole-image coefficient buffer against 2 bytes per
@@ -79,6 +84,7 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
+#include "feed/eval_box.h"
 #include "feed/timeutil.h"
 #include "jmem.h"
 #include "resize.h"
@@ -133,6 +139,12 @@ struct feed_engine {
     size_t vrows_cap;
     feed_resize_axis hx, vy;
     uint8_t *ref_full; /* the reference path's whole image; freed at the end of the run */
+
+    /* The decompressor's table slots point here, refilled before every image
+     * (reset_tables): libjpeg keeps tables across images otherwise. */
+    JQUANT_TBL quant[NUM_QUANT_TBLS];
+    JHUFF_TBL dc[NUM_HUFF_TBLS], ac[NUM_HUFF_TBLS];
+    JHUFF_TBL std_dc[2], std_ac[2]; /* libjpeg's standard tables (JPEG Annex K.3) */
 };
 
 /* ---- errors ---------------------------------------------------------------------------- */
@@ -212,8 +224,42 @@ static void __attribute__((noreturn)) bail(j_common_ptr c, feed_sample_status st
     longjmp(e->err.jump, 1);
 }
 
+/*
+ * A Huffman table slot this image did not define holds UNDEFINED_HUFF:
+ * bits[0], which a DHT marker always sets to 0, says so, and two codes of
+ * length 1 make libjpeg refuse the table (JERR_BAD_HUFF_TABLE) when a scan
+ * uses it.
+ */
+static const JHUFF_TBL UNDEFINED_HUFF = {.bits = {1, 2}};
+
+/* A Huffman table the current scan may use and this image did not define, or -1. */
+static int undefined_huff_table(const struct jpeg_decompress_struct *d)
+{
+    int found = -1;
+    bool dc = d->Ss == 0 && (!d->progressive_mode || d->Ah == 0), ac = d->Se > 0;
+    for (int i = 0; i < d->comps_in_scan && found < 0; i++) {
+        const jpeg_component_info *c = d->cur_comp_info[i];
+        if (dc && c->dc_tbl_no >= 0 && c->dc_tbl_no < NUM_HUFF_TBLS &&
+            d->dc_huff_tbl_ptrs[c->dc_tbl_no]->bits[0])
+            found = c->dc_tbl_no;
+        else if (ac && c->ac_tbl_no >= 0 && c->ac_tbl_no < NUM_HUFF_TBLS &&
+                 d->ac_huff_tbl_ptrs[c->ac_tbl_no]->bits[0])
+            found = c->ac_tbl_no;
+    }
+    return found;
+}
+
 static void on_error_exit(j_common_ptr c)
 {
+    int tbl = c->err->msg_code == JERR_BAD_HUFF_TABLE && c->is_decompressor
+                  ? undefined_huff_table((j_decompress_ptr)c)
+                  : -1;
+    if (tbl >= 0) {
+        feed_engine *e = engine_of(c);
+        e->status = FEED_SAMPLE_CORRUPT;
+        set_msg(e, e->status, "Huffman table %d is not defined in this image", tbl);
+        longjmp(e->err.jump, 1);
+    }
     bail(c, classify_error(c->err->msg_code));
 }
 
@@ -252,6 +298,79 @@ void feed_engine_limits_default(feed_engine_limits *lim)
     lim->max_jpeg_bytes = 64ull << 20;
 }
 
+/*
+ * Copy libjpeg's standard Huffman tables into e->std_dc and e->std_ac: the
+ * ones its decoder installs when an image has no DHT (jstdhuff.c), taken from
+ * a compressor, whose jpeg_set_defaults installs the same ones.
+ */
+static int load_std_tables(feed_engine *e)
+{
+    struct jpeg_compress_struct c;
+    volatile int rc = 0; /* set after the longjmp */
+    memset(&c, 0, sizeof c);
+    c.err = &e->err.pub;
+    if (setjmp(e->err.jump)) {
+        rc = FEED_ENOMEM; /* only allocation can fail here */
+        goto out;
+    }
+    jpeg_create_compress(&c);
+    c.in_color_space = JCS_RGB;
+    c.input_components = 3;
+    jpeg_set_defaults(&c);
+    for (int i = 0; i < 2; i++) {
+        e->std_dc[i] = *c.dc_huff_tbl_ptrs[i];
+        e->std_ac[i] = *c.ac_huff_tbl_ptrs[i];
+    }
+out:
+    jpeg_destroy_compress(&c);
+    return rc;
+}
+
+/*
+ * Before every image: no quantisation table (all zeros, refused by
+ * check_quant_tables unless the image defines it), the standard Huffman
+ * tables in slots 0 and 1 and none in 2 and 3, exactly what a fresh libjpeg
+ * decompressor would use. libjpeg itself keeps the last image's tables
+ * (abbreviated datastreams), which would make one image's pixels depend on
+ * the image decoded before it.
+ */
+static void reset_tables(feed_engine *e)
+{
+    struct jpeg_decompress_struct *d = &e->dec;
+    /* No scan yet: cur_comp_info would point into the last image's components. */
+    d->comps_in_scan = 0;
+    for (int i = 0; i < NUM_QUANT_TBLS; i++) {
+        memset(&e->quant[i], 0, sizeof e->quant[i]);
+        d->quant_tbl_ptrs[i] = &e->quant[i];
+    }
+    for (int i = 0; i < NUM_HUFF_TBLS; i++) {
+        e->dc[i] = i < 2 ? e->std_dc[i] : UNDEFINED_HUFF;
+        e->ac[i] = i < 2 ? e->std_ac[i] : UNDEFINED_HUFF;
+        d->dc_huff_tbl_ptrs[i] = &e->dc[i];
+        d->ac_huff_tbl_ptrs[i] = &e->ac[i];
+    }
+}
+
+/*
+ * After jpeg_start_decompress, which has latched every component's table:
+ * refuse an image that uses a quantisation table it did not define.
+ */
+static feed_sample_status check_quant_tables(feed_engine *e)
+{
+    const struct jpeg_decompress_struct *d = &e->dec;
+    static const JQUANT_TBL none;
+    feed_sample_status st = FEED_SAMPLE_OK;
+    for (int ci = 0; ci < d->num_components && st == FEED_SAMPLE_OK; ci++) {
+        const JQUANT_TBL *q = d->comp_info[ci].quant_table;
+        if (q && memcmp(q->quantval, none.quantval, sizeof none.quantval) == 0) {
+            st = FEED_SAMPLE_CORRUPT;
+            set_msg(e, st, "quantisation table %d is not defined in this image (or all zeros)",
+                    d->comp_info[ci].quant_tbl_no);
+        }
+    }
+    return st;
+}
+
 int feed_engine_new(const feed_engine_limits *lim, feed_engine **out)
 {
     *out = NULL;
@@ -273,6 +392,10 @@ int feed_engine_new(const feed_engine_limits *lim, feed_engine **out)
     e->err.pub.error_exit = on_error_exit;
     e->err.pub.emit_message = on_emit_message;
     e->err.pub.output_message = on_output_message;
+    if (load_std_tables(e) != 0) {
+        free(e);
+        return FEED_ENOMEM;
+    }
     if (setjmp(e->err.jump)) {
         /* jpeg_create_decompress fails only when out of memory. */
         jpeg_destroy_decompress(&e->dec);
@@ -528,6 +651,33 @@ static feed_sample_status check_header(feed_engine *e, bool *cmyk)
     return FEED_SAMPLE_OK;
 }
 
+/*
+ * The source box the output is resized from: train's crop (torchvision crops,
+ * then resizes, so nothing outside the crop counts) or eval's exact
+ * fractional box (torchvision resizes the whole image, then crops, so the
+ * pixels just outside the box count too). Returns whether they do.
+ */
+static bool source_box(const feed_transform *t, uint32_t w, uint32_t h,
+                       const feed_sample_plan *plan, double box[4])
+{
+    bool eval = t->mode == FEED_TRANSFORM_EVAL;
+    if (eval) {
+        feed_plan_eval_box(t, w, h, box);
+    } else {
+        box[0] = plan->crop.x;
+        box[1] = plan->crop.y;
+        box[2] = (double)plan->crop.x + plan->crop.w;
+        box[3] = (double)plan->crop.y + plan->crop.h;
+    }
+    return eval;
+}
+
+/* How far past a box of `len` input pixels resized to `out` the filter reaches (plus one). */
+static double filter_reach(double len, uint32_t out)
+{
+    return fmax(1.0, len / out) + 1.0;
+}
+
 /* DCT scale denominator: 8, 4, 2 or 1, the largest whose scaled crop still covers the output. */
 static unsigned pick_denom(const feed_crop_box *c, const feed_transform *t)
 {
@@ -582,6 +732,7 @@ static feed_sample_status run_fast(feed_engine *e, const uint8_t *jpeg, size_t l
     uint64_t t_start = feed_now_ns(), resize_ns = 0;
     bool cmyk;
 
+    reset_tables(e);
     jpeg_mem_src(d, jpeg, (unsigned long)len);
     jpeg_read_header(d, TRUE);
     e->status = check_header(e, &cmyk);
@@ -594,16 +745,22 @@ static feed_sample_status run_fast(feed_engine *e, const uint8_t *jpeg, size_t l
     d->scale_num = 1;
     d->scale_denom = denom;
     jpeg_start_decompress(d);
+    e->status = check_quant_tables(e);
+    if (e->status != FEED_SAMPLE_OK)
+        return fail_now(e, out, out_bytes, times);
 
-    /* The crop in scaled pixels, and the whole scaled pixels that cover it. */
-    double bx0 = (double)plan.crop.x / denom, bx1 = (double)(plan.crop.x + plan.crop.w) / denom;
-    double by0 = (double)plan.crop.y / denom, by1 = (double)(plan.crop.y + plan.crop.h) / denom;
-    uint32_t c0 = (uint32_t)floor(bx0), c1 = (uint32_t)ceil(bx1);
-    uint32_t r0 = (uint32_t)floor(by0), r1 = (uint32_t)ceil(by1);
-    if (c1 > d->output_width)
-        c1 = d->output_width;
-    if (r1 > d->output_height)
-        r1 = d->output_height;
+    /* The box in scaled pixels, and the whole scaled pixels that cover it
+     * (with the filter's reach around it for eval). */
+    double box[4];
+    bool reach = source_box(t, d->image_width, d->image_height, &plan, box);
+    double bx0 = box[0] / denom, bx1 = box[2] / denom;
+    double by0 = box[1] / denom, by1 = box[3] / denom;
+    double mx = reach ? filter_reach(bx1 - bx0, t->out_w) : 0.0;
+    double my = reach ? filter_reach(by1 - by0, t->out_h) : 0.0;
+    uint32_t c0 = (uint32_t)fmax(floor(bx0 - mx), 0.0);
+    uint32_t c1 = (uint32_t)fmin(ceil(bx1 + mx), (double)d->output_width);
+    uint32_t r0 = (uint32_t)fmax(floor(by0 - my), 0.0);
+    uint32_t r1 = (uint32_t)fmin(ceil(by1 + my), (double)d->output_height);
 
     JDIMENSION xoff = c0, cw = c1 - c0;
     jpeg_crop_scanline(d, &xoff, &cw);
@@ -702,6 +859,7 @@ static feed_sample_status run_reference(feed_engine *e, const uint8_t *jpeg, siz
 {
     struct jpeg_decompress_struct *d = &e->dec;
     bool cmyk;
+    reset_tables(e);
     jpeg_mem_src(d, jpeg, (unsigned long)len);
     jpeg_read_header(d, TRUE);
     e->status = check_header(e, &cmyk);
@@ -710,10 +868,21 @@ static feed_sample_status run_reference(feed_engine *e, const uint8_t *jpeg, siz
     feed_sample_plan plan;
     feed_plan_sample(t, d->image_width, d->image_height, seed, epoch, sample_index, &plan);
     jpeg_start_decompress(d);
+    e->status = check_quant_tables(e);
+    if (e->status != FEED_SAMPLE_OK)
+        return fail_now(e, out, out_bytes, NULL);
     uint32_t w = d->output_width, h = d->output_height;
 
-    if (feed_resize_axis_plan(&e->hx, 0.0, plan.crop.w, plan.crop.w, t->out_w, plan.flip) ||
-        feed_resize_axis_plan(&e->vy, 0.0, plan.crop.h, plan.crop.h, t->out_h, false))
+    double box[4];
+    bool reach = source_box(t, w, h, &plan, box);
+    double mx = reach ? filter_reach(box[2] - box[0], t->out_w) : 0.0;
+    double my = reach ? filter_reach(box[3] - box[1], t->out_h) : 0.0;
+    uint32_t x0 = (uint32_t)fmax(floor(box[0] - mx), 0.0);
+    uint32_t x1 = (uint32_t)fmin(ceil(box[2] + mx), (double)w);
+    uint32_t y0 = (uint32_t)fmax(floor(box[1] - my), 0.0);
+    uint32_t y1 = (uint32_t)fmin(ceil(box[3] + my), (double)h);
+    if (feed_resize_axis_plan(&e->hx, box[0] - x0, box[2] - x0, x1 - x0, t->out_w, plan.flip) ||
+        feed_resize_axis_plan(&e->vy, box[1] - y0, box[3] - y0, y1 - y0, t->out_h, false))
         goto nomem;
     size_t stride = ((size_t)w + FEED_RESIZE_HSLACK(&e->hx)) * 4;
     stride = (stride + 63) & ~(size_t)63;
@@ -736,8 +905,8 @@ static feed_sample_status run_reference(feed_engine *e, const uint8_t *jpeg, siz
     pipeline pipe;
     if (pipeline_init(&pipe, e, out))
         goto nomem;
-    for (uint32_t y = plan.crop.y; y < plan.crop.y + plan.crop.h; y++)
-        pipeline_push(&pipe, full + (size_t)y * stride + (size_t)plan.crop.x * 4);
+    for (uint32_t y = y0; y < y1; y++)
+        pipeline_push(&pipe, full + (size_t)y * stride + (size_t)x0 * 4);
     return FEED_SAMPLE_OK;
 
 nomem:

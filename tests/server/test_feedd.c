@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jpeglib.h>
 
 #include "engine.h"
 #include "feed/crc32c.h"
@@ -1183,6 +1184,173 @@ static void test_imagenet_sample(void **state)
     assert_int_equal(feed_test_server_stop(&s2), 0);
 }
 
+/* ---- tables belong to their image ---- */
+
+/* A w x h JPEG of a textured pattern; optimize: Huffman tables made for it. free() it. */
+static uint8_t *encode_jpeg(unsigned w, unsigned h, int quality, bool optimize, size_t *len)
+{
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr em;
+    c.err = jpeg_std_error(&em);
+    jpeg_create_compress(&c);
+    unsigned char *buf = NULL;
+    unsigned long n = 0;
+    jpeg_mem_dest(&c, &buf, &n);
+    c.image_width = w;
+    c.image_height = h;
+    c.input_components = 3;
+    c.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&c);
+    jpeg_set_quality(&c, quality, TRUE);
+    c.optimize_coding = optimize;
+    jpeg_start_compress(&c, TRUE);
+    uint8_t *row = malloc((size_t)w * 3);
+    for (unsigned y = 0; y < h; y++) {
+        for (unsigned x = 0; x < w; x++)
+            for (unsigned ch = 0; ch < 3; ch++)
+                row[x * 3 + ch] = (uint8_t)((x * (ch + 3) + y * (7 - ch) + (x * y) % 23) & 255);
+        JSAMPROW r = row;
+        jpeg_write_scanlines(&c, &r, 1);
+    }
+    free(row);
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    *len = n;
+    return buf;
+}
+
+/* Write jpg to path without its marker segments of one kind (0xC4 DHT, 0xDB DQT) before SOS. */
+static void write_without(const char *path, const uint8_t *jpg, size_t len, uint8_t marker)
+{
+    uint8_t *out = malloc(len);
+    memcpy(out, jpg, 2);
+    size_t i = 2, o = 2;
+    while (i + 4 <= len && jpg[i] == 0xFF && jpg[i + 1] != 0xDA) {
+        size_t seg = 2 + ((size_t)jpg[i + 2] << 8 | jpg[i + 3]);
+        assert_true(i + seg <= len);
+        if (jpg[i + 1] != marker) {
+            memcpy(out + o, jpg + i, seg);
+            o += seg;
+        }
+        i += seg;
+    }
+    assert_true(o < i);
+    memcpy(out + o, jpg + i, len - i);
+    assert_int_equal(feed_test_write_file(path, out, o + len - i), 0);
+    free(out);
+}
+
+/* One sample of dataset "tables" (seed 8, epoch 3, train 40x40) on stream s; its status, its pixels
+ * in px. */
+static int fetch_one(feedtest_stream *s, Feed__V1__SessionOpen *open, uint64_t batch_id,
+                     uint64_t index, uint8_t *px)
+{
+    assert_int_equal(send_batch(s, open, batch_id, 3, &index, 1), 0);
+    Feed__V1__Batch *b = feedtest_stream_recv(s);
+    assert_non_null(b);
+    assert_int_equal(b->batch_id, batch_id);
+    assert_int_equal(b->data.len, 40 * 40 * 3);
+    memcpy(px, b->data.data, b->data.len);
+    int st = b->status[0];
+    feed__v1__batch__free_unpacked(b, NULL);
+    return st;
+}
+
+/*
+ * Through feedd with one worker: a sample without DHT gives the same bytes
+ * on the fresh worker and after the worker decoded an image with tables of
+ * its own; one without DQT is CORRUPT both times.
+ */
+static void test_tables_do_not_carry_over(void **state)
+{
+    (void)state;
+    char dir[400], path[500], arg[450];
+    snprintf(dir, sizeof dir, "%s/tables", tmp_root);
+    snprintf(path, sizeof path, "%s/t", dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    assert_int_equal(mkdir(path, 0755), 0);
+    size_t other_len, plain_len;
+    uint8_t *other = encode_jpeg(160, 120, 30, true, &other_len);
+    uint8_t *plain = encode_jpeg(96, 80, 92, false, &plain_len);
+    snprintf(path, sizeof path, "%s/t/a_other.jpg", dir);
+    assert_int_equal(feed_test_write_file(path, other, other_len), 0);
+    snprintf(path, sizeof path, "%s/t/b_no_dht.jpg", dir);
+    write_without(path, plain, plain_len, 0xC4);
+    snprintf(path, sizeof path, "%s/t/c_no_dqt.jpg", dir);
+    write_without(path, plain, plain_len, 0xDB);
+    snprintf(arg, sizeof arg, "tables=%s", dir);
+    const char *args[] = {"--dataset", arg, "--threads", "1", "--log-level", "warn", NULL};
+    static const int want[] = {FEED__V1__SAMPLE_STATUS__SAMPLE_OK,
+                               FEED__V1__SAMPLE_STATUS__SAMPLE_CORRUPT};
+    uint8_t *fresh = malloc(40 * 40 * 3), *warm = malloc(40 * 40 * 3),
+            *scratch = malloc(40 * 40 * 3);
+    for (uint64_t idx = 1; idx <= 2; idx++) {
+        feed_test_server one;
+        assert_int_equal(feed_test_server_start(args, &one), 0);
+        grpc_channel *ch = feedtest_channel(one.target);
+        Feed__V1__TransformSpec spec = train_spec(40);
+        Feed__V1__SessionOpen open;
+        make_open(&open, &spec, "tables", 8, 1);
+        feedtest_stream s;
+        assert_int_equal(feedtest_stream_open(ch, 60, &s), 0);
+        assert_int_equal(fetch_one(&s, &open, 1, idx, fresh), want[idx - 1]);
+        assert_int_equal(fetch_one(&s, NULL, 2, 0, scratch), FEED__V1__SAMPLE_STATUS__SAMPLE_OK);
+        assert_int_equal(fetch_one(&s, NULL, 3, idx, warm), want[idx - 1]);
+        assert_memory_equal(fresh, warm, 40 * 40 * 3);
+        assert_int_equal(feedtest_stream_writes_done(&s), 0);
+        assert_null(feedtest_stream_recv(&s));
+        assert_int_equal(feedtest_stream_finish(&s, NULL, 0), GRPC_STATUS_OK);
+        grpc_channel_destroy(ch);
+        assert_int_equal(feed_test_server_stop(&one), 0);
+    }
+    free(fresh);
+    free(warm);
+    free(scratch);
+    free(other);
+    free(plain);
+}
+
+/* A file deleted after the open is IO_ERROR, and the message says it is gone. */
+static void test_deleted_file(void **state)
+{
+    (void)state;
+    char dir[400], arg[450];
+    snprintf(dir, sizeof dir, "%s/deleted", tmp_root);
+    assert_int_equal(feed_test_make_imagefolder(dir, 1, 3, 21), 0);
+    snprintf(arg, sizeof arg, "gone=%s", dir);
+    const char *args[] = {"--dataset", arg, "--threads", "1", "--log-level", "warn", NULL};
+    feed_test_server one;
+    assert_int_equal(feed_test_server_start(args, &one), 0);
+    feed_dataset *ds = NULL;
+    char err[256];
+    assert_int_equal(feed_dataset_open(dir, NULL, &ds, err, sizeof err), 0);
+    assert_int_equal(unlink(feed_dataset_sample_path(ds, 1)), 0);
+    feed_dataset_close(ds);
+
+    grpc_channel *ch = feedtest_channel(one.target);
+    Feed__V1__TransformSpec spec = train_spec(32);
+    Feed__V1__SessionOpen open;
+    make_open(&open, &spec, "gone", 1, 1);
+    feedtest_stream s;
+    assert_int_equal(feedtest_stream_open(ch, 60, &s), 0);
+    uint64_t idx[2] = {0, 1};
+    assert_int_equal(send_batch(&s, &open, 1, 0, idx, 2), 0);
+    Feed__V1__Batch *b = feedtest_stream_recv(&s);
+    assert_non_null(b);
+    assert_int_equal(b->status[0], FEED__V1__SAMPLE_STATUS__SAMPLE_OK);
+    assert_int_equal(b->status[1], FEED__V1__SAMPLE_STATUS__SAMPLE_IO_ERROR);
+    assert_int_equal(b->n_errors, 1);
+    assert_int_equal(b->errors[0]->index, 1);
+    if (!strstr(b->errors[0]->message, "gone") || !strstr(b->errors[0]->message, "ENOENT"))
+        fail_msg("message '%s' does not say the file is gone", b->errors[0]->message);
+    feed__v1__batch__free_unpacked(b, NULL);
+    assert_int_equal(feedtest_stream_writes_done(&s), 0);
+    assert_null(feedtest_stream_recv(&s));
+    assert_int_equal(feedtest_stream_finish(&s, NULL, 0), GRPC_STATUS_OK);
+    grpc_channel_destroy(ch);
+    assert_int_equal(feed_test_server_stop(&one), 0);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest sample_tests[] = {
@@ -1212,6 +1380,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_drain_timeout),
         cmocka_unit_test(test_metrics_endpoint),
         cmocka_unit_test(test_config_file),
+        cmocka_unit_test(test_tables_do_not_carry_over),
+        cmocka_unit_test(test_deleted_file),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -620,6 +620,41 @@ static void test_batch_pack_bytes(void **state)
     grpc_shutdown();
 }
 
+/* NUL bytes in names are found on the wire, where protobuf-c's C strings would cut them. */
+static void test_wire_has_nul(void **state)
+{
+    (void)state;
+    static const uint32_t open_dataset[] = {1, 1};
+    /* BatchRequest{open{dataset "a\0b"}} */
+    static const uint8_t nul[] = {0x0A, 0x05, 0x0A, 0x03, 'a', 0, 'b'};
+    assert_int_equal(feedd_wire_has_nul(nul, sizeof nul, open_dataset, 2), 1);
+    /* The same bytes in client_name (6) are not a name. */
+    static const uint8_t client[] = {0x0A, 0x05, 0x32, 0x03, 'a', 0, 'b'};
+    assert_int_equal(feedd_wire_has_nul(client, sizeof client, open_dataset, 2), 0);
+    /* batch_id 300, then a clean open, then a second open (merged) holding a NUL. */
+    static const uint8_t later[] = {0x10, 0xAC, 0x02, 0x0A, 0x03, 0x0A, 0x01,
+                                    'd',  0x0A, 0x03, 0x0A, 0x01, 0x00};
+    assert_int_equal(feedd_wire_has_nul(later, sizeof later, open_dataset, 2), 1);
+    assert_int_equal(feedd_wire_has_nul(later, 8, open_dataset, 2), 0);
+    /* Malformed: a length past the end, a varint that never ends, a group. */
+    static const uint8_t past[] = {0x0A, 0x09, 0x0A, 0x01, 'd'};
+    assert_int_equal(feedd_wire_has_nul(past, sizeof past, open_dataset, 2), -1);
+    static const uint8_t endless[] = {0x10, 0xFF, 0xFF};
+    assert_int_equal(feedd_wire_has_nul(endless, sizeof endless, open_dataset, 2), -1);
+    static const uint8_t group[] = {0x0B, 0x0C};
+    assert_int_equal(feedd_wire_has_nul(group, sizeof group, open_dataset, 2), -1);
+    /* A packed request from protobuf-c: clean. */
+    Feed__V1__SessionOpen o = FEED__V1__SESSION_OPEN__INIT;
+    o.dataset = (char *)"imagenet";
+    o.client_name = (char *)"x";
+    Feed__V1__BatchRequest r = FEED__V1__BATCH_REQUEST__INIT;
+    r.open = &o;
+    r.batch_id = 7;
+    uint8_t buf[64];
+    size_t n = feed__v1__batch_request__pack(&r, buf);
+    assert_int_equal(feedd_wire_has_nul(buf, n, open_dataset, 2), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -631,6 +666,7 @@ int main(void)
         cmocka_unit_test(test_service_start_failures),
         cmocka_unit_test(test_service_start_unwinds),
         cmocka_unit_test(test_batch_pack_bytes),
+        cmocka_unit_test(test_wire_has_nul),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

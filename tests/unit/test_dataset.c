@@ -23,6 +23,7 @@
 #include "feed/buf.h"
 #include "feed/dataset.h"
 #include "feed/errors.h"
+#include "feed/log.h"
 #include "feedtest_skip.h"
 
 static char g_root[512];
@@ -304,12 +305,12 @@ static void test_read_limits_and_errors(void **state)
     assert_int_equal(feed_dataset_read(ds, 1, &small, &data, &len), FEED_ETOOBIG);
     feed_buf_free(&small);
 
-    /* A file that went away after open is an I/O error, not a crash. */
+    /* A file that went away after open says so (FEED_ENOTFOUND), and is not a crash. */
     char p[1024];
     snprintf(p, sizeof(p), "%s/a/1.jpg", g_root);
     assert_int_equal(unlink(p), 0);
     feed_buf_init(&scratch, 1 << 20);
-    assert_int_equal(feed_dataset_read(ds, 1, &scratch, &data, &len), FEED_EIO);
+    assert_int_equal(feed_dataset_read(ds, 1, &scratch, &data, &len), FEED_ENOTFOUND);
     /* ... and so is one replaced by a directory. */
     assert_int_equal(mkdir(p, 0755), 0);
     assert_int_equal(feed_dataset_read(ds, 1, &scratch, &data, &len), FEED_EIO);
@@ -438,6 +439,71 @@ static void test_imagenet_sample(void **state)
     feed_dataset_close(ds);
 }
 
+/* ---- skipped entries are logged ---- */
+
+static char g_log[64][512];
+static size_t g_log_n;
+
+static void capture_log(void *user, int level, const char *message)
+{
+    (void)user;
+    (void)level;
+    if (g_log_n < 64)
+        snprintf(g_log[g_log_n], sizeof g_log[0], "%s", message);
+    g_log_n++;
+}
+
+/* How many captured lines contain needle. */
+static size_t log_count(const char *needle)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < g_log_n && i < 64; i++)
+        n += strstr(g_log[i], needle) != NULL;
+    return n;
+}
+
+/*
+ * FIFOs, sockets and directories inside a class are not samples: each is
+ * logged once, up to a bound, then counted; plain non-image files and
+ * dot-names stay silent.
+ */
+static void test_skipped_entries_logged(void **state)
+{
+    (void)state;
+    char p[1024];
+    mkdir_in("a");
+    write_in("a/ok.jpg", "x");
+    write_in("a/notes.txt", "x");
+    write_in("a/.hidden.jpg", "x");
+    snprintf(p, sizeof p, "%s/a/pipe.jpg", g_root);
+    assert_int_equal(mkfifo(p, 0644), 0);
+    mkdir_in("a/nested");
+    mkdir_in("a/dir.jpg");
+    feed_log_set_sink(capture_log, NULL);
+    g_log_n = 0;
+    feed_dataset *ds = open_ok(NULL);
+    assert_int_equal(feed_dataset_count(ds), 1);
+    feed_dataset_close(ds);
+    assert_int_equal(log_count("pipe.jpg: a FIFO"), 1);
+    assert_int_equal(log_count("/a/nested: a directory"), 1);
+    assert_int_equal(log_count("dir.jpg: a directory"), 1);
+    assert_int_equal(log_count("notes.txt"), 0);
+    assert_int_equal(log_count("hidden"), 0);
+
+    /* Many: MAX_SKIP_WARNINGS (20) lines, then one count. */
+    for (int i = 0; i < 40; i++) {
+        snprintf(p, sizeof p, "%s/a/fifo%02d.jpg", g_root, i);
+        assert_int_equal(mkfifo(p, 0644), 0);
+    }
+    g_log_n = 0;
+    ds = open_ok(NULL);
+    feed_dataset_close(ds);
+    feed_log_set_sink(NULL, NULL);
+    assert_int_equal(log_count("skipping"), 20);
+    assert_int_equal(log_count("23 more entries skipped"), 1);
+    assert_int_equal(g_log_n, 21);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest sample_tests[] = {
@@ -456,6 +522,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_read_limits_and_errors, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_class_name_not_utf8, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_concurrent_reads, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_skipped_entries_logged, setup_tmp, teardown_tmp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

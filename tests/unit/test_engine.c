@@ -97,6 +97,7 @@ typedef struct jpg_spec {
     bool progressive, arith;
     int restart_rows;
     int quality;
+    bool optimize;   /* Huffman tables made for the image, not the standard ones */
     bool flat, busy; /* one colour; or fine texture everywhere */
     uint8_t colour[4];
 } jpg_spec;
@@ -153,6 +154,7 @@ static uint8_t *make_jpeg(const jpg_spec *s, size_t *len)
     if (s->progressive)
         jpeg_simple_progression(&c);
     c.arith_code = s->arith;
+    c.optimize_coding = s->optimize;
     c.restart_in_rows = s->restart_rows;
     jpeg_start_compress(&c, TRUE);
     uint8_t *row = malloc((size_t)s->w * comps);
@@ -737,7 +739,7 @@ static void test_limits(void **state)
     t.out_h = 3; /* invalid spec */
     assert_int_equal(feed_engine_run(e, small, slen, &t, 0, 0, 0, out, NULL),
                      FEED_SAMPLE_UNSUPPORTED);
-    assert_non_null(strstr(feed_engine_last_error(e), "transform.out_h"));
+    assert_non_null(strstr(feed_engine_last_error(e), "transform.out_height"));
     feed_transform_default_train(&t);
     assert_int_equal(feed_engine_run(e, NULL, 0, &t, 0, 0, 0, out, NULL), FEED_SAMPLE_EMPTY);
     feed_engine_free(e);
@@ -818,6 +820,239 @@ static void test_benign_oddities(void **state)
     free(jpg);
 }
 
+/* ---- tables belong to their image --------------------------------------------------- */
+
+/* A copy of a single-scan JPEG without its marker segments of one kind (DQT or DHT). */
+static uint8_t *drop_segments(const uint8_t *jpg, size_t len, uint8_t marker, size_t *out_len)
+{
+    uint8_t *out = malloc(len);
+    assert_non_null(out);
+    memcpy(out, jpg, 2);
+    size_t i = 2, o = 2, dropped = 0;
+    while (i + 4 <= len && jpg[i] == 0xFF && jpg[i + 1] != 0xDA) {
+        size_t seg = 2 + ((size_t)jpg[i + 2] << 8 | jpg[i + 3]);
+        assert_true(i + seg <= len);
+        if (jpg[i + 1] == marker)
+            dropped++;
+        else
+            memcpy(out + o, jpg + i, seg), o += seg;
+        i += seg;
+    }
+    assert_true(dropped > 0 && i + 2 <= len && jpg[i + 1] == 0xDA);
+    memcpy(out + o, jpg + i, len - i);
+    *out_len = o + len - i;
+    return out;
+}
+
+/* Run jpg on e (fast path, or the reference); the status, the pixels in out and the message in msg.
+ */
+static feed_sample_status run_one(feed_engine *e, const uint8_t *jpg, size_t len,
+                                  const feed_transform *t, bool reference, uint8_t *out, char *msg,
+                                  size_t msg_cap)
+{
+    feed_sample_status st = reference ? feed_engine_run_reference(e, jpg, len, t, 3, 1, 7, out)
+                                      : feed_engine_run(e, jpg, len, t, 3, 1, 7, out, NULL);
+    snprintf(msg, msg_cap, "%s", feed_engine_last_error(e));
+    return st;
+}
+
+/*
+ * An image without DHT decodes with the standard Huffman tables, and one
+ * without DQT is refused, the same on a fresh engine and on one whose last
+ * image had tables of its own (optimised Huffman tables, other quantisation).
+ */
+static void test_tables_per_image(void **state)
+{
+    (void)state;
+    jpg_spec other = {
+        .w = 120, .h = 90, .kind = K_YCC, .quality = 30, .optimize = true, .busy = true};
+    jpg_spec plain = {.w = 96, .h = 72, .kind = K_YCC, .quality = 92};
+    size_t other_len, plain_len, nodht_len, nodqt_len;
+    uint8_t *ojpg = make_jpeg(&other, &other_len);
+    uint8_t *pjpg = make_jpeg(&plain, &plain_len);
+    uint8_t *nodht = drop_segments(pjpg, plain_len, 0xC4, &nodht_len);
+    uint8_t *nodqt = drop_segments(pjpg, plain_len, 0xDB, &nodqt_len);
+    /* The no-DHT copy with its first component's scan using table 2, which nothing defines. */
+    uint8_t *tbl2 = malloc(nodht_len);
+    memcpy(tbl2, nodht, nodht_len);
+    size_t sos = 2;
+    while (!(tbl2[sos] == 0xFF && tbl2[sos + 1] == 0xDA))
+        sos += 2 + ((size_t)tbl2[sos + 2] << 8 | tbl2[sos + 3]);
+    assert_int_equal(tbl2[sos + 6], 0x00);
+    tbl2[sos + 6] = 0x22;
+    feed_transform t;
+    feed_transform_default_train(&t);
+    t.out_h = t.out_w = 48;
+    size_t n = (size_t)t.out_h * t.out_w * 3;
+    uint8_t *want = malloc(n), *fresh = malloc(n), *warm = malloc(n), *scratch = malloc(n);
+    char msg_fresh[256], msg_warm[256];
+    for (int reference = 0; reference < 2; reference++) {
+        feed_engine *e;
+        /* With its tables, on a fresh engine: what the no-DHT copy must give. */
+        assert_int_equal(feed_engine_new(NULL, &e), 0);
+        assert_int_equal(run_one(e, pjpg, plain_len, &t, reference, want, msg_fresh, 256),
+                         FEED_SAMPLE_OK);
+        feed_engine_free(e);
+
+        const struct {
+            const uint8_t *jpg;
+            size_t len;
+            feed_sample_status st;
+            const char *what, *needle;
+        } cases[] = {
+            {nodht, nodht_len, FEED_SAMPLE_OK, "no DHT", NULL},
+            {nodqt, nodqt_len, FEED_SAMPLE_CORRUPT, "no DQT", "quantisation table 0 is not"},
+            {tbl2, nodht_len, FEED_SAMPLE_CORRUPT, "Huffman table 2", "Huffman table 2 is not"},
+        };
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            assert_int_equal(feed_engine_new(NULL, &e), 0);
+            feed_sample_status st_fresh =
+                run_one(e, cases[c].jpg, cases[c].len, &t, reference, fresh, msg_fresh, 256);
+            assert_int_equal(run_one(e, ojpg, other_len, &t, reference, scratch, msg_warm, 256),
+                             FEED_SAMPLE_OK);
+            feed_sample_status st_warm =
+                run_one(e, cases[c].jpg, cases[c].len, &t, reference, warm, msg_warm, 256);
+            if (st_fresh != cases[c].st || st_warm != cases[c].st)
+                fail_msg("%s (%s): fresh %s '%s', warm %s '%s', want %s", cases[c].what,
+                         reference ? "reference" : "fast", feed_sample_status_name(st_fresh),
+                         msg_fresh, feed_sample_status_name(st_warm), msg_warm,
+                         feed_sample_status_name(cases[c].st));
+            assert_memory_equal(fresh, warm, n);
+            assert_string_equal(msg_fresh, msg_warm);
+            if (cases[c].st == FEED_SAMPLE_OK)
+                assert_memory_equal(fresh, want, n);
+            else
+                assert_non_null(strstr(msg_fresh, cases[c].needle));
+            /* The image after a refused one is not changed by it. */
+            assert_int_equal(run_one(e, pjpg, plain_len, &t, reference, warm, msg_warm, 256),
+                             FEED_SAMPLE_OK);
+            assert_memory_equal(warm, want, n);
+            feed_engine_free(e);
+        }
+    }
+    free(want);
+    free(fresh);
+    free(warm);
+    free(scratch);
+    free(nodht);
+    free(nodqt);
+    free(tbl2);
+    free(pjpg);
+    free(ojpg);
+}
+
+/* ---- eval against resize-then-crop --------------------------------------------------- */
+
+/* The whole image as RGB, decoded by libjpeg here; free() it. */
+static uint8_t *decode_rgb(const uint8_t *jpg, size_t len, uint32_t *w, uint32_t *h)
+{
+    struct jpeg_decompress_struct d;
+    struct jpeg_error_mgr em;
+    d.err = jpeg_std_error(&em);
+    jpeg_create_decompress(&d);
+    jpeg_mem_src(&d, jpg, (unsigned long)len);
+    assert_int_equal(jpeg_read_header(&d, TRUE), JPEG_HEADER_OK);
+    d.out_color_space = JCS_RGB;
+    d.dct_method = JDCT_ISLOW;
+    jpeg_start_decompress(&d);
+    *w = d.output_width;
+    *h = d.output_height;
+    uint8_t *rgb = malloc((size_t)*w * *h * 3);
+    while (d.output_scanline < *h) {
+        JSAMPROW r = rgb + (size_t)d.output_scanline * *w * 3;
+        jpeg_read_scanlines(&d, &r, 1);
+    }
+    jpeg_finish_decompress(&d);
+    jpeg_destroy_decompress(&d);
+    return rgb;
+}
+
+/*
+ * torchvision's eval, Resize(resize_size) of the whole image and then
+ * CenterCrop, in double precision: Pillow's filter over the full image
+ * evaluated only where the crop lands.
+ */
+static void resize_then_crop(const uint8_t *rgb, uint32_t w, uint32_t h, const feed_transform *t,
+                             uint8_t *out)
+{
+    double rw, rh;
+    if (w <= h) {
+        rw = t->resize_size;
+        rh = floor((double)t->resize_size * h / w);
+    } else {
+        rh = t->resize_size;
+        rw = floor((double)t->resize_size * w / h);
+    }
+    double left = rint((rw - t->out_w) / 2.0), top = rint((rh - t->out_h) / 2.0);
+    double *rows = malloc(sizeof(double) * h * t->out_w * 3);
+    for (uint32_t y = 0; y < h; y++)
+        for (uint32_t x = 0; x < t->out_w; x++)
+            for (int c = 0; c < 3; c++)
+                rows[((size_t)y * t->out_w + x) * 3 + c] = ref_sample(
+                    rgb + (size_t)y * w * 3 + c, 3, w, 0.0, w, (uint32_t)rw, (uint32_t)left + x);
+    for (uint32_t y = 0; y < t->out_h; y++)
+        for (uint32_t x = 0; x < t->out_w; x++)
+            for (int c = 0; c < 3; c++) {
+                /* ref_sample reads uint8; the vertical pass runs on the doubles here. */
+                double scale = h / rh, fs = scale < 1 ? 1 : scale;
+                double center = (top + y + 0.5) * scale;
+                int ymin = (int)(center - fs + 0.5), ymax = (int)(center + fs + 0.5);
+                ymin = ymin < 0 ? 0 : ymin;
+                ymax = ymax > (int)h ? (int)h : ymax;
+                double sum = 0, ww = 0;
+                for (int k = ymin; k < ymax; k++) {
+                    double wt = tri((k - center + 0.5) / fs);
+                    sum += wt * rows[((size_t)k * t->out_w + x) * 3 + c];
+                    ww += wt;
+                }
+                double v = rint(sum / ww);
+                out[((size_t)y * t->out_w + x) * 3 + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+            }
+    free(rows);
+}
+
+/*
+ * Eval resizes from the exact fractional box torchvision's resize-then-crop
+ * maps onto the output, with the pixels around it, on ordinary and on
+ * extreme (1 pixel wide) images.
+ */
+static void test_eval_matches_resize_then_crop(void **state)
+{
+    fixture *f = *state;
+    static const struct {
+        uint32_t w, h;
+    } sizes[] = {{300, 200}, {200, 300}, {500, 375}, {1, 4000}, {3000, 2}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        jpg_spec spec = {.w = sizes[i].w,
+                         .h = sizes[i].h,
+                         .kind = K_YCC,
+                         .hs = 1,
+                         .vs = 1,
+                         .quality = 95,
+                         .busy = true};
+        size_t len;
+        uint8_t *jpg = make_jpeg(&spec, &len);
+        uint32_t w, h;
+        uint8_t *rgb = decode_rgb(jpg, len, &w, &h);
+        feed_transform t;
+        feed_transform_default_eval(&t);
+        size_t n = (size_t)t.out_h * t.out_w * 3;
+        uint8_t *want = malloc(n);
+        resize_then_crop(rgb, w, h, &t, want);
+        assert_int_equal(feed_engine_run_reference(f->e, jpg, len, &t, 0, 0, 0, f->b),
+                         FEED_SAMPLE_OK);
+        assert_int_equal(feed_engine_run(f->e, jpg, len, &t, 0, 0, 0, f->a, NULL), FEED_SAMPLE_OK);
+        double pr = psnr(f->b, want, n), pf = psnr(f->a, want, n);
+        print_message("eval %ux%u: reference %.1f dB, fast %.1f dB\n", w, h, pr, pf);
+        if (pr < 40.0 || pf < 40.0)
+            fail_msg("eval %ux%u against resize-then-crop: reference %.1f dB, fast %.1f dB < 40", w,
+                     h, pr, pf);
+        free(want);
+        free(rgb);
+        free(jpg);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest sample_tests[] = {
@@ -837,6 +1072,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_limits),
         cmocka_unit_test_setup_teardown(test_scan_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_benign_oddities, setup, teardown),
+        cmocka_unit_test(test_tables_per_image),
+        cmocka_unit_test_setup_teardown(test_eval_matches_resize_then_crop, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "feed/errors.h"
+#include "feed/eval_box.h"
 #include "feed/rng.h"
 #include "feed/transform.h"
 
@@ -156,8 +157,8 @@ static void test_validate_messages(void **state)
     } while (0)
 
     EXPECT_BAD(t.mode = (feed_transform_mode)7, "transform.mode");
-    EXPECT_BAD(t.out_h = 4, "transform.out_h");
-    EXPECT_BAD(t.out_w = 4096, "transform.out_w");
+    EXPECT_BAD(t.out_h = 4, "transform.out_height");
+    EXPECT_BAD(t.out_w = 4096, "transform.out_width");
     EXPECT_BAD(t.scale_min = 0.0, "transform.scale_min must be in (0, 1]");
     EXPECT_BAD(t.scale_min = NAN, "transform.scale_min");
     EXPECT_BAD(t.scale_max = 1.5, "transform.scale_max");
@@ -355,6 +356,15 @@ static void test_eval_box(void **state)
     assert_int_equal(p.crop.w, 328); /* rint(282 * 500/341) - 85 = 413 - 85 */
     assert_int_equal(p.crop.y, 23);  /* rint(16 * 375/256) = rint(23.44) */
     assert_int_equal(p.crop.h, 329); /* rint(240 * 375/256) - 23 = 352 - 23 */
+
+    /* The exact box torchvision's resize-then-crop maps onto the output:
+     * 300x200 resized to 384x256, crop corner (80, 16), scale 300/384. */
+    double box[4];
+    feed_plan_eval_box(&t, 300, 200, box);
+    assert_true(box[0] == 62.5 && box[1] == 12.5 && box[2] == 237.5 && box[3] == 187.5);
+    feed_plan_sample(&t, 300, 200, 1, 2, 3, &p);
+    assert_int_equal(p.crop.x, 62); /* the rounded box (rint: halves to even) */
+    assert_int_equal(p.crop.w, 176);
 
     /* Square: the centre 224/256 of each side. */
     feed_plan_sample(&t, 512, 512, 1, 2, 3, &p);

@@ -61,8 +61,9 @@ const char *feed_dataset_sample_path(const feed_dataset *ds, uint64_t i);
 /*
  * The JPEG bytes of sample i. For a pack, *data points into the mapping and
  * scratch is untouched; for a tree the file is read into scratch (bounded by
- * both scratch->limit and max_sample_bytes). Returns 0, FEED_EIO, FEED_ETOOBIG
- * or FEED_EINVAL (i out of range).
+ * both scratch->limit and max_sample_bytes). Returns 0, FEED_ENOTFOUND (the
+ * file is gone: removed since the open), FEED_EIO (any other failure to read
+ * it, or no longer a regular file), FEED_ETOOBIG or FEED_EINVAL (i out of range).
  */
 int feed_dataset_read(const feed_dataset *ds, uint64_t i, feed_buf *scratch, const uint8_t **data,
                       size_t *len);

@@ -55,7 +55,9 @@ FEED_EXPORT void feed_transform_default_eval(feed_transform *t);
 
 /*
  * 0 if the spec is usable, else FEED_EINVAL with a message naming the field
- * in msg (always NUL-terminated when msg_cap > 0).
+ * in msg (always NUL-terminated when msg_cap > 0). Bounds and field names are
+ * those of feed.v1.TransformSpec in proto/feed.proto ("transform.out_height"
+ * for out_h), the one statement of them, since feedd sends the message as is.
  */
 FEED_EXPORT int feed_transform_validate(const feed_transform *t, char *msg, size_t msg_cap);
 

@@ -61,6 +61,107 @@ def check(cond, what):
         raise AssertionError(what)
 
 
+def varint(n):
+    out = b""
+    while n >= 0x80:
+        out += bytes([0x80 | (n & 0x7F)])
+        n >>= 7
+    return out + bytes([n])
+
+
+def raw_field(number, payload):
+    """A length-delimited protobuf field: how a newer client's extra field
+    looks to this server."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def expect_error(call, code, needle, what):
+    try:
+        call()
+    except grpc.RpcError as e:
+        check(e.code() == code and needle in (e.details() or ""),
+              "%s: got %s %r, want %s with %r" % (what, e.code(), e.details(), code, needle))
+        return
+    check(False, "%s: succeeded, want %s" % (what, code))
+
+
+def stream_error(stream, feed_pb2, open_msg, code, needle, what):
+    """A stream whose first request is open_msg must end with code naming needle."""
+    req = feed_pb2.BatchRequest(open=open_msg, batch_id=1, epoch=0, indices=[0])
+    expect_error(lambda: list(stream(iter([req]), timeout=30)), code, needle, what)
+
+
+def contract_checks(channel, feed_pb2, health_pb2):
+    """Request sizes up to max-request-bytes, NUL bytes in names, the
+    transform bounds and field names proto/feed.proto documents."""
+    raw_describe = channel.unary_unary("/feed.v1.Feed/Describe", request_serializer=bytes,
+                                       response_deserializer=feed_pb2.DescribeResponse.FromString)
+    raw_health = channel.unary_unary("/grpc.health.v1.Health/Check", request_serializer=bytes,
+                                     response_deserializer=health_pb2.HealthCheckResponse.FromString)
+    describe = channel.unary_unary("/feed.v1.Feed/Describe",
+                                   request_serializer=feed_pb2.DescribeRequest.SerializeToString,
+                                   response_deserializer=feed_pb2.DescribeResponse.FromString)
+    health = channel.unary_unary("/grpc.health.v1.Health/Check",
+                                 request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+                                 response_deserializer=health_pb2.HealthCheckResponse.FromString)
+    stream = channel.stream_stream("/feed.v1.Feed/Stream",
+                                   request_serializer=feed_pb2.BatchRequest.SerializeToString,
+                                   response_deserializer=feed_pb2.Batch.FromString)
+    big = b"x" * 12000
+    # Valid requests well past the old fixed buffers (1 KB, 4 KB), far below 1 MiB.
+    info = raw_describe(raw_field(15, big), timeout=30)
+    check(len(info.datasets) == 1 and info.datasets[0].name == "d", "Describe of 12 KB")
+    check(raw_health(raw_field(15, big), timeout=30).status ==
+          health_pb2.HealthCheckResponse.SERVING, "Health of 12 KB")
+    expect_error(lambda: describe(feed_pb2.DescribeRequest(dataset="n" * 5000), timeout=30),
+                 grpc.StatusCode.NOT_FOUND, "dataset", "Describe of a 5000-byte name")
+    expect_error(lambda: health(health_pb2.HealthCheckRequest(service="s" * 2000), timeout=30),
+                 grpc.StatusCode.NOT_FOUND, "service", "Health of a 2000-byte service")
+    # Past max-request-bytes (1 MiB): gRPC's own limit.
+    expect_error(lambda: raw_describe(raw_field(15, b"y" * (2 << 20)), timeout=30),
+                 grpc.StatusCode.RESOURCE_EXHAUSTED, "", "Describe of 2 MiB")
+    # A NUL byte in a name is refused, naming the field.
+    expect_error(lambda: describe(feed_pb2.DescribeRequest(dataset="\0"), timeout=30),
+                 grpc.StatusCode.INVALID_ARGUMENT, "dataset", "Describe('\\0')")
+    expect_error(lambda: describe(feed_pb2.DescribeRequest(dataset="d\0x"), timeout=30),
+                 grpc.StatusCode.INVALID_ARGUMENT, "dataset", "Describe('d\\0x')")
+    expect_error(lambda: health(health_pb2.HealthCheckRequest(service="feed.v1.Feed\0x"),
+                                timeout=30),
+                 grpc.StatusCode.INVALID_ARGUMENT, "service", "Health('feed.v1.Feed\\0x')")
+    train = dict(mode=feed_pb2.TRANSFORM_MODE_TRAIN, out_height=32, out_width=32)
+    stream_error(stream, feed_pb2,
+                 feed_pb2.SessionOpen(dataset="d\0/../../etc/passwd",
+                                      transform=feed_pb2.TransformSpec(**train)),
+                 grpc.StatusCode.INVALID_ARGUMENT, "open.dataset", "open.dataset with a NUL")
+    # Bounds and field names as the proto documents them.
+    for field, value, ok in [("out_height", 7, False), ("out_height", 2049, False),
+                             ("out_width", 4, False), ("out_width", 2048, True),
+                             ("ratio_min", 0.0099, False), ("ratio_min", 0.01, True),
+                             ("ratio_max", 101.0, False), ("ratio_max", 100.0, True),
+                             ("scale_min", 1.5, False), ("flip_prob", 1.5, False)]:
+        spec = dict(train, **{field: value})
+        if field == "ratio_min":
+            spec["ratio_max"] = 1.0
+        open_msg = feed_pb2.SessionOpen(dataset="d", transform=feed_pb2.TransformSpec(**spec))
+        if ok:
+            req = feed_pb2.BatchRequest(open=open_msg, batch_id=1, epoch=0, indices=[0])
+            got = list(stream(iter([req]), timeout=60))
+            check(len(got) == 1, "%s=%r accepted" % (field, value))
+        else:
+            stream_error(stream, feed_pb2, open_msg, grpc.StatusCode.INVALID_ARGUMENT,
+                         "transform." + field, "%s=%r" % (field, value))
+    evalspec = dict(mode=feed_pb2.TRANSFORM_MODE_EVAL, out_height=32, out_width=48)
+    for value, ok in [(47, False), (48, True), (65536, True), (65537, False)]:
+        open_msg = feed_pb2.SessionOpen(dataset="d", transform=feed_pb2.TransformSpec(
+            resize_size=value, **evalspec))
+        if ok:
+            req = feed_pb2.BatchRequest(open=open_msg, batch_id=1, epoch=0, indices=[0])
+            check(len(list(stream(iter([req]), timeout=60))) == 1, "resize_size=%d" % value)
+        else:
+            stream_error(stream, feed_pb2, open_msg, grpc.StatusCode.INVALID_ARGUMENT,
+                         "transform.resize_size", "resize_size=%d" % value)
+
+
 def main():
     feedd, gen, proto_dir = sys.argv[1:4]
     tmp = tempfile.mkdtemp(prefix="feedd-interop-py.")
@@ -110,6 +211,8 @@ def main():
                                      response_deserializer=health_pb2.HealthCheckResponse.FromString)
         check(health(health_pb2.HealthCheckRequest(), timeout=30).status ==
               health_pb2.HealthCheckResponse.SERVING, "health SERVING")
+
+        contract_checks(channel, feed_pb2, health_pb2)
 
         stream = channel.stream_stream("/feed.v1.Feed/Stream",
                                        request_serializer=feed_pb2.BatchRequest.SerializeToString,
