@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -55,6 +56,30 @@ static int write_port_file(const char *path, int port)
     if (rc < 0)
         FEED_LOGE("cannot write port file %s: %s", path, strerror(errno));
     return rc;
+}
+
+/*
+ * Every connection costs a descriptor, and the default soft limit (1024)
+ * is a few hundred idle clients: take the hard limit, which needs no
+ * privilege.
+ */
+static void raise_nofile_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        FEED_LOGW("open-file limit: %s", strerror(errno));
+    } else if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+            FEED_LOGI("open-file limit raised from %llu to %llu", (unsigned long long)was,
+                      (unsigned long long)rl.rlim_cur);
+        else
+            FEED_LOGW("open-file limit stays %llu (hard %llu): %s", (unsigned long long)was,
+                      (unsigned long long)rl.rlim_max, strerror(errno));
+    } else {
+        FEED_LOGI("open-file limit %llu (the hard limit)", (unsigned long long)rl.rlim_cur);
+    }
 }
 
 /* Wait for drained streams or the deadline; a second signal ends the wait. */
@@ -101,6 +126,7 @@ int main(int argc, char **argv)
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    raise_nofile_limit();
 
     int exit_code = 1;
     feed_dataset *ds[FEEDD_MAX_DATASETS] = {0};

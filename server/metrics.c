@@ -2,12 +2,16 @@
  * Prometheus exposition of feedd_metrics over libmicrohttpd (its own polling
  * thread). Rendering reads the atomics without locks; the numbers of one
  * scrape are each exact but not a consistent snapshot of each other.
+ *
+ * Connections come from feedd's own listener (listener.h), not MHD's, which
+ * busy-loops when accept() fails with EMFILE. MHD's own log goes through
+ * a rate limit (guarded by mu).
  */
 #include "metrics.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,11 +21,20 @@
 
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "feed/timeutil.h"
+#include "listener.h"
 
 feedd_metrics feedd_m;
 
+#define METRICS_CONN_LIMIT 64u
+#define METRICS_IDLE_TIMEOUT_S 10u
+#define METRICS_LOG_MS 1000
+
 struct feedd_metrics_server {
     struct MHD_Daemon *daemon;
+    feedd_listener *listener;
+    pthread_mutex_t mu;
+    uint64_t log_last_ns, log_dropped; /* guarded by mu */
 };
 
 #define RENDER_CAP (64 * 1024)
@@ -139,75 +152,89 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     } else {
         size_t len = 0;
         char *body = feedd_metrics_render(&len);
-        if (!body)
-            return MHD_NO;
-        resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+        if (body)
+            resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
         if (resp)
             MHD_add_response_header(resp, "Content-Type", "text/plain; version=0.0.4");
         else
             free(body);
     }
-    if (!resp)
-        return MHD_NO;
-    enum MHD_Result r = MHD_queue_response(conn, code, resp);
-    MHD_destroy_response(resp);
+    enum MHD_Result r = MHD_NO;
+    if (resp) {
+        r = MHD_queue_response(conn, code, resp);
+        MHD_destroy_response(resp);
+    }
     return r;
+}
+
+/* The listener's thread: MHD takes the connection (and closes it if it cannot). */
+static void on_connection(void *arg, int fd, const struct sockaddr *addr, socklen_t len)
+{
+    feedd_metrics_server *m = arg;
+    MHD_add_connection(m->daemon, fd, addr, len);
+}
+
+/* MHD's log, at most one line per METRICS_LOG_MS, with how many were dropped. */
+static void on_log(void *cls, const char *fmt, va_list ap)
+{
+    feedd_metrics_server *m = cls;
+    uint64_t now = feed_now_ns(), dropped = 0;
+    bool emit = false;
+    pthread_mutex_lock(&m->mu);
+    if (m->log_last_ns == 0 || now - m->log_last_ns >= (uint64_t)METRICS_LOG_MS * 1000000u) {
+        emit = true;
+        dropped = m->log_dropped;
+        m->log_dropped = 0;
+        m->log_last_ns = now;
+    } else {
+        m->log_dropped++;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (emit) {
+        char line[512];
+        vsnprintf(line, sizeof line, fmt, ap);
+        line[strcspn(line, "\n")] = '\0';
+        FEED_LOGW("metrics: %s (%llu similar messages dropped)", line, (unsigned long long)dropped);
+    }
 }
 
 int feedd_metrics_start(const char *addr, feedd_metrics_server **out, int *port)
 {
-    char host[128] = "0.0.0.0";
-    const char *p = addr;
-    const char *colon = strrchr(addr, ':');
-    int rc = FEED_EINVAL;
+    int rc = FEED_ENOMEM;
     *out = NULL;
-    if (colon) {
-        size_t hl = (size_t)(colon - addr);
-        if (hl == 0 || hl >= sizeof host)
-            return FEED_EINVAL;
-        memcpy(host, addr, hl);
-        host[hl] = '\0';
-        p = colon + 1;
-    }
-    char *end = NULL;
-    long pv = strtol(p, &end, 10);
-    if (end == p || *end != '\0' || pv < 0 || pv > 65535)
-        return FEED_EINVAL;
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)pv);
-    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
-        return FEED_EINVAL;
     feedd_metrics_server *m = calloc(1, sizeof *m);
     if (!m)
-        return FEED_ENOMEM;
-    m->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)pv,
-                                 NULL, NULL, handle, NULL, MHD_OPTION_SOCK_ADDR,
-                                 (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT, 64u,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
-    if (!m->daemon) {
-        rc = FEED_EIO;
+        goto out;
+    pthread_mutex_init(&m->mu, NULL);
+    rc = feedd_listener_open(addr, "metrics", &m->listener, port);
+    if (rc != 0)
         goto fail;
-    }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(m->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    if (!info || info->port == 0) {
-        rc = FEED_EIO;
+    rc = FEED_EIO;
+    m->daemon = MHD_start_daemon(
+        MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+        0, NULL, NULL, handle, m, MHD_OPTION_EXTERNAL_LOGGER, on_log, m,
+        MHD_OPTION_CONNECTION_LIMIT, METRICS_CONN_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
+        METRICS_IDLE_TIMEOUT_S, MHD_OPTION_END);
+    if (!m->daemon)
         goto fail;
-    }
-    *port = info->port;
+    rc = feedd_listener_start(m->listener, on_connection, m);
+    if (rc != 0)
+        goto fail;
     *out = m;
-    return 0;
+    goto out;
 fail:
     feedd_metrics_stop(m);
+out:
     return rc;
 }
 
 void feedd_metrics_stop(feedd_metrics_server *m)
 {
-    if (!m)
-        return;
-    if (m->daemon)
-        MHD_stop_daemon(m->daemon);
-    free(m);
+    if (m) {
+        feedd_listener_close(m->listener);
+        if (m->daemon)
+            MHD_stop_daemon(m->daemon);
+        pthread_mutex_destroy(&m->mu);
+        free(m);
+    }
 }

@@ -20,11 +20,13 @@
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
+#include <grpc/grpc_posix.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
 
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "listener.h"
 #include "memory.h"
 #include "metrics.h"
 #include "service_internal.h"
@@ -270,17 +272,30 @@ out:
 }
 
 /*
- * Listen on cfg->listen. The last step before the start: gRPC cannot destroy
- * a server that has a listener and was never started. 0 or FEED_EIO.
+ * A connection from the service's own listener (listener.h: gRPC 1.51's
+ * would stop accepting for good at the first EMFILE). gRPC owns fd from
+ * here; it only takes insecure credentials for a connection it did not
+ * accept itself.
+ */
+static void on_connection(void *arg, int fd, const struct sockaddr *addr, socklen_t len)
+{
+    feedd_service *svc = arg;
+    (void)addr;
+    (void)len;
+    grpc_server_add_channel_from_fd(svc->server, fd, svc->creds);
+}
+
+/*
+ * Listen on cfg->listen; nothing is accepted until the listener starts,
+ * after grpc_server_start. 0, FEED_EINVAL, FEED_EIO or FEED_ENOMEM.
  */
 static int bind_port(feedd_service *svc, int *port)
 {
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-    *port = grpc_server_add_http2_port(svc->server, svc->cfg->listen, creds);
-    grpc_server_credentials_release(creds);
-    if (*port <= 0)
-        FEED_LOGE("cannot listen on %s", svc->cfg->listen);
-    return *port > 0 ? 0 : FEED_EIO;
+    int rc = FEED_ENOMEM;
+    svc->creds = grpc_insecure_server_credentials_create();
+    if (svc->creds)
+        rc = feedd_listener_open(svc->cfg->listen, "grpc", &svc->listener, port);
+    return rc;
 }
 
 /* Every queue's request slots, armed; after grpc_server_start. 0 or FEED_ENOMEM. */
@@ -341,6 +356,8 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
         goto fail;
     grpc_server_start(svc->server);
     rc = arm_slots(svc);
+    if (rc == 0)
+        rc = feedd_listener_start(svc->listener, on_connection, svc);
     if (rc != 0)
         goto fail_started;
     atomic_store(&feedd_m.serving, 1);
@@ -351,6 +368,8 @@ fail_started:
         feedd_service_free(svc);
     goto out;
 fail:
+    feedd_listener_close(svc->listener);
+    svc->listener = NULL;
     if (svc->server)
         grpc_server_destroy(svc->server);
     svc->server = NULL;
@@ -412,6 +431,9 @@ static bool wait_calls_gone(feedd_service *svc, uint32_t grace_ms)
 int feedd_service_stop(feedd_service *svc, uint32_t grace_ms)
 {
     int rc = 0;
+    /* First: no connection may reach a server that shuts down. */
+    feedd_listener_close(svc->listener);
+    svc->listener = NULL;
     if (svc->server) {
         pthread_mutex_lock(&svc->mu);
         svc->shutting_down = true;
@@ -442,6 +464,8 @@ void feedd_service_free(feedd_service *svc)
         }
         free(svc->cqts);
         feedd_memory_unref(svc->memory);
+        if (svc->creds)
+            grpc_server_credentials_release(svc->creds);
         pthread_cond_destroy(&svc->cv);
         pthread_mutex_destroy(&svc->mu);
         free(svc);

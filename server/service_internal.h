@@ -14,7 +14,8 @@
  * sends and statuses, and never decode. Pool workers finish batches and may
  * start a send themselves (grpc_call_start_batch is thread-safe); the send's
  * completion comes back on the call's queue. The granter thread (memory.c)
- * hands waiting batches their memory and submits them to the pool.
+ * hands waiting batches their memory and submits them to the pool. The
+ * listener thread (listener.h) accepts connections and hands them to gRPC.
  *
  * Locks, in this order: svc->mu (stream list, counters, shutdown state),
  * then stream->mu (everything in the stream marked "guarded by mu"), then
@@ -135,6 +136,8 @@ struct feedd_service {
     feedd_request_env env; /* cfg and datasets, for request.c */
     feedd_pool *pool;
     grpc_server *server;
+    grpc_server_credentials *creds;
+    struct feedd_listener *listener; /* accepts for server (listener.h) */
     void *methods[METHOD_COUNT];
     cq_thread *cqts;
     uint32_t n_cqts;

@@ -1,0 +1,160 @@
+/*
+ * feedd against hostile clients (issue 11): real feedd processes on
+ * 127.0.0.1 port 0, idle TCP connections opened by this test (bounded in
+ * count and time), then a real gRPC call or a metrics scrape that must
+ * still be served. Bounds are generous (tens of seconds) so that only a
+ * server that stopped serving exceeds them on a loaded machine.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "feed/errors.h"
+#include "feedtest.h"
+#include "feedtest_grpc.h"
+
+static char tmp_root[256];
+static char data_dir[300];
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A TCP connection to 127.0.0.1:port that sends nothing; -1 if connect fails. */
+static int idle_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+static int start(feed_test_server *s, const feed_test_server_opts *o)
+{
+    char ds[400];
+    snprintf(ds, sizeof ds, "d=%s", data_dir);
+    const char *args[] = {"--dataset", ds, "--threads", "1", NULL};
+    return feed_test_server_start_with(o, args, s);
+}
+
+static void expect_describe_ok(const feed_test_server *s)
+{
+    grpc_channel *ch = feedtest_channel(s->target);
+    grpc_status_code code = GRPC_STATUS_UNKNOWN;
+    Feed__V1__DescribeResponse *r = feedtest_describe(ch, "", &code);
+    if (!r)
+        fail_msg("Describe after the flood: status %d", code);
+    assert_int_equal(r->n_datasets, 1);
+    feed__v1__describe_response__free_unpacked(r, NULL);
+    grpc_channel_destroy(ch);
+}
+
+static void expect_metrics_ok(const feed_test_server *s)
+{
+    int status = 0;
+    char *body = NULL;
+    int rc = feed_test_http_get(s->metrics_port, "/metrics", &status, &body);
+    if (rc != 0)
+        fail_msg("GET /metrics: %s", feed_strerror(rc));
+    assert_int_equal(status, 200);
+    assert_non_null(strstr(body, "feedd_serving 1"));
+    free(body);
+}
+
+static long file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+#define FLOOD_GRPC 200
+#define FLOOD_METRICS 60
+#define LOG_BOUND (64 * 1024)
+
+/*
+ * Item 1: with 64 descriptors, idle connections to both ports exhaust
+ * them and a scrape comes in meanwhile; once they close, a new gRPC call
+ * and a scrape are served, and the log stays small. Before the fix gRPC
+ * 1.51 stopped accepting for good (Describe timed out) and libmicrohttpd
+ * logged megabytes in a busy loop.
+ */
+static void test_fd_exhaustion_recovers(void **state)
+{
+    (void)state;
+    char log_path[400];
+    snprintf(log_path, sizeof log_path, "%s/fd.log", tmp_root);
+    feed_test_server_opts o = {.log_path = log_path, .nofile = 64};
+    feed_test_server s;
+    assert_int_equal(start(&s, &o), 0);
+    static int fds[FLOOD_GRPC + FLOOD_METRICS];
+    size_t n = 0;
+    for (int i = 0; i < FLOOD_GRPC; i++)
+        fds[n++] = idle_connect(s.port);
+    for (int i = 0; i < FLOOD_METRICS; i++)
+        fds[n++] = idle_connect(s.metrics_port);
+    /* A scrape while descriptors are exhausted: it may fail, but must not make the server spin. */
+    int status = 0;
+    char *body = NULL;
+    feed_test_http_get(s.metrics_port, "/metrics", &status, &body);
+    free(body);
+    sleep_ms(2000);
+    for (size_t i = 0; i < n; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    expect_describe_ok(&s);
+    expect_metrics_ok(&s);
+    long size = file_size(log_path);
+    assert_int_equal(feed_test_server_stop(&s), 0);
+    if (size < 0 || size > LOG_BOUND)
+        fail_msg("feedd's log is %ld bytes (bound %d)", size, LOG_BOUND);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (feed_test_tmpdir("feedd-hostile", tmp_root, sizeof tmp_root) < 0)
+        return -1;
+    snprintf(data_dir, sizeof data_dir, "%s/data", tmp_root);
+    if (feed_test_make_imagefolder(data_dir, 2, 4, 7) < 0)
+        return -1;
+    grpc_init();
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    grpc_shutdown();
+    feed_test_rmtree(tmp_root);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fd_exhaustion_recovers),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
