@@ -4,8 +4,13 @@
  * scrape are each exact but not a consistent snapshot of each other.
  *
  * Connections come from feedd's own listener (listener.h), not MHD's, which
- * busy-loops when accept() fails with EMFILE. MHD's own log goes through
- * a rate limit (guarded by mu).
+ * busy-loops when accept() fails with EMFILE. At most METRICS_CONN_CAP
+ * connections are kept: a new one beyond that evicts the one idle longest
+ * (no request in progress) by shutting its socket down, so idle or
+ * half-sent connections cannot lock a scraper out; MHD then closes it on
+ * its next pass. The table of connections is guarded by mu: MHD's thread
+ * adds and removes entries (connection notifications), the listener's
+ * thread evicts. MHD's own log goes through a rate limit.
  */
 #include "metrics.h"
 
@@ -26,15 +31,25 @@
 
 feedd_metrics feedd_m;
 
-#define METRICS_CONN_LIMIT 64u
-#define METRICS_IDLE_TIMEOUT_S 10u
+#define METRICS_CONN_CAP 64
+/* MHD's own limit: room for evicted connections MHD has not closed yet. */
+#define METRICS_CONN_SLOTS (4 * METRICS_CONN_CAP)
+#define METRICS_IDLE_TIMEOUT_S 5u
 #define METRICS_LOG_MS 1000
+
+typedef struct metrics_conn {
+    bool used, evicted, in_request;
+    int fd;
+    uint64_t idle_since_ns;
+} metrics_conn;
 
 struct feedd_metrics_server {
     struct MHD_Daemon *daemon;
     feedd_listener *listener;
     pthread_mutex_t mu;
-    uint64_t log_last_ns, log_dropped; /* guarded by mu */
+    metrics_conn conns[METRICS_CONN_SLOTS]; /* guarded by mu */
+    size_t pending;                         /* handed to MHD, not yet started; guarded by mu */
+    uint64_t log_last_ns, log_dropped;      /* guarded by mu */
 };
 
 #define RENDER_CAP (64 * 1024)
@@ -130,17 +145,30 @@ char *feedd_metrics_render(size_t *len)
     return t.p;
 }
 
+static void set_in_request(feedd_metrics_server *m, struct MHD_Connection *conn, bool on)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    metrics_conn *c = ci ? ci->socket_context : NULL;
+    if (c) {
+        pthread_mutex_lock(&m->mu);
+        c->in_request = on;
+        c->idle_since_ns = feed_now_ns();
+        pthread_mutex_unlock(&m->mu);
+    }
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_len, void **con_cls)
 {
-    (void)cls;
     (void)version;
     (void)upload;
     (void)upload_len;
     (void)con_cls;
     struct MHD_Response *resp = NULL;
     unsigned code = MHD_HTTP_OK;
+    set_in_request(cls, conn, true);
     if (strcmp(method, "GET") != 0) {
         static const char msg[] = "only GET\n";
         code = MHD_HTTP_METHOD_NOT_ALLOWED;
@@ -167,11 +195,73 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     return r;
 }
 
-/* The listener's thread: MHD takes the connection (and closes it if it cannot). */
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)con_cls;
+    (void)toe;
+    set_in_request(cls, conn, false);
+}
+
+/* MHD's thread: a connection starts or ends; its table entry is its socket context. */
+static void on_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                      enum MHD_ConnectionNotificationCode toe)
+{
+    feedd_metrics_server *m = cls;
+    pthread_mutex_lock(&m->mu);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        m->pending -= m->pending > 0;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        for (size_t i = 0; i < METRICS_CONN_SLOTS && ci && !*socket_context; i++) {
+            metrics_conn *c = &m->conns[i];
+            if (!c->used) {
+                *c = (metrics_conn){true, false, false, ci->connect_fd, feed_now_ns()};
+                *socket_context = c;
+            }
+        }
+    } else if (*socket_context) {
+        metrics_conn *c = *socket_context;
+        c->used = false;
+        *socket_context = NULL;
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+/*
+ * The listener's thread: make room for one more connection, then hand it to
+ * MHD. Connections MHD has not started yet count, or a burst would pass
+ * the cap before any of it is in the table.
+ */
 static void on_connection(void *arg, int fd, const struct sockaddr *addr, socklen_t len)
 {
     feedd_metrics_server *m = arg;
-    MHD_add_connection(m->daemon, fd, addr, len);
+    bool evicting = true;
+    pthread_mutex_lock(&m->mu);
+    while (evicting) {
+        metrics_conn *idlest = NULL;
+        size_t kept = m->pending;
+        for (size_t i = 0; i < METRICS_CONN_SLOTS; i++) {
+            metrics_conn *c = &m->conns[i];
+            if (!c->used || c->evicted)
+                continue;
+            kept++;
+            if (!c->in_request && (!idlest || c->idle_since_ns < idlest->idle_since_ns))
+                idlest = c;
+        }
+        evicting = kept >= METRICS_CONN_CAP && idlest;
+        if (evicting) {
+            shutdown(idlest->fd, SHUT_RDWR);
+            idlest->evicted = true;
+        }
+    }
+    m->pending++;
+    pthread_mutex_unlock(&m->mu);
+    if (MHD_add_connection(m->daemon, fd, addr, len) != MHD_YES) {
+        pthread_mutex_lock(&m->mu);
+        m->pending -= m->pending > 0;
+        pthread_mutex_unlock(&m->mu);
+    }
 }
 
 /* MHD's log, at most one line per METRICS_LOG_MS, with how many were dropped. */
@@ -213,8 +303,9 @@ int feedd_metrics_start(const char *addr, feedd_metrics_server **out, int *port)
     m->daemon = MHD_start_daemon(
         MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC | MHD_USE_ERROR_LOG,
         0, NULL, NULL, handle, m, MHD_OPTION_EXTERNAL_LOGGER, on_log, m,
-        MHD_OPTION_CONNECTION_LIMIT, METRICS_CONN_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
-        METRICS_IDLE_TIMEOUT_S, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_CONN_SLOTS, MHD_OPTION_CONNECTION_TIMEOUT,
+        METRICS_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION, on_notify, m,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, m, MHD_OPTION_END);
     if (!m->daemon)
         goto fail;
     rc = feedd_listener_start(m->listener, on_connection, m);

@@ -12,6 +12,9 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +26,7 @@
 #include <cmocka.h>
 
 #include "feed/errors.h"
+#include "feed/timeutil.h"
 #include "feedtest.h"
 #include "feedtest_grpc.h"
 
@@ -131,6 +135,83 @@ static void test_fd_exhaustion_recovers(void **state)
         fail_msg("feedd's log is %ld bytes (bound %d)", size, LOG_BOUND);
 }
 
+/* An attacker that keeps `count` idle connections open, reconnecting each the server closes. */
+typedef struct idle_holder {
+    int port;
+    int fds[256];
+    int count;
+    atomic_bool stop;
+    atomic_int reconnects;
+} idle_holder;
+
+#define HOLD_MAX_MS 120000
+#define HOLD_MAX_RECONNECTS 20000
+
+static void *hold_main(void *arg)
+{
+    idle_holder *h = arg;
+    struct pollfd p[256];
+    uint64_t until = feed_now_ns() + (uint64_t)HOLD_MAX_MS * 1000000u;
+    while (!atomic_load(&h->stop) && feed_now_ns() < until &&
+           atomic_load(&h->reconnects) < HOLD_MAX_RECONNECTS) {
+        for (int i = 0; i < h->count; i++)
+            p[i] = (struct pollfd){h->fds[i], POLLIN, 0};
+        poll(p, (nfds_t)h->count, 50);
+        for (int i = 0; i < h->count; i++) {
+            if (h->fds[i] >= 0 && !p[i].revents)
+                continue;
+            if (h->fds[i] >= 0)
+                close(h->fds[i]);
+            h->fds[i] = idle_connect(h->port);
+            atomic_fetch_add(&h->reconnects, 1);
+        }
+    }
+    return NULL;
+}
+
+#define HOLD_IDLE 200
+#define SCRAPE_TRIES 3
+
+/*
+ * Item 6: 200 idle connections to the metrics port, re-opened as soon as
+ * the server closes one. Before the fix they took all 64 of
+ * libmicrohttpd's slots for 10 s at a time and every scrape waited behind
+ * them past its 10 s bound; now a new connection evicts the one idle
+ * longest, so a scrape is answered.
+ */
+static void test_metrics_idle_connections(void **state)
+{
+    (void)state;
+    feed_test_server s;
+    assert_int_equal(start(&s, NULL), 0);
+    static idle_holder h;
+    h.port = s.metrics_port;
+    h.count = HOLD_IDLE;
+    atomic_store(&h.stop, false);
+    atomic_store(&h.reconnects, 0);
+    for (int i = 0; i < h.count; i++)
+        h.fds[i] = idle_connect(h.port);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, hold_main, &h), 0);
+    int status = 0, rc = FEED_EIO;
+    for (int k = 0; k < SCRAPE_TRIES && rc != 0; k++) {
+        char *body = NULL;
+        rc = feed_test_http_get(s.metrics_port, "/metrics", &status, &body);
+        if (rc == 0 && (status != 200 || !strstr(body, "feedd_serving 1")))
+            rc = FEED_EPROTO;
+        free(body);
+    }
+    atomic_store(&h.stop, true);
+    pthread_join(t, NULL);
+    for (int i = 0; i < h.count; i++)
+        if (h.fds[i] >= 0)
+            close(h.fds[i]);
+    int stop_rc = feed_test_server_stop(&s);
+    if (rc != 0)
+        fail_msg("no scrape answered in %d tries of 10 s: %s", SCRAPE_TRIES, feed_strerror(rc));
+    assert_int_equal(stop_rc, 0);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -155,6 +236,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fd_exhaustion_recovers),
+        cmocka_unit_test(test_metrics_idle_connections),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
