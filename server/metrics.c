@@ -31,6 +31,19 @@
 
 feedd_metrics feedd_m;
 
+/* feedd_metrics_set_extra's; extra_mu is held across each call of extra_fn. */
+static pthread_mutex_t extra_mu = PTHREAD_MUTEX_INITIALIZER;
+static feedd_metrics_extra_fn extra_fn;
+static void *extra_arg;
+
+void feedd_metrics_set_extra(feedd_metrics_extra_fn fn, void *arg)
+{
+    pthread_mutex_lock(&extra_mu);
+    extra_fn = fn;
+    extra_arg = arg;
+    pthread_mutex_unlock(&extra_mu);
+}
+
 #define METRICS_CONN_CAP 64
 /* MHD's own limit: room for evicted connections MHD has not closed yet. */
 #define METRICS_CONN_SLOTS (4 * METRICS_CONN_CAP)
@@ -104,6 +117,9 @@ char *feedd_metrics_render(size_t *len)
     counter(&t, "feedd_bytes_total", "Batch pixel bytes handed to gRPC.", ld(&m->bytes));
     counter(&t, "feedd_requests_total", "Batch requests accepted.", ld(&m->requests));
     counter(&t, "feedd_streams_total", "Stream calls opened.", ld(&m->streams_opened));
+    counter(&t, "feedd_streams_stalled_total",
+            "Streams cancelled because a send made no progress for send-stall-ms.",
+            ld(&m->streams_stalled));
     put(&t, "# HELP feedd_decode_errors_total Failed samples by kind.\n"
             "# TYPE feedd_decode_errors_total counter\n");
     for (int s = 1; s < FEED_SAMPLE_STATUS_COUNT; s++)
@@ -141,6 +157,11 @@ char *feedd_metrics_render(size_t *len)
     gauge(&t, "feedd_memory_bytes", "Batch buffers allocated.", ldg(&m->memory_bytes));
     gauge(&t, "feedd_serving", "1 while serving, 0 while draining.",
           atomic_load_explicit(&m->serving, memory_order_relaxed));
+    pthread_mutex_lock(&extra_mu);
+    if (extra_fn)
+        t.len += extra_fn(extra_arg, t.p + t.len, t.cap - t.len - 1);
+    pthread_mutex_unlock(&extra_mu);
+    t.p[t.len] = '\0';
     *len = t.len;
     return t.p;
 }
@@ -231,29 +252,28 @@ static void on_notify(void *cls, struct MHD_Connection *conn, void **socket_cont
 /*
  * The listener's thread: make room for one more connection, then hand it to
  * MHD. Connections MHD has not started yet count, or a burst would pass
- * the cap before any of it is in the table.
+ * the cap before any of it is in the table. One arrival evicts at most one
+ * connection, so an attacker's reconnects churn one for one instead of
+ * emptying the table.
  */
 static void on_connection(void *arg, int fd, const struct sockaddr *addr, socklen_t len)
 {
     feedd_metrics_server *m = arg;
-    bool evicting = true;
+    metrics_conn *idlest = NULL;
+    size_t kept = 0;
     pthread_mutex_lock(&m->mu);
-    while (evicting) {
-        metrics_conn *idlest = NULL;
-        size_t kept = m->pending;
-        for (size_t i = 0; i < METRICS_CONN_SLOTS; i++) {
-            metrics_conn *c = &m->conns[i];
-            if (!c->used || c->evicted)
-                continue;
-            kept++;
-            if (!c->in_request && (!idlest || c->idle_since_ns < idlest->idle_since_ns))
-                idlest = c;
-        }
-        evicting = kept >= METRICS_CONN_CAP && idlest;
-        if (evicting) {
-            shutdown(idlest->fd, SHUT_RDWR);
-            idlest->evicted = true;
-        }
+    kept = m->pending;
+    for (size_t i = 0; i < METRICS_CONN_SLOTS; i++) {
+        metrics_conn *c = &m->conns[i];
+        if (!c->used || c->evicted)
+            continue;
+        kept++;
+        if (!c->in_request && (!idlest || c->idle_since_ns < idlest->idle_since_ns))
+            idlest = c;
+    }
+    if (kept >= METRICS_CONN_CAP && idlest) {
+        shutdown(idlest->fd, SHUT_RDWR);
+        idlest->evicted = true;
     }
     m->pending++;
     pthread_mutex_unlock(&m->mu);

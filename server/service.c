@@ -15,6 +15,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,7 @@
 
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "feed/timeutil.h"
 #include "listener.h"
 #include "memory.h"
 #include "metrics.h"
@@ -396,6 +398,49 @@ size_t feedd_service_open_streams(feedd_service *svc)
     size_t n = svc->open_streams;
     pthread_mutex_unlock(&svc->mu);
     return n;
+}
+
+void feedd_service_check_stalls(feedd_service *svc)
+{
+    uint32_t stall_ms = svc->cfg->send_stall_ms;
+    if (stall_ms) {
+        uint64_t now = feed_now_ns();
+        pthread_mutex_lock(&svc->mu);
+        for (feed_list_node *n = svc->streams.first; n; n = n->next)
+            feedd_stream_check_stall(FEED_LIST_ENTRY(n, stream, link), now, stall_ms);
+        pthread_mutex_unlock(&svc->mu);
+    }
+}
+
+size_t feedd_service_render_streams(void *arg, char *buf, size_t cap)
+{
+    feedd_service *svc = arg;
+    size_t len = 0;
+    int n = snprintf(buf, cap,
+                     "# HELP feedd_stream_memory_bytes Batch memory a stream holds (granted, "
+                     "not yet sent).\n# TYPE feedd_stream_memory_bytes gauge\n");
+    len = n > 0 && (size_t)n < cap ? (size_t)n : 0;
+    pthread_mutex_lock(&svc->mu);
+    for (feed_list_node *node = svc->streams.first; node && len < cap; node = node->next) {
+        stream *s = FEED_LIST_ENTRY(node, stream, link);
+        char client[2 * FEEDD_CLIENT_NAME_MAX + 1];
+        size_t c = 0;
+        pthread_mutex_lock(&s->mu);
+        /* Printable ASCII already; a label value escapes only these two. */
+        for (const char *p = s->sess.client_name; *p; p++) {
+            if (*p == '"' || *p == '\\')
+                client[c++] = '\\';
+            client[c++] = *p;
+        }
+        client[c] = '\0';
+        n = snprintf(buf + len, cap - len,
+                     "feedd_stream_memory_bytes{peer=\"%s\",client=\"%s\"} %llu\n", s->peer, client,
+                     (unsigned long long)atomic_load(&s->mem.used));
+        pthread_mutex_unlock(&s->mu);
+        len = n > 0 && (size_t)n < cap - len ? len + (size_t)n : len;
+    }
+    pthread_mutex_unlock(&svc->mu);
+    return len;
 }
 
 /*

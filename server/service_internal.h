@@ -125,6 +125,7 @@ struct stream {
     uint64_t mem_sending;
     feedd_queue q;
     uint64_t send_started_ns;
+    bool stall_cancelled; /* feedd_stream_check_stall cancelled the call */
     uint64_t batches_sent, bytes_sent, requests;
 };
 
@@ -173,6 +174,8 @@ void feedd_stream_on_status(stream *s);
 void feedd_stream_on_close(stream *s);
 /* The main thread: the service drains; under svc->mu. */
 void feedd_stream_drain(stream *s);
+/* The main thread, under svc->mu: cancel s if its pending send is older than stall_ms. */
+void feedd_stream_check_stall(stream *s, uint64_t now_ns, uint32_t stall_ms);
 /* The granter thread: the job's bytes are reserved in both caps (memory.h's granted). */
 void feedd_stream_on_granted(feedd_mem_waiter *w);
 

@@ -212,6 +212,119 @@ static void test_metrics_idle_connections(void **state)
     assert_int_equal(stop_rc, 0);
 }
 
+#define PAUSED_SIDE 224
+#define PAUSED_BATCH 32 /* 4.8 MB a batch: two fill a paused stream's 10 MiB */
+#define PAUSED_WINDOW 16
+#define ACTIVE_BATCHES 12
+#define ACTIVE_BOUND_S 120
+
+static int send_req(feedtest_stream *st, Feed__V1__SessionOpen *open, uint64_t id)
+{
+    static uint64_t idx[PAUSED_BATCH];
+    for (uint64_t i = 0; i < PAUSED_BATCH; i++)
+        idx[i] = (id * 7 + i) % 8;
+    Feed__V1__BatchRequest r = FEED__V1__BATCH_REQUEST__INIT;
+    r.open = open;
+    r.batch_id = id;
+    r.epoch = 1;
+    r.n_indices = PAUSED_BATCH;
+    r.indices = idx;
+    return feedtest_stream_send(st, &r);
+}
+
+static void open_session(Feed__V1__SessionOpen *o, Feed__V1__TransformSpec *t)
+{
+    feed__v1__transform_spec__init(t);
+    t->mode = FEED__V1__TRANSFORM_MODE__TRANSFORM_MODE_TRAIN;
+    t->out_height = t->out_width = PAUSED_SIDE;
+    t->flip_prob = 0.5;
+    feed__v1__session_open__init(o);
+    o->dataset = (char *)"d";
+    o->transform = t;
+    o->seed = 3;
+    o->window = PAUSED_WINDOW;
+    o->protocol_version = 1;
+    o->client_name = (char *)"test_hostile";
+}
+
+/*
+ * Item 4: two clients that ask for a full window and never read hold their
+ * streams' memory (10 MiB each of the 20 MiB total); a third client that
+ * reads must still get ACTIVE_BATCHES batches within a generous bound.
+ * The paused streams are cancelled once their sends make no progress for
+ * --send-stall-ms; before that flag they held the memory for ever and the
+ * active client got nothing.
+ */
+static void test_paused_clients_do_not_stall_others(void **state)
+{
+    (void)state;
+    char ds[400];
+    snprintf(ds, sizeof ds, "d=%s", data_dir);
+    const char *args[] = {"--dataset",
+                          ds,
+                          "--threads",
+                          "2",
+                          "--max-memory",
+                          "20M",
+                          "--max-stream-memory",
+                          "10M",
+                          "--send-stall-ms",
+                          "2000",
+                          NULL};
+    feed_test_server s;
+    assert_int_equal(feed_test_server_start_with(NULL, args, &s), 0);
+    Feed__V1__TransformSpec t;
+    Feed__V1__SessionOpen open;
+    open_session(&open, &t);
+    grpc_channel *paused_ch[2];
+    feedtest_stream paused[2];
+    for (int p = 0; p < 2; p++) {
+        paused_ch[p] = feedtest_channel(s.target);
+        assert_int_equal(feedtest_stream_open(paused_ch[p], ACTIVE_BOUND_S + 60, &paused[p]), 0);
+        for (uint64_t k = 0; k < PAUSED_WINDOW; k++)
+            assert_int_equal(send_req(&paused[p], k == 0 ? &open : NULL, k), 0);
+    }
+    /* Each open stream's held bytes are exported (wait for the server to see them, bounded). */
+    bool exported = false;
+    for (int i = 0; i < 600 && !exported; i++) {
+        int status = 0;
+        char *body = NULL;
+        if (feed_test_http_get(s.metrics_port, "/metrics", &status, &body) == 0)
+            exported = strstr(body, "feedd_stream_memory_bytes{peer=\"") != NULL &&
+                       strstr(body, "client=\"test_hostile\"}") != NULL;
+        free(body);
+        if (!exported)
+            sleep_ms(100);
+    }
+    assert_true(exported);
+    grpc_channel *ch = feedtest_channel(s.target);
+    feedtest_stream a;
+    assert_int_equal(feedtest_stream_open(ch, ACTIVE_BOUND_S, &a), 0);
+    int got = 0;
+    for (uint64_t k = 0; k < ACTIVE_BATCHES; k++) {
+        if (send_req(&a, k == 0 ? &open : NULL, 1000 + k) != 0)
+            break;
+        Feed__V1__Batch *b = feedtest_stream_recv(&a);
+        if (!b)
+            break;
+        got += b->batch_id == 1000 + k;
+        feed__v1__batch__free_unpacked(b, NULL);
+    }
+    feedtest_stream_cancel(&a);
+    feedtest_stream_finish(&a, NULL, 0);
+    grpc_channel_destroy(ch);
+    for (int p = 0; p < 2; p++) {
+        feedtest_stream_cancel(&paused[p]);
+        feedtest_stream_finish(&paused[p], NULL, 0);
+        grpc_channel_destroy(paused_ch[p]);
+    }
+    int stop_rc = feed_test_server_stop(&s);
+    if (got != ACTIVE_BATCHES)
+        fail_msg("the reading client got %d of %d batches within %d s", got, ACTIVE_BATCHES,
+                 ACTIVE_BOUND_S);
+    assert_int_equal(stop_rc, 0);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -237,6 +350,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fd_exhaustion_recovers),
         cmocka_unit_test(test_metrics_idle_connections),
+        cmocka_unit_test(test_paused_clients_do_not_stall_others),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
