@@ -434,7 +434,8 @@ size_t feedd_service_render_streams(void *arg, char *buf, size_t cap)
         }
         client[c] = '\0';
         n = snprintf(buf + len, cap - len,
-                     "feedd_stream_memory_bytes{peer=\"%s\",client=\"%s\"} %llu\n", s->peer, client,
+                     "feedd_stream_memory_bytes{stream=\"%llu\",peer=\"%s\",client=\"%s\"} %llu\n",
+                     (unsigned long long)s->id, s->peer, client,
                      (unsigned long long)atomic_load(&s->mem.used));
         pthread_mutex_unlock(&s->mu);
         len = n > 0 && (size_t)n < cap - len ? len + (size_t)n : len;

@@ -45,7 +45,8 @@ size_t feedd_service_open_streams(feedd_service *svc);
 void feedd_service_check_stalls(feedd_service *svc);
 /*
  * feedd_metrics_extra_fn over a feedd_service: feedd_stream_memory_bytes
- * per open stream, labelled by peer and client name.
+ * per open stream, labelled by stream number (one connection may carry
+ * several streams of one client), peer and client name.
  */
 size_t feedd_service_render_streams(void *svc, char *buf, size_t cap);
 /*

@@ -108,6 +108,7 @@ struct stream {
     feedd_service *svc;
     cq_thread *cqt;
     grpc_call *call;
+    uint64_t id; /* 1, 2, ... in the order streams opened; names it in metrics */
     char peer[128];
     tag t_recv, t_send, t_close, t_status;
     pthread_mutex_t mu;

@@ -434,12 +434,12 @@ static void stream_open(stream *s)
 
     pthread_mutex_lock(&svc->mu);
     bool too_many = svc->open_streams >= svc->cfg->max_streams;
+    s->id = atomic_fetch_add_explicit(&feedd_m.streams_opened, 1, memory_order_relaxed) + 1;
     feed_list_push_front(&svc->streams, &s->link);
     svc->live_streams++;
     svc->open_streams++;
     pthread_mutex_unlock(&svc->mu);
     feedd_gauge(&feedd_m.active_streams, 1);
-    feedd_count(&feedd_m.streams_opened, 1);
 
     pthread_mutex_lock(&s->mu);
     s->refs = 2; /* the open call and the RECV_CLOSE op */

@@ -290,7 +290,7 @@ static void test_paused_clients_do_not_stall_others(void **state)
         int status = 0;
         char *body = NULL;
         if (feed_test_http_get(s.metrics_port, "/metrics", &status, &body) == 0)
-            exported = strstr(body, "feedd_stream_memory_bytes{peer=\"") != NULL &&
+            exported = strstr(body, "feedd_stream_memory_bytes{stream=\"") != NULL &&
                        strstr(body, "client=\"test_hostile\"}") != NULL;
         free(body);
         if (!exported)
