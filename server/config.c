@@ -60,8 +60,11 @@ static const key_def keys[] = {
      "write the bound metrics port here"},
     {"max-memory", KEY_BYTES, OFF(max_memory), 0, 1 << 20, 1024 * GiB, "1G",
      "all batch buffers together; a request beyond it waits for memory to free"},
-    {"max-stream-memory", KEY_BYTES, OFF(max_stream_memory), 0, 1 << 20, 1024 * GiB, "512M",
+    {"max-stream-memory", KEY_BYTES, OFF(max_stream_memory), 0, 1 << 20, 1024 * GiB, "128M",
      "batch buffers of one stream; a request beyond it waits for the stream's sends"},
+    {"send-stall-ms", KEY_U32, OFF(send_stall_ms), 0, 0, 3600000, "30000",
+     "end a stream (RESOURCE_EXHAUSTED) whose pending send makes no progress this long, the "
+     "client having stopped reading; 0 = never"},
     /* 1G: a Batch is one gRPC message, and gRPC and libfeedclient cap messages at INT_MAX. */
     {"max-batch-bytes", KEY_BYTES, OFF(max_batch_bytes), 0, 1 << 16, 1 * GiB, "256M",
      "largest Batch.data; at most 1G, as one gRPC message must stay under 2 GiB; a larger "

@@ -36,6 +36,7 @@ typedef struct feedd_config {
     uint64_t max_jpeg_bytes; /* engine and dataset reader: bytes of one file */
     uint32_t task_samples;   /* samples a worker takes from a batch at a time; 0 = auto */
     uint32_t drain_timeout_ms;
+    uint32_t send_stall_ms; /* a send pending this long ends its stream; 0 = never */
     uint64_t cache_bytes; /* augmented-sample cache; 0 = off */
     int log_level;
     feedd_dataset_arg datasets[FEEDD_MAX_DATASETS];

@@ -2,7 +2,8 @@
  * feedd: parse the configuration, open the datasets, start the worker pool,
  * the gRPC service and the metrics endpoint, then wait for SIGTERM/SIGINT.
  * Signals are blocked in every thread and taken synchronously here with
- * sigwaitinfo (no work in a handler). On the first signal the service
+ * sigtimedwait (no work in a handler), whose timeout also paces the check
+ * for streams whose sends stalled. On the first signal the service
  * drains: it finishes accepted batches, refuses new ones and cancels what is
  * left after --drain-timeout-ms; a second signal cuts the drain short. If
  * gRPC still holds cancelled calls STOP_GRACE_MS later (a client that stopped
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,6 +38,9 @@
  */
 #define STOP_GRACE_MS 1000
 
+/* How often the main thread looks for streams whose sends stalled (--send-stall-ms). */
+#define STALL_CHECK_MS 250
+
 /* Write "PORT\n" to path atomically (temp file + rename): readers never see half a number. */
 static int write_port_file(const char *path, int port)
 {
@@ -55,6 +60,30 @@ static int write_port_file(const char *path, int port)
     if (rc < 0)
         FEED_LOGE("cannot write port file %s: %s", path, strerror(errno));
     return rc;
+}
+
+/*
+ * Every connection costs a descriptor, and the default soft limit (1024)
+ * is a few hundred idle clients: take the hard limit, which needs no
+ * privilege.
+ */
+static void raise_nofile_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        FEED_LOGW("open-file limit: %s", strerror(errno));
+    } else if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+            FEED_LOGI("open-file limit raised from %llu to %llu", (unsigned long long)was,
+                      (unsigned long long)rl.rlim_cur);
+        else
+            FEED_LOGW("open-file limit stays %llu (hard %llu): %s", (unsigned long long)was,
+                      (unsigned long long)rl.rlim_max, strerror(errno));
+    } else {
+        FEED_LOGI("open-file limit %llu (the hard limit)", (unsigned long long)rl.rlim_cur);
+    }
 }
 
 /* Wait for drained streams or the deadline; a second signal ends the wait. */
@@ -101,6 +130,7 @@ int main(int argc, char **argv)
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    raise_nofile_limit();
 
     int exit_code = 1;
     feed_dataset *ds[FEEDD_MAX_DATASETS] = {0};
@@ -146,6 +176,7 @@ int main(int argc, char **argv)
     rc = feedd_service_start(&cfg, served, cfg.n_datasets, pool, &svc, &port);
     if (rc < 0)
         goto out;
+    feedd_metrics_set_extra(feedd_service_render_streams, svc);
     if (cfg.metrics_listen[0]) {
         int mport = 0;
         rc = feedd_metrics_start(cfg.metrics_listen, &metrics, &mport);
@@ -165,12 +196,14 @@ int main(int argc, char **argv)
         goto out;
 
     siginfo_t si;
-    while (sigwaitinfo(&set, &si) < 0 && errno == EINTR)
-        ;
+    const struct timespec tick = {0, STALL_CHECK_MS * 1000000L};
+    while (sigtimedwait(&set, &si, &tick) < 0)
+        feedd_service_check_stalls(svc);
     FEED_LOGI("signal %d: draining (timeout %u ms)", si.si_signo, cfg.drain_timeout_ms);
     drain(svc, &set, cfg.drain_timeout_ms);
     exit_code = 0;
 out:
+    feedd_metrics_set_extra(NULL, NULL);
     if (svc) {
         if (feedd_service_stop(svc, STOP_GRACE_MS) < 0) {
             FEED_LOGW("exiting without cleanup");

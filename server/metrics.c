@@ -2,12 +2,21 @@
  * Prometheus exposition of feedd_metrics over libmicrohttpd (its own polling
  * thread). Rendering reads the atomics without locks; the numbers of one
  * scrape are each exact but not a consistent snapshot of each other.
+ *
+ * Connections come from feedd's own listener (listener.h), not MHD's, which
+ * busy-loops when accept() fails with EMFILE. At most METRICS_CONN_CAP
+ * connections are kept: a new one beyond that evicts the one idle longest
+ * (no request in progress) by shutting its socket down, so idle or
+ * half-sent connections cannot lock a scraper out; MHD then closes it on
+ * its next pass. The table of connections is guarded by mu: MHD's thread
+ * adds and removes entries (connection notifications), the listener's
+ * thread evicts. MHD's own log goes through a rate limit.
  */
 #include "metrics.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,11 +26,43 @@
 
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "feed/timeutil.h"
+#include "listener.h"
 
 feedd_metrics feedd_m;
 
+/* feedd_metrics_set_extra's; extra_mu is held across each call of extra_fn. */
+static pthread_mutex_t extra_mu = PTHREAD_MUTEX_INITIALIZER;
+static feedd_metrics_extra_fn extra_fn;
+static void *extra_arg;
+
+void feedd_metrics_set_extra(feedd_metrics_extra_fn fn, void *arg)
+{
+    pthread_mutex_lock(&extra_mu);
+    extra_fn = fn;
+    extra_arg = arg;
+    pthread_mutex_unlock(&extra_mu);
+}
+
+#define METRICS_CONN_CAP 64
+/* MHD's own limit: room for evicted connections MHD has not closed yet. */
+#define METRICS_CONN_SLOTS (4 * METRICS_CONN_CAP)
+#define METRICS_IDLE_TIMEOUT_S 5u
+#define METRICS_LOG_MS 1000
+
+typedef struct metrics_conn {
+    bool used, evicted, in_request;
+    int fd;
+    uint64_t idle_since_ns;
+} metrics_conn;
+
 struct feedd_metrics_server {
     struct MHD_Daemon *daemon;
+    feedd_listener *listener;
+    pthread_mutex_t mu;
+    metrics_conn conns[METRICS_CONN_SLOTS]; /* guarded by mu */
+    size_t pending;                         /* handed to MHD, not yet started; guarded by mu */
+    uint64_t log_last_ns, log_dropped;      /* guarded by mu */
 };
 
 #define RENDER_CAP (64 * 1024)
@@ -76,6 +117,9 @@ char *feedd_metrics_render(size_t *len)
     counter(&t, "feedd_bytes_total", "Batch pixel bytes handed to gRPC.", ld(&m->bytes));
     counter(&t, "feedd_requests_total", "Batch requests accepted.", ld(&m->requests));
     counter(&t, "feedd_streams_total", "Stream calls opened.", ld(&m->streams_opened));
+    counter(&t, "feedd_streams_stalled_total",
+            "Streams cancelled because a send made no progress for send-stall-ms.",
+            ld(&m->streams_stalled));
     put(&t, "# HELP feedd_decode_errors_total Failed samples by kind.\n"
             "# TYPE feedd_decode_errors_total counter\n");
     for (int s = 1; s < FEED_SAMPLE_STATUS_COUNT; s++)
@@ -113,21 +157,39 @@ char *feedd_metrics_render(size_t *len)
     gauge(&t, "feedd_memory_bytes", "Batch buffers allocated.", ldg(&m->memory_bytes));
     gauge(&t, "feedd_serving", "1 while serving, 0 while draining.",
           atomic_load_explicit(&m->serving, memory_order_relaxed));
+    pthread_mutex_lock(&extra_mu);
+    if (extra_fn)
+        t.len += extra_fn(extra_arg, t.p + t.len, t.cap - t.len - 1);
+    pthread_mutex_unlock(&extra_mu);
+    t.p[t.len] = '\0';
     *len = t.len;
     return t.p;
+}
+
+static void set_in_request(feedd_metrics_server *m, struct MHD_Connection *conn, bool on)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    metrics_conn *c = ci ? ci->socket_context : NULL;
+    if (c) {
+        pthread_mutex_lock(&m->mu);
+        c->in_request = on;
+        c->idle_since_ns = feed_now_ns();
+        pthread_mutex_unlock(&m->mu);
+    }
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_len, void **con_cls)
 {
-    (void)cls;
     (void)version;
     (void)upload;
     (void)upload_len;
     (void)con_cls;
     struct MHD_Response *resp = NULL;
     unsigned code = MHD_HTTP_OK;
+    set_in_request(cls, conn, true);
     if (strcmp(method, "GET") != 0) {
         static const char msg[] = "only GET\n";
         code = MHD_HTTP_METHOD_NOT_ALLOWED;
@@ -139,75 +201,151 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     } else {
         size_t len = 0;
         char *body = feedd_metrics_render(&len);
-        if (!body)
-            return MHD_NO;
-        resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+        if (body)
+            resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
         if (resp)
             MHD_add_response_header(resp, "Content-Type", "text/plain; version=0.0.4");
         else
             free(body);
     }
-    if (!resp)
-        return MHD_NO;
-    enum MHD_Result r = MHD_queue_response(conn, code, resp);
-    MHD_destroy_response(resp);
+    enum MHD_Result r = MHD_NO;
+    if (resp) {
+        r = MHD_queue_response(conn, code, resp);
+        MHD_destroy_response(resp);
+    }
     return r;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)con_cls;
+    (void)toe;
+    set_in_request(cls, conn, false);
+}
+
+/* MHD's thread: a connection starts or ends; its table entry is its socket context. */
+static void on_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                      enum MHD_ConnectionNotificationCode toe)
+{
+    feedd_metrics_server *m = cls;
+    pthread_mutex_lock(&m->mu);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        m->pending -= m->pending > 0;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        for (size_t i = 0; i < METRICS_CONN_SLOTS && ci && !*socket_context; i++) {
+            metrics_conn *c = &m->conns[i];
+            if (!c->used) {
+                *c = (metrics_conn){true, false, false, ci->connect_fd, feed_now_ns()};
+                *socket_context = c;
+            }
+        }
+    } else if (*socket_context) {
+        metrics_conn *c = *socket_context;
+        c->used = false;
+        *socket_context = NULL;
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+/*
+ * The listener's thread: make room for one more connection, then hand it to
+ * MHD. Connections MHD has not started yet count, or a burst would pass
+ * the cap before any of it is in the table. One arrival evicts at most one
+ * connection, so an attacker's reconnects churn one for one instead of
+ * emptying the table.
+ */
+static void on_connection(void *arg, int fd, const struct sockaddr *addr, socklen_t len)
+{
+    feedd_metrics_server *m = arg;
+    metrics_conn *idlest = NULL;
+    size_t kept = 0;
+    pthread_mutex_lock(&m->mu);
+    kept = m->pending;
+    for (size_t i = 0; i < METRICS_CONN_SLOTS; i++) {
+        metrics_conn *c = &m->conns[i];
+        if (!c->used || c->evicted)
+            continue;
+        kept++;
+        if (!c->in_request && (!idlest || c->idle_since_ns < idlest->idle_since_ns))
+            idlest = c;
+    }
+    if (kept >= METRICS_CONN_CAP && idlest) {
+        shutdown(idlest->fd, SHUT_RDWR);
+        idlest->evicted = true;
+    }
+    m->pending++;
+    pthread_mutex_unlock(&m->mu);
+    if (MHD_add_connection(m->daemon, fd, addr, len) != MHD_YES) {
+        pthread_mutex_lock(&m->mu);
+        m->pending -= m->pending > 0;
+        pthread_mutex_unlock(&m->mu);
+    }
+}
+
+/* MHD's log, at most one line per METRICS_LOG_MS, with how many were dropped. */
+static void on_log(void *cls, const char *fmt, va_list ap)
+{
+    feedd_metrics_server *m = cls;
+    uint64_t now = feed_now_ns(), dropped = 0;
+    bool emit = false;
+    pthread_mutex_lock(&m->mu);
+    if (m->log_last_ns == 0 || now - m->log_last_ns >= (uint64_t)METRICS_LOG_MS * 1000000u) {
+        emit = true;
+        dropped = m->log_dropped;
+        m->log_dropped = 0;
+        m->log_last_ns = now;
+    } else {
+        m->log_dropped++;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (emit) {
+        char line[512];
+        vsnprintf(line, sizeof line, fmt, ap);
+        line[strcspn(line, "\n")] = '\0';
+        FEED_LOGW("metrics: %s (%llu similar messages dropped)", line, (unsigned long long)dropped);
+    }
 }
 
 int feedd_metrics_start(const char *addr, feedd_metrics_server **out, int *port)
 {
-    char host[128] = "0.0.0.0";
-    const char *p = addr;
-    const char *colon = strrchr(addr, ':');
-    int rc = FEED_EINVAL;
+    int rc = FEED_ENOMEM;
     *out = NULL;
-    if (colon) {
-        size_t hl = (size_t)(colon - addr);
-        if (hl == 0 || hl >= sizeof host)
-            return FEED_EINVAL;
-        memcpy(host, addr, hl);
-        host[hl] = '\0';
-        p = colon + 1;
-    }
-    char *end = NULL;
-    long pv = strtol(p, &end, 10);
-    if (end == p || *end != '\0' || pv < 0 || pv > 65535)
-        return FEED_EINVAL;
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)pv);
-    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
-        return FEED_EINVAL;
     feedd_metrics_server *m = calloc(1, sizeof *m);
     if (!m)
-        return FEED_ENOMEM;
-    m->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)pv,
-                                 NULL, NULL, handle, NULL, MHD_OPTION_SOCK_ADDR,
-                                 (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT, 64u,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
-    if (!m->daemon) {
-        rc = FEED_EIO;
+        goto out;
+    pthread_mutex_init(&m->mu, NULL);
+    rc = feedd_listener_open(addr, "metrics", &m->listener, port);
+    if (rc != 0)
         goto fail;
-    }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(m->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    if (!info || info->port == 0) {
-        rc = FEED_EIO;
+    rc = FEED_EIO;
+    m->daemon = MHD_start_daemon(
+        MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+        0, NULL, NULL, handle, m, MHD_OPTION_EXTERNAL_LOGGER, on_log, m,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_CONN_SLOTS, MHD_OPTION_CONNECTION_TIMEOUT,
+        METRICS_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION, on_notify, m,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, m, MHD_OPTION_END);
+    if (!m->daemon)
         goto fail;
-    }
-    *port = info->port;
+    rc = feedd_listener_start(m->listener, on_connection, m);
+    if (rc != 0)
+        goto fail;
     *out = m;
-    return 0;
+    goto out;
 fail:
     feedd_metrics_stop(m);
+out:
     return rc;
 }
 
 void feedd_metrics_stop(feedd_metrics_server *m)
 {
-    if (!m)
-        return;
-    if (m->daemon)
-        MHD_stop_daemon(m->daemon);
-    free(m);
+    if (m) {
+        feedd_listener_close(m->listener);
+        if (m->daemon)
+            MHD_stop_daemon(m->daemon);
+        pthread_mutex_destroy(&m->mu);
+        free(m);
+    }
 }

@@ -32,6 +32,7 @@ typedef struct feedd_metrics {
     atomic_uint_fast64_t stage_ns[FEEDD_STAGE_COUNT];
     atomic_uint_fast64_t stage_count[FEEDD_STAGE_COUNT];
     atomic_uint_fast64_t streams_opened;
+    atomic_uint_fast64_t streams_stalled; /* cancelled by send-stall-ms */
     atomic_uint_fast64_t stream_status[FEEDD_STATUS_CODES];
     atomic_uint_fast64_t cache_hits, cache_misses, cache_evictions;
     atomic_int_fast64_t cache_bytes;
@@ -65,5 +66,13 @@ int feedd_metrics_start(const char *addr, feedd_metrics_server **out, int *port)
 void feedd_metrics_stop(feedd_metrics_server *m); /* accepts NULL */
 /* The exposition text (malloc'd, NUL-terminated) or NULL. */
 char *feedd_metrics_render(size_t *len);
+/*
+ * Text a subsystem appends to every scrape (the service's per-stream
+ * gauges): fn writes at most cap bytes at buf and returns how many. Set
+ * NULL before arg goes away: once this returns, no call of the old fn is
+ * running. Any thread.
+ */
+typedef size_t (*feedd_metrics_extra_fn)(void *arg, char *buf, size_t cap);
+void feedd_metrics_set_extra(feedd_metrics_extra_fn fn, void *arg);
 
 #endif

@@ -157,8 +157,12 @@ static void *worker_main(void *arg)
         if (k > job->n - first)
             k = job->n - first;
         job->next_claim += k;
-        if (job->next_claim == job->n)
+        if (job->next_claim == job->n) {
+            /* Still reachable by cancel while its last samples are made. */
             feed_list_remove(&q->jobs, &job->qlink);
+            feed_list_push_back(&q->running, &job->qlink);
+            job->queue = q;
+        }
         p->cursor = ring_next(p, q);
         if (feed_list_empty(&q->jobs))
             ring_unlink(p, q);
@@ -173,6 +177,11 @@ static void *worker_main(void *arg)
             make_sample(w, job, i);
         }
         if (atomic_fetch_sub(&job->remaining, k) == k) {
+            pthread_mutex_lock(&p->mu);
+            if (job->queue)
+                feed_list_remove(&job->queue->running, &job->qlink);
+            job->queue = NULL;
+            pthread_mutex_unlock(&p->mu);
             if (!atomic_load_explicit(&job->cancelled, memory_order_relaxed))
                 job->crc = batch_crc(w, job);
             job->done(job);
@@ -242,6 +251,7 @@ void feedd_pool_free(feedd_pool *p)
 void feedd_pool_submit(feedd_pool *p, feedd_queue *q, feedd_job *job)
 {
     job->next_claim = 0;
+    job->queue = NULL;
     atomic_init(&job->remaining, job->n);
     atomic_init(&job->cancelled, false);
     atomic_init(&job->busy_ns, 0);
@@ -259,6 +269,9 @@ void feedd_pool_cancel(feedd_pool *p, feedd_queue *q, feed_list *finished)
     feed_list jobs = q->jobs;
     q->jobs = (feed_list){NULL, NULL};
     ring_unlink(p, q);
+    /* Their samples are all claimed: the workers that hold them finish them (done). */
+    for (feed_list_node *n = q->running.first; n; n = n->next)
+        atomic_store(&FEED_LIST_ENTRY(n, feedd_job, qlink)->cancelled, true);
     pthread_mutex_unlock(&p->mu);
     while (!feed_list_empty(&jobs)) {
         feedd_job *job = FEED_LIST_ENTRY(feed_list_pop_front(&jobs), feedd_job, qlink);

@@ -50,8 +50,10 @@ struct feedd_job {
     void *user;
     uint32_t crc; /* CRC32C of data, set before done unless cancelled */
     /* The pool's. */
-    uint32_t next_claim;  /* guarded by pool mu */
-    feed_list_node qlink; /* in its queue (guarded by pool mu), or the list cancel hands back */
+    uint32_t next_claim;       /* guarded by pool mu */
+    feed_list_node qlink;      /* in its queue's jobs or running (guarded by pool mu), or the list
+                                  cancel hands back */
+    struct feedd_queue *queue; /* its queue while in running; guarded by pool mu */
     atomic_uint remaining;
     atomic_bool cancelled;
     atomic_uint_fast64_t busy_ns;
@@ -60,6 +62,7 @@ struct feedd_job {
 /* A stream's queue of jobs; zero-initialise it. Fields are the pool's (guarded by pool mu). */
 typedef struct feedd_queue {
     feed_list jobs;    /* of feedd_job, by qlink, in submission order */
+    feed_list running; /* of feedd_job, by qlink: all samples claimed, some still being made */
     feed_list_node rr; /* in the pool's ring while linked */
     bool linked;       /* it has unclaimed samples */
 } feedd_queue;
@@ -75,10 +78,12 @@ void feedd_pool_free(feedd_pool *p);
 /* Queue a job (job->n >= 1) at the tail of q. */
 void feedd_pool_submit(feedd_pool *p, feedd_queue *q, feedd_job *job);
 /*
- * Drop q's unclaimed samples. Jobs that this leaves with no sample in a
- * worker's hands go to the end of *finished (by qlink) for the caller to
- * dispose of, and their done is never called; the others are marked
- * cancelled and get their done call from the worker that finishes them.
+ * Drop q's unclaimed samples and stop its claimed ones: a worker makes no
+ * sample of a cancelled job after the one in its hands. Jobs that this
+ * leaves with no sample in a worker's hands go to the end of *finished (by
+ * qlink) for the caller to dispose of, and their done is never called; the
+ * others are marked cancelled and get their done call from the worker that
+ * finishes them.
  */
 void feedd_pool_cancel(feedd_pool *p, feedd_queue *q, feed_list *finished);
 

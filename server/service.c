@@ -15,16 +15,20 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
+#include <grpc/grpc_posix.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
 
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "feed/timeutil.h"
+#include "listener.h"
 #include "memory.h"
 #include "metrics.h"
 #include "service_internal.h"
@@ -270,17 +274,30 @@ out:
 }
 
 /*
- * Listen on cfg->listen. The last step before the start: gRPC cannot destroy
- * a server that has a listener and was never started. 0 or FEED_EIO.
+ * A connection from the service's own listener (listener.h: gRPC 1.51's
+ * would stop accepting for good at the first EMFILE). gRPC owns fd from
+ * here; it only takes insecure credentials for a connection it did not
+ * accept itself.
+ */
+static void on_connection(void *arg, int fd, const struct sockaddr *addr, socklen_t len)
+{
+    feedd_service *svc = arg;
+    (void)addr;
+    (void)len;
+    grpc_server_add_channel_from_fd(svc->server, fd, svc->creds);
+}
+
+/*
+ * Listen on cfg->listen; nothing is accepted until the listener starts,
+ * after grpc_server_start. 0, FEED_EINVAL, FEED_EIO or FEED_ENOMEM.
  */
 static int bind_port(feedd_service *svc, int *port)
 {
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-    *port = grpc_server_add_http2_port(svc->server, svc->cfg->listen, creds);
-    grpc_server_credentials_release(creds);
-    if (*port <= 0)
-        FEED_LOGE("cannot listen on %s", svc->cfg->listen);
-    return *port > 0 ? 0 : FEED_EIO;
+    int rc = FEED_ENOMEM;
+    svc->creds = grpc_insecure_server_credentials_create();
+    if (svc->creds)
+        rc = feedd_listener_open(svc->cfg->listen, "grpc", &svc->listener, port);
+    return rc;
 }
 
 /* Every queue's request slots, armed; after grpc_server_start. 0 or FEED_ENOMEM. */
@@ -341,6 +358,8 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
         goto fail;
     grpc_server_start(svc->server);
     rc = arm_slots(svc);
+    if (rc == 0)
+        rc = feedd_listener_start(svc->listener, on_connection, svc);
     if (rc != 0)
         goto fail_started;
     atomic_store(&feedd_m.serving, 1);
@@ -351,6 +370,8 @@ fail_started:
         feedd_service_free(svc);
     goto out;
 fail:
+    feedd_listener_close(svc->listener);
+    svc->listener = NULL;
     if (svc->server)
         grpc_server_destroy(svc->server);
     svc->server = NULL;
@@ -377,6 +398,50 @@ size_t feedd_service_open_streams(feedd_service *svc)
     size_t n = svc->open_streams;
     pthread_mutex_unlock(&svc->mu);
     return n;
+}
+
+void feedd_service_check_stalls(feedd_service *svc)
+{
+    uint32_t stall_ms = svc->cfg->send_stall_ms;
+    if (stall_ms) {
+        uint64_t now = feed_now_ns();
+        pthread_mutex_lock(&svc->mu);
+        for (feed_list_node *n = svc->streams.first; n; n = n->next)
+            feedd_stream_check_stall(FEED_LIST_ENTRY(n, stream, link), now, stall_ms);
+        pthread_mutex_unlock(&svc->mu);
+    }
+}
+
+size_t feedd_service_render_streams(void *arg, char *buf, size_t cap)
+{
+    feedd_service *svc = arg;
+    size_t len = 0;
+    int n = snprintf(buf, cap,
+                     "# HELP feedd_stream_memory_bytes Batch memory a stream holds (granted, "
+                     "not yet sent).\n# TYPE feedd_stream_memory_bytes gauge\n");
+    len = n > 0 && (size_t)n < cap ? (size_t)n : 0;
+    pthread_mutex_lock(&svc->mu);
+    for (feed_list_node *node = svc->streams.first; node && len < cap; node = node->next) {
+        stream *s = FEED_LIST_ENTRY(node, stream, link);
+        char client[2 * FEEDD_CLIENT_NAME_MAX + 1];
+        size_t c = 0;
+        pthread_mutex_lock(&s->mu);
+        /* Printable ASCII already; a label value escapes only these two. */
+        for (const char *p = s->sess.client_name; *p; p++) {
+            if (*p == '"' || *p == '\\')
+                client[c++] = '\\';
+            client[c++] = *p;
+        }
+        client[c] = '\0';
+        n = snprintf(buf + len, cap - len,
+                     "feedd_stream_memory_bytes{stream=\"%llu\",peer=\"%s\",client=\"%s\"} %llu\n",
+                     (unsigned long long)s->id, s->peer, client,
+                     (unsigned long long)atomic_load(&s->mem.used));
+        pthread_mutex_unlock(&s->mu);
+        len = n > 0 && (size_t)n < cap - len ? len + (size_t)n : len;
+    }
+    pthread_mutex_unlock(&svc->mu);
+    return len;
 }
 
 /*
@@ -412,6 +477,9 @@ static bool wait_calls_gone(feedd_service *svc, uint32_t grace_ms)
 int feedd_service_stop(feedd_service *svc, uint32_t grace_ms)
 {
     int rc = 0;
+    /* First: no connection may reach a server that shuts down. */
+    feedd_listener_close(svc->listener);
+    svc->listener = NULL;
     if (svc->server) {
         pthread_mutex_lock(&svc->mu);
         svc->shutting_down = true;
@@ -442,6 +510,8 @@ void feedd_service_free(feedd_service *svc)
         }
         free(svc->cqts);
         feedd_memory_unref(svc->memory);
+        if (svc->creds)
+            grpc_server_credentials_release(svc->creds);
         pthread_cond_destroy(&svc->cv);
         pthread_mutex_destroy(&svc->mu);
         free(svc);

@@ -14,7 +14,8 @@
  * sends and statuses, and never decode. Pool workers finish batches and may
  * start a send themselves (grpc_call_start_batch is thread-safe); the send's
  * completion comes back on the call's queue. The granter thread (memory.c)
- * hands waiting batches their memory and submits them to the pool.
+ * hands waiting batches their memory and submits them to the pool. The
+ * listener thread (listener.h) accepts connections and hands them to gRPC.
  *
  * Locks, in this order: svc->mu (stream list, counters, shutdown state),
  * then stream->mu (everything in the stream marked "guarded by mu"), then
@@ -107,6 +108,7 @@ struct stream {
     feedd_service *svc;
     cq_thread *cqt;
     grpc_call *call;
+    uint64_t id; /* 1, 2, ... in the order streams opened; names it in metrics */
     char peer[128];
     tag t_recv, t_send, t_close, t_status;
     pthread_mutex_t mu;
@@ -124,6 +126,7 @@ struct stream {
     uint64_t mem_sending;
     feedd_queue q;
     uint64_t send_started_ns;
+    bool stall_cancelled; /* feedd_stream_check_stall cancelled the call */
     uint64_t batches_sent, bytes_sent, requests;
 };
 
@@ -135,6 +138,8 @@ struct feedd_service {
     feedd_request_env env; /* cfg and datasets, for request.c */
     feedd_pool *pool;
     grpc_server *server;
+    grpc_server_credentials *creds;
+    struct feedd_listener *listener; /* accepts for server (listener.h) */
     void *methods[METHOD_COUNT];
     cq_thread *cqts;
     uint32_t n_cqts;
@@ -170,6 +175,8 @@ void feedd_stream_on_status(stream *s);
 void feedd_stream_on_close(stream *s);
 /* The main thread: the service drains; under svc->mu. */
 void feedd_stream_drain(stream *s);
+/* The main thread, under svc->mu: cancel s if its pending send is older than stall_ms. */
+void feedd_stream_check_stall(stream *s, uint64_t now_ns, uint32_t stall_ms);
 /* The granter thread: the job's bytes are reserved in both caps (memory.h's granted). */
 void feedd_stream_on_granted(feedd_mem_waiter *w);
 

@@ -434,12 +434,12 @@ static void stream_open(stream *s)
 
     pthread_mutex_lock(&svc->mu);
     bool too_many = svc->open_streams >= svc->cfg->max_streams;
+    s->id = atomic_fetch_add_explicit(&feedd_m.streams_opened, 1, memory_order_relaxed) + 1;
     feed_list_push_front(&svc->streams, &s->link);
     svc->live_streams++;
     svc->open_streams++;
     pthread_mutex_unlock(&svc->mu);
     feedd_gauge(&feedd_m.active_streams, 1);
-    feedd_count(&feedd_m.streams_opened, 1);
 
     pthread_mutex_lock(&s->mu);
     s->refs = 2; /* the open call and the RECV_CLOSE op */
@@ -493,6 +493,25 @@ void feedd_stream_on_granted(feedd_mem_waiter *w)
     feedd_sm_on_granted(&s->sm, &bj->sm, job_alloc_mem(s, bj), &out);
     apply(s, &out);
     stream_unref_unlock(s);
+}
+
+void feedd_stream_check_stall(stream *s, uint64_t now_ns, uint32_t stall_ms)
+{
+    pthread_mutex_lock(&s->mu);
+    uint64_t pending_ms = s->mem_sending ? (now_ns - s->send_started_ns) / 1000000u : 0;
+    if (s->mem_sending && !s->stall_cancelled && pending_ms >= stall_ms) {
+        char msg[STATUS_MSG_MAX];
+        snprintf(msg, sizeof msg,
+                 "a batch send made no progress for %llu ms (send-stall-ms %u): the client "
+                 "stopped reading; %llu bytes held",
+                 (unsigned long long)pending_ms, stall_ms,
+                 (unsigned long long)atomic_load(&s->mem.used));
+        FEED_LOGW("stream %s (%s): cancelled: %s", s->peer, s->sess.client_name, msg);
+        s->stall_cancelled = true;
+        feedd_count(&feedd_m.streams_stalled, 1);
+        grpc_call_cancel_with_status(s->call, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NULL);
+    }
+    pthread_mutex_unlock(&s->mu);
 }
 
 void feedd_stream_drain(stream *s)

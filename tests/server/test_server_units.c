@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -340,6 +341,78 @@ static void test_pool_round_robin(void **state)
 }
 
 /*
+ * Cancel stops a job whose samples a worker has all claimed at the next
+ * sample: before the fix only unclaimed samples were dropped, and the worker
+ * made the whole claimed task (up to --task-samples) for nobody.
+ */
+static void test_pool_cancel_claimed(void **state)
+{
+    (void)state;
+    enum { N = 512 };
+    char dir[256], ds_dir[300], err[256];
+    assert_int_equal(feed_test_tmpdir("feedd-pool", dir, sizeof dir), 0);
+    snprintf(ds_dir, sizeof ds_dir, "%s/ds", dir);
+    assert_int_equal(feed_test_make_imagefolder(ds_dir, 2, 4, 3), 0);
+    feed_dataset *ds = NULL;
+    assert_int_equal(feed_dataset_open(ds_dir, NULL, &ds, err, sizeof err), 0);
+    feed_transform t;
+    feed_transform_default_train(&t);
+    t.out_h = t.out_w = 32;
+    const size_t sb = 32 * 32 * 3;
+    pthread_mutex_init(&fair.mu, NULL);
+    pthread_cond_init(&fair.cv, NULL);
+    fair.n_done = 0;
+    assert_int_equal(feedd_pool_new(1, NULL, 64 << 20, NULL, N, &fair.pool), 0);
+    static feedd_job job;
+    static uint64_t idx[N];
+    static uint8_t data[N * 32 * 32 * 3];
+    static feed_sample_status st[N];
+    static uint32_t crcs[N];
+    static char msgs[N][FEEDD_SAMPLE_MSG_MAX + 1];
+    for (uint64_t i = 0; i < N; i++)
+        idx[i] = i % 8;
+    memset(&job, 0, sizeof job);
+    job.ds = ds;
+    job.tf = &t;
+    job.seed = 1;
+    job.indices = idx;
+    job.n = N;
+    job.data = data;
+    job.sample_bytes = sb;
+    job.status = st;
+    job.sample_crc = crcs;
+    job.errors = msgs;
+    job.done = cancel_done;
+    static feedd_queue q;
+    memset(&q, 0, sizeof q);
+    int64_t depth = atomic_load(&feedd_m.queue_depth);
+    feedd_pool_submit(fair.pool, &q, &job);
+    /* The worker claims all N at once (task = N); wait for that claim, bounded. */
+    for (int i = 0; i < 60000 && atomic_load(&feedd_m.queue_depth) != depth; i++)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    assert_int_equal(atomic_load(&feedd_m.queue_depth), depth);
+    feed_list back = {0};
+    feedd_pool_cancel(fair.pool, &q, &back);
+    uint64_t at_cancel = atomic_load(&feedd_m.samples);
+    pthread_mutex_lock(&fair.mu);
+    while (fair.n_done < 1)
+        pthread_cond_wait(&fair.cv, &fair.mu);
+    pthread_mutex_unlock(&fair.mu);
+    uint64_t after = atomic_load(&feedd_m.samples) - at_cancel;
+    /* At most the sample in the worker's hands when cancel ran. */
+    if (after > 1)
+        fail_msg("%llu samples made after cancel", (unsigned long long)after);
+    assert_true(feed_list_empty(&back));
+    assert_true(atomic_load(&job.cancelled));
+    feedd_pool_free(fair.pool);
+    assert_int_equal(fair.n_done, 1);
+    feed_dataset_close(ds);
+    pthread_cond_destroy(&fair.cv);
+    pthread_mutex_destroy(&fair.mu);
+    feed_test_rmtree(dir);
+}
+
+/*
  * What the in-process service tests serve: a small ImageFolder, a one-worker
  * pool, and a config with two completion-queue threads on 127.0.0.1 port 0.
  */
@@ -478,7 +551,7 @@ int __wrap_pthread_join(pthread_t t, void **ret)
 
 /*
  * A start that fails at any of its thread starts (the granter, then each
- * completion-queue thread) returns FEED_ENOMEM having joined every thread
+ * completion-queue thread, then the listener) returns FEED_ENOMEM having joined every thread
  * it started and freed the rest (ASan's leak check sees to that), and does
  * not say SERVING; the next start works.
  */
@@ -489,7 +562,7 @@ static void test_service_start_unwinds(void **state)
     svc_env_open(&e);
     feedd_service *svc = NULL;
     int port = 0;
-    for (int k = 1; k <= 3; k++) {
+    for (int k = 1; k <= 4; k++) {
         atomic_store(&threads_created, 0);
         atomic_store(&threads_joined, 0);
         atomic_store(&create_fail_at, k);
@@ -504,7 +577,7 @@ static void test_service_start_unwinds(void **state)
     atomic_store(&threads_created, 0);
     atomic_store(&threads_joined, 0);
     assert_int_equal(feedd_service_start(&e.cfg, &e.served, 1, e.pool, &svc, &port), 0);
-    assert_int_equal(atomic_load(&threads_created), 3);
+    assert_int_equal(atomic_load(&threads_created), 4);
     assert_int_equal(atomic_load(&feedd_m.serving), 1);
     char target[64];
     snprintf(target, sizeof target, "127.0.0.1:%d", port);
@@ -516,7 +589,7 @@ static void test_service_start_unwinds(void **state)
     grpc_channel_destroy(ch);
     feedd_service_drain(svc);
     assert_int_equal(feedd_service_stop(svc, 10000), 0);
-    assert_int_equal(atomic_load(&threads_joined), 3);
+    assert_int_equal(atomic_load(&threads_joined), 4);
     feedd_service_free(svc);
     svc_env_close(&e);
 }
@@ -663,6 +736,7 @@ int main(void)
         cmocka_unit_test(test_cache_bounded_lru),
         cmocka_unit_test(test_crc_combine),
         cmocka_unit_test(test_pool_round_robin),
+        cmocka_unit_test(test_pool_cancel_claimed),
         cmocka_unit_test(test_service_start_failures),
         cmocka_unit_test(test_service_start_unwinds),
         cmocka_unit_test(test_batch_pack_bytes),

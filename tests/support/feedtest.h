@@ -41,6 +41,7 @@ typedef struct feed_test_server_opts {
     const char *cpus;     /* pin it to this CPU list ("0-3,8", as taskset); NULL: no pinning */
     const char *log_path; /* its stdout and stderr go to this file; NULL: this process's */
     bool no_metrics;      /* no --metrics-listen; metrics_port stays 0 */
+    unsigned nofile;      /* soft and hard RLIMIT_NOFILE of feedd; 0: this process's */
 } feed_test_server_opts;
 
 /*

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -150,7 +151,7 @@ uint64_t feed_test_proc_cpu_ns(pid_t pid)
 
 /* In the child: die with the parent thread, pin, redirect output, exec. Never returns. */
 static void child_exec(const char *exe, const char *const *argv, const uint64_t *mask,
-                       const char *log_path)
+                       const char *log_path, unsigned nofile)
 {
     /* A test that dies (timeout, crash) must not leave its servers behind. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -170,6 +171,11 @@ static void child_exec(const char *exe, const char *const *argv, const uint64_t 
             dup2(fd, STDERR_FILENO);
             close(fd);
         }
+    }
+    if (nofile) {
+        struct rlimit rl = {nofile, nofile};
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            _exit(126);
     }
     execv(exe, (char *const *)argv);
     _exit(127);
@@ -266,7 +272,7 @@ int feed_test_server_start_with(const feed_test_server_opts *opts, const char *c
         goto out;
     out->pid = fork();
     if (out->pid == 0)
-        child_exec(exe, argv, o->cpus ? mask : NULL, o->log_path);
+        child_exec(exe, argv, o->cpus ? mask : NULL, o->log_path, o->nofile);
     rc = out->pid < 0 ? FEED_EIO : wait_ports(out, port_file, o->no_metrics ? NULL : mport_file);
 out:
     if (rc != 0)
