@@ -244,12 +244,19 @@ int main(int argc, char **argv)
         frc = nvml_open(ctx.step->info.pci_bus_id, 100, &ctx.nvml, meta.nvml_why,
                         sizeof meta.nvml_why);
         meta.nvml_ok = frc == 0;
-        if (frc)
+        if (frc) {
             fprintf(stderr, "feed-bench: NVML absent, GPU utilisation not reported: %s\n",
                     meta.nvml_why);
+            snprintf(meta.gpm_why, sizeof meta.gpm_why, "NVML absent");
+        } else {
+            meta.gpm_ok = nvml_gpm_available(ctx.nvml, meta.gpm_why, sizeof meta.gpm_why);
+            if (!meta.gpm_ok)
+                fprintf(stderr, "feed-bench: GPM metrics not reported: %s\n", meta.gpm_why);
+        }
     } else {
         snprintf(meta.nvml_why, sizeof meta.nvml_why,
                  sim ? "no GPU (simulated step)" : "no GPU (CPU step)");
+        snprintf(meta.gpm_why, sizeof meta.gpm_why, "%s", meta.nvml_why);
     }
 
     /* Remote targets: given, or spawned here. */
