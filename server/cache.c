@@ -186,8 +186,7 @@ static void hand_step(feedd_cache *c, cached_dataset *cd)
     }
 }
 
-feedd_cache_entry *feedd_cache_get(feedd_cache *c, uint32_t ds, uint64_t index,
-                                   feed_decoded *img)
+feedd_cache_entry *feedd_cache_get(feedd_cache *c, uint32_t ds, uint64_t index, feed_decoded *img)
 {
     cached_dataset *cd = &c->ds[ds];
     _Atomic uintptr_t *s = &cd->slots[index];

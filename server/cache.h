@@ -67,8 +67,7 @@ uint64_t feedd_cache_used(const feedd_cache *c);
  * the entry, referenced, with its image in *img; release it when done. A
  * miss returns NULL. Counts a hit or a miss, and moves the dataset's hand.
  */
-feedd_cache_entry *feedd_cache_get(feedd_cache *c, uint32_t ds, uint64_t index,
-                                   feed_decoded *img);
+feedd_cache_entry *feedd_cache_get(feedd_cache *c, uint32_t ds, uint64_t index, feed_decoded *img);
 /*
  * After a miss: a new entry for (ds, index) with room for pixel_bytes,
  * charged to the budget and referenced by the caller, or NULL when it does

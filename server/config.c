@@ -426,8 +426,8 @@ int feedd_config_parse(int argc, char **argv, feedd_config *cfg, char *err, size
     }
     for (size_t i = 0; i < cfg->n_datasets; i++) {
         if (cfg->datasets[i].cache_side && cfg->cache_bytes == 0) {
-            feed_set_err(err, cap, "dataset %s: cache=%u needs --cache-bytes", cfg->datasets[i].name,
-                         cfg->datasets[i].cache_side);
+            feed_set_err(err, cap, "dataset %s: cache=%u needs --cache-bytes",
+                         cfg->datasets[i].name, cfg->datasets[i].cache_side);
             return FEED_EINVAL;
         }
     }

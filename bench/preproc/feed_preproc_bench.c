@@ -248,22 +248,23 @@ static int run_once(const options *opt, const feed_dataset *ds, const feed_trans
 
 static void usage(void)
 {
-    fprintf(stderr,
-            "usage: feed-preproc-bench DATA [--threads N] [--seconds S] [--warmup S] [--images K]\n"
-            "                          [--eval] [--size PX] [--seed N] [--no-reference]\n"
-            "                          [--reference-all] [--decoded-cache BYTES] [--cache-side PX]\n"
-            "                          [--json FILE] [--csv FILE]\n"
-            "  DATA: an ImageFolder root or a pack file\n"
-            "  --threads N     the multi-thread run's threads (default: all cores)\n"
-            "  --seconds S     length of each run (default 5)\n"
-            "  --warmup S      untimed single-thread run first (default 1)\n"
-            "  --images K      or a fixed number of images per run\n"
-            "  --eval          eval transform (resize 8/7 x size, centre crop) instead of train\n"
-            "  --no-reference  skip the full-decode reference run\n"
-            "  --reference-all also run the reference on N threads\n"
-            "  --decoded-cache BYTES  also the cached mode: feedd's decoded-sample cache of\n"
-            "                  BYTES (K/M/G), filled by an untimed pass, on 1 and N threads\n"
-            "  --cache-side PX the cache's shorter side (default 256)\n");
+    fprintf(
+        stderr,
+        "usage: feed-preproc-bench DATA [--threads N] [--seconds S] [--warmup S] [--images K]\n"
+        "                          [--eval] [--size PX] [--seed N] [--no-reference]\n"
+        "                          [--reference-all] [--decoded-cache BYTES] [--cache-side PX]\n"
+        "                          [--json FILE] [--csv FILE]\n"
+        "  DATA: an ImageFolder root or a pack file\n"
+        "  --threads N     the multi-thread run's threads (default: all cores)\n"
+        "  --seconds S     length of each run (default 5)\n"
+        "  --warmup S      untimed single-thread run first (default 1)\n"
+        "  --images K      or a fixed number of images per run\n"
+        "  --eval          eval transform (resize 8/7 x size, centre crop) instead of train\n"
+        "  --no-reference  skip the full-decode reference run\n"
+        "  --reference-all also run the reference on N threads\n"
+        "  --decoded-cache BYTES  also the cached mode: feedd's decoded-sample cache of\n"
+        "                  BYTES (K/M/G), filled by an untimed pass, on 1 and N threads\n"
+        "  --cache-side PX the cache's shorter side (default 256)\n");
 }
 
 /* The command line: 0, 1 for --help, -1 when it is wrong. */
@@ -444,8 +445,9 @@ int main(int argc, char **argv)
     if (opt.cache_bytes) {
         if (feedd_cache_new(opt.cache_bytes, &cache) != 0 ||
             feedd_cache_add_dataset(cache, 0, count, opt.cache_side) != 0) {
-            fprintf(stderr, "feed-preproc-bench: --decoded-cache %" PRIu64
-                            " does not hold the slot table (8 bytes a sample)\n",
+            fprintf(stderr,
+                    "feed-preproc-bench: --decoded-cache %" PRIu64
+                    " does not hold the slot table (8 bytes a sample)\n",
                     opt.cache_bytes);
             return 1;
         }

@@ -40,9 +40,9 @@
 static char tmp_root[256], data_dir[512];
 static uint64_t n_samples;
 /* What the server must send for each sample, made here from the reduced image. */
-static uint8_t *want_px;              /* [n_samples * OUT * OUT * 3], for (SEED, EPOCH) */
-static feed_sample_status *want_st;   /* [n_samples] */
-static size_t *charge;                /* [n_samples] bytes the cache charges for its image */
+static uint8_t *want_px;            /* [n_samples * OUT * OUT * 3], for (SEED, EPOCH) */
+static feed_sample_status *want_st; /* [n_samples] */
+static size_t *charge;              /* [n_samples] bytes the cache charges for its image */
 #define SEED 11
 #define EPOCH 3
 #define SAMPLE_BYTES ((size_t)OUT * OUT * 3)
@@ -221,8 +221,8 @@ static void start(feed_test_server *s, const char *cache_bytes, uint32_t side, c
     char ds[700], bytes[32];
     snprintf(ds, sizeof ds, "d=%s,cache=%u", data_dir, side);
     snprintf(bytes, sizeof bytes, "%s", cache_bytes);
-    const char *args[] = {"--dataset", ds,      "--cache-bytes", bytes, "--threads",
-                          threads,     "--log-level", "warn",        NULL};
+    const char *args[] = {
+        "--dataset", ds, "--cache-bytes", bytes, "--threads", threads, "--log-level", "warn", NULL};
     assert_int_equal(feed_test_server_start(args, s), 0);
 }
 
@@ -410,9 +410,9 @@ static void test_describe_and_bypass(void **state)
     char a[700], b[700];
     snprintf(a, sizeof a, "cached=%s,cache=%u", data_dir, SIDE);
     snprintf(b, sizeof b, "plain=%s", data_dir);
-    const char *args[] = {"--dataset",     a,     "--dataset", b,      "--cache-bytes",
-                          "16M",           "--threads", "2",   "--log-level", "warn",
-                          NULL};
+    const char *args[] = {"--dataset",     a,      "--dataset", b,
+                          "--cache-bytes", "16M",  "--threads", "2",
+                          "--log-level",   "warn", NULL};
     feed_test_server s;
     assert_int_equal(feed_test_server_start(args, &s), 0);
     grpc_channel *ch = feedtest_channel(s.target);
@@ -461,8 +461,8 @@ static void test_sample_psnr_vs_uncached(void **state)
     char a[1200], b[1200];
     snprintf(a, sizeof a, "in=%s,cache=256", dir);
     snprintf(b, sizeof b, "in=%s", dir);
-    const char *ca[] = {"--dataset", a, "--cache-bytes", "256M", "--threads", "2",
-                        "--log-level", "warn", NULL};
+    const char *ca[] = {"--dataset", a,   "--cache-bytes", "256M", "--threads", "2", "--log-level",
+                        "warn",      NULL};
     const char *ua[] = {"--dataset", b, "--threads", "2", "--log-level", "warn", NULL};
     feed_test_server cs, us;
     assert_int_equal(feed_test_server_start(ca, &cs), 0);

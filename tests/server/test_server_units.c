@@ -1,7 +1,7 @@
 /*
  * Unit tests of feedd's parts: the configuration table (bounds, defaults,
- * file + command line, a dataset's cache option), the worker pool's round-robin fairness across streams, and the
- * gRPC service in this process with failures injected into its
+ * file + command line, a dataset's cache option), the worker pool's round-robin fairness across
+ * streams, and the gRPC service in this process with failures injected into its
  * grpc_call_start_batch and pthread_create calls, and the Batch packer's
  * bytes against protobuf-c's own encoding.
  */
@@ -69,9 +69,10 @@ static void test_config_defaults_and_bounds(void **state)
     assert_int_equal(cfg.datasets[0].cache_side, 0);
 
     /* cache=SIDE on a dataset: the last ",cache=" ends the path, so paths may hold commas. */
-    const char *ca[] = {"feedd",       "--dataset=x=/a,b,cache=256", "--dataset", "y=/c,d",
-                        "--dataset",   "z=/e,cache=off",             "--cache-bytes",
-                        "1M"};
+    const char *ca[] = {"feedd",         "--dataset=x=/a,b,cache=256",
+                        "--dataset",     "y=/c,d",
+                        "--dataset",     "z=/e,cache=off",
+                        "--cache-bytes", "1M"};
     assert_int_equal(parse(err, sizeof err, &cfg, 8, ca), 0);
     assert_string_equal(cfg.datasets[0].path, "/a,b");
     assert_int_equal(cfg.datasets[0].cache_side, 256);

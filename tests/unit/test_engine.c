@@ -1077,8 +1077,8 @@ static void test_decoded_scale(void **state)
     assert_int_equal(feed_decoded_scale(2048, 2048, 256), 1); /* exactly 256 */
     assert_int_equal(feed_decoded_scale(2047, 2047, 256), 1); /* 255.9 rounds up */
     assert_int_equal(feed_decoded_scale(2040, 2040, 256), 2);
-    assert_int_equal(feed_decoded_scale(300, 256, 256), 8);  /* no reduction left */
-    assert_int_equal(feed_decoded_scale(200, 100, 256), 8);  /* never upscaled */
+    assert_int_equal(feed_decoded_scale(300, 256, 256), 8); /* no reduction left */
+    assert_int_equal(feed_decoded_scale(200, 100, 256), 8); /* never upscaled */
     assert_int_equal(feed_decoded_scale(16384, 7, 16), 8);
 }
 
@@ -1243,8 +1243,7 @@ static void test_decoded_sample_psnr(void **state)
         assert_int_equal(feed_engine_run(f->e, jpg, len, &t, 42, 1, seen, f->a, NULL),
                          FEED_SAMPLE_OK);
         assert_int_equal(feed_engine_decode(f->e, jpg, len, 256, NULL, NULL, &img), FEED_SAMPLE_OK);
-        assert_true((img.width < img.height ? img.width : img.height) >= 256 ||
-                    img.scale_num == 8);
+        assert_true((img.width < img.height ? img.width : img.height) >= 256 || img.scale_num == 8);
         assert_int_equal(feed_engine_run_decoded(f->e, &img, &t, 42, 1, seen, f->b, NULL),
                          FEED_SAMPLE_OK);
         ps[n++] = psnr(f->a, f->b, (size_t)t.out_h * t.out_w * 3);
