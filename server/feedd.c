@@ -160,7 +160,8 @@ int main(int argc, char **argv)
         uint32_t side = cfg.datasets[i].cache_side;
         if (!side)
             continue;
-        if (!cache && (rc = feedd_cache_new(cfg.cache_bytes, &cache)) < 0)
+        rc = cache ? 0 : feedd_cache_new(cfg.cache_bytes, &cache);
+        if (rc < 0)
             goto out;
         rc = feedd_cache_add_dataset(cache, (uint32_t)i, feed_dataset_count(ds[i]), side);
         if (rc < 0) {
