@@ -3,7 +3,8 @@
  * synthetic images: the byte bound (slot tables and entries, evicted entries
  * still being read included), the admission and eviction policy under
  * per-epoch permutations (hit rate against cache/dataset, and against an LRU
- * model on the same accesses), a working set that changes, and many threads
+ * model on the same accesses; also as one of four servers, which sees a
+ * random quarter of each epoch), a working set that changes, and many threads
  * looking up, filling and evicting at once (run it under the ASan build).
  * Real JPEGs through a real feedd are in test_decoded_cache.c.
  */
@@ -246,6 +247,42 @@ static void test_hit_rate_permutations(void **state)
     feedd_cache_free(c);
 }
 
+/*
+ * One of four servers: a client sends each batch to any server, so this
+ * cache sees a random quarter of every epoch. Samples come back about every
+ * four epochs, some after the hand's two turns (eight epochs here), so the
+ * hand evicts a few; the hit rate stays about cache/dataset all the same.
+ */
+static void test_hit_rate_one_of_four_servers(void **state)
+{
+    (void)state;
+    const uint64_t n = 4000, fit = 2000;
+    feedd_cache *c = NULL;
+    assert_int_equal(feedd_cache_new(budget_for(n, fit), &c), 0);
+    assert_int_equal(feedd_cache_add_dataset(c, 0, n, 256), 0);
+    uint64_t *order = malloc(n * sizeof *order), seed = 9, pick = 3;
+    assert_non_null(order);
+    uint64_t hits = 0, asked = 0;
+    for (int epoch = 0; epoch < 40; epoch++) {
+        permute(order, n, &seed);
+        for (uint64_t i = 0; i < n; i++) {
+            if (rng_next(&pick) % 4)
+                continue;
+            bool h = hit(c, 0, order[i]);
+            if (epoch >= 20) {
+                hits += h;
+                asked++;
+            }
+        }
+    }
+    double rate = (double)hits / asked;
+    print_message("one of four servers, epochs 20-39: hit rate %.3f (cache/dataset 0.5)\n", rate);
+    assert_true(rate >= 0.40);
+    assert_true(rate <= 0.55);
+    free(order);
+    feedd_cache_free(c);
+}
+
 /* A working set that changes: samples no longer asked for age out, the new ones come in. */
 static void test_working_set_changes(void **state)
 {
@@ -332,6 +369,7 @@ int main(void)
         cmocka_unit_test(test_add_dataset),
         cmocka_unit_test(test_bound),
         cmocka_unit_test(test_hit_rate_permutations),
+        cmocka_unit_test(test_hit_rate_one_of_four_servers),
         cmocka_unit_test(test_working_set_changes),
         cmocka_unit_test(test_threads),
     };
