@@ -252,7 +252,7 @@ int feed_loader_open(const feed_loader_config *caller_cfg, feed_loader **out)
         rc = sched_build_plans(l, cfg->epoch, cfg->start_batch, false, &plan, &ahead);
     if (!rc) {
         sched_reset_epoch(l, cfg->epoch, cfg->start_batch, false, &plan, &ahead);
-        sched_dispatch(l, false);
+        sched_dispatch(l, false, feed_now_ns());
     }
     pthread_mutex_unlock(&l->mu);
     if (rc)
@@ -378,7 +378,7 @@ int feed_loader_next(feed_loader *l, feed_batch **out)
     l->stats.wait_ns_total += waited;
     if (waited > l->stats.wait_ns_max)
         l->stats.wait_ns_max = waited;
-    sched_dispatch(l, false);
+    sched_dispatch(l, false, feed_now_ns());
     *out = &sl->batch;
     rc = sl->result;
 out:
@@ -410,7 +410,7 @@ int feed_loader_release(feed_loader *l, feed_batch *b, void *stream)
         rc = client_gpu_slot_release(sl->gpu, stream);
     sl->state = SLOT_FREE;
     l->handed--;
-    sched_dispatch(l, false);
+    sched_dispatch(l, false, feed_now_ns());
 out:
     pthread_mutex_unlock(&l->mu);
     return rc;
@@ -452,7 +452,7 @@ int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch)
         wait_ns(l, 10000000u);
     }
     sched_reset_epoch(l, epoch, start_batch, keep, &plan, &ahead);
-    sched_dispatch(l, false);
+    sched_dispatch(l, false, feed_now_ns());
     pthread_mutex_unlock(&l->mu);
 out:
     return rc;

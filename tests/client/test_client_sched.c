@@ -1,13 +1,17 @@
 /*
  * The client's scheduler (sched.c) driven by scripted events, with no
- * sockets, no threads and no sleeps: a scripted transport (sched_transport)
- * records every request the scheduler sends and every server it drops, and
- * the test plays the servers' side by handing Batch messages to
- * sched_on_batch in whatever order the case needs. Cases: replies in reverse
- * order delivered in plan order (the reorder window), every sample exactly
- * once; a failover that re-issues the failed server's batches and drops its
- * late duplicates; the batch deadline failing the server that owes and not
- * the one that does not; prefetch across the epoch boundary kept by
+ * sockets, no threads, no sleeps and no clock: a scripted transport
+ * (sched_transport) records every request the scheduler sends, every server
+ * it drops and every reconnect it asks for; the test plays the servers' side
+ * by handing packed Batch messages (wire.c readers over bytes) to
+ * sched_batch_arrived / sched_land / sched_batch_landed in whatever order
+ * the case needs, and passes the time of every event itself. Cases: replies
+ * in reverse order delivered in plan order (the reorder window), every sample
+ * exactly once; a failover that re-issues the failed server's batches and
+ * drops its late duplicates; the batch deadline failing the server that owes
+ * and not the one that does not; a stall, its retry after the backoff and the
+ * server's return, each at the exact tick; a server failed while two of its
+ * batches are landing; prefetch across the epoch boundary kept by
  * set_epoch(e + 1, 0); a transport that refuses a request.
  */
 #include <setjmp.h>
@@ -24,7 +28,6 @@
 #include "feed/client.h"
 #include "feed/crc32c.h"
 #include "feed/errors.h"
-#include "feed/timeutil.h"
 #include "loader_impl.h"
 #include "plan.h"
 
@@ -32,6 +35,9 @@
 #define CLASSES 4u
 #define MAXREQ 256u
 #define MAXN 16u
+#define MS 1000000ull
+/* The scripted clock starts here; every event's time is T0 plus what the case says. */
+#define T0 (1000ull * 1000 * MS)
 
 typedef struct sent {
     uint32_t server;
@@ -41,12 +47,14 @@ typedef struct sent {
     uint64_t idx[MAXN];
 } sent;
 
-/* What the scripted transport saw. */
+/* What the scripted transport saw, and the scripted clock. */
 static struct {
     sent req[MAXREQ];
     uint32_t nreq;
     uint32_t dropped[4];
+    uint32_t connects[4];
     bool refuse;
+    uint64_t now;
 } g;
 
 static bool script_send(loader *l, server *s, uint64_t id, uint32_t epoch, const uint64_t *idx,
@@ -69,15 +77,25 @@ static void script_drop(loader *l, server *s)
     g.dropped[s - l->servers]++;
 }
 
-static const sched_transport script = {.send_request = script_send, .drop_server = script_drop};
+/* As conn.c's: Describe goes out; the case plays its answer (see reconnect). */
+static bool script_connect(loader *l, server *s)
+{
+    g.connects[s - l->servers]++;
+    s->state = SRV_DESCRIBE;
+    return true;
+}
 
-static call_ctx g_streams[4]; /* stand-ins for the servers' live Stream calls */
-static receiver g_rx;
+static const sched_transport script = {
+    .send_request = script_send, .drop_server = script_drop, .connect = script_connect};
+
+static call_ctx g_streams[4];     /* stand-ins for the servers' live Stream calls */
+static call_ctx g_new_streams[4]; /* ... and for the ones they reconnect with */
 
 static loader *make_loader(uint64_t samples, uint32_t batch, uint32_t nservers, uint32_t window,
                            uint32_t prefetch)
 {
     memset(&g, 0, sizeof g);
+    g.now = T0;
     loader *l = calloc(1, sizeof(*l));
     assert_non_null(l);
     feed_loader_config_default(&l->cfg);
@@ -106,18 +124,16 @@ static loader *make_loader(uint64_t samples, uint32_t batch, uint32_t nservers, 
         snprintf(s->target, sizeof s->target, "script:%u", i);
         s->dns_target = -1;
         s->state = SRV_UP;
+        s->ever_tried = true;
         s->stream = &g_streams[i];
         s->window = window;
         s->backoff_ms = CLIENT_BACKOFF_FIRST_MS;
     }
     l->num_servers = nservers;
-    l->last_up_ns = l->progress_ns = feed_now_ns();
+    l->last_up_ns = l->progress_ns = g.now;
     client_plan plan, ahead;
     assert_int_equal(sched_build_plans(l, 0, 0, false, &plan, &ahead), 0);
     sched_reset_epoch(l, 0, 0, false, &plan, &ahead);
-    g_rx.l = l;
-    feed_buf_init(&g_rx.rbuf, l->max_message);
-    assert_int_equal(wire_arena_init(&g_rx.arena, 65536 + (size_t)batch * 1024), 0);
     return l;
 }
 
@@ -126,8 +142,6 @@ static void free_loader(loader *l)
     sched_free_slots(l);
     client_plan_free(&l->plan);
     client_plan_free(&l->ahead);
-    wire_arena_free(&g_rx.arena);
-    feed_buf_free(&g_rx.rbuf);
     pthread_cond_destroy(&l->cond);
     pthread_mutex_destroy(&l->mu);
     free(l);
@@ -137,12 +151,39 @@ static void free_loader(loader *l)
 static void dispatch(loader *l)
 {
     pthread_mutex_lock(&l->mu);
-    sched_dispatch(l, true);
+    sched_dispatch(l, true, g.now);
     pthread_mutex_unlock(&l->mu);
 }
 
-/* The server's reply to request r: pixels filled with a byte derived from the first index. */
-static void reply_from(loader *l, uint32_t server_index, const call_ctx *from, const sent *r)
+static void tick(loader *l)
+{
+    pthread_mutex_lock(&l->mu);
+    sched_tick(l, g.now);
+    pthread_mutex_unlock(&l->mu);
+}
+
+static void fail_server(loader *l, uint32_t server_index)
+{
+    pthread_mutex_lock(&l->mu);
+    sched_fail_server(l, &l->servers[server_index], "scripted failure", g.now);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* A Batch on its way through a receiver: read up to batch_id, then landed. */
+typedef struct arrival {
+    uint8_t *msg;
+    size_t len;
+    feed_buf rest;
+    wire_arena arena;
+    wire_batch_reader r;
+    uint32_t server;
+    const call_ctx *from;
+    slot *sl; /* NULL: dropped */
+} arrival;
+
+/* The server's reply to request r, claiming `epoch`: pixels filled with a byte derived from
+ * the first index. */
+static uint8_t *pack_reply(const sent *r, uint32_t epoch, size_t *len)
 {
     Feed__V1__Batch b = FEED__V1__BATCH__INIT;
     size_t bytes = (size_t)r->n * SIDE * SIDE * 3;
@@ -156,7 +197,7 @@ static void reply_from(loader *l, uint32_t server_index, const call_ctx *from, c
         st[i] = FEED__V1__SAMPLE_STATUS__SAMPLE_OK;
     }
     b.batch_id = r->id;
-    b.epoch = r->epoch;
+    b.epoch = epoch;
     b.n_indices = r->n;
     b.indices = (uint64_t *)r->idx;
     b.n_labels = r->n;
@@ -168,19 +209,53 @@ static void reply_from(loader *l, uint32_t server_index, const call_ctx *from, c
     b.data.len = bytes;
     b.data.data = px;
     b.crc32c = feed_crc32c(0, px, bytes);
-    size_t len = feed__v1__batch__get_packed_size(&b);
-    uint8_t *msg = malloc(len);
+    *len = feed__v1__batch__get_packed_size(&b);
+    uint8_t *msg = malloc(*len);
     assert_non_null(msg);
     feed__v1__batch__pack(&b, msg);
-    grpc_slice sl = grpc_slice_from_copied_buffer((const char *)msg, len);
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
-    grpc_slice_unref(sl);
-    pthread_mutex_lock(&l->mu);
-    sched_on_batch(&g_rx, &l->servers[server_index], from, bb);
-    pthread_mutex_unlock(&l->mu);
-    grpc_byte_buffer_destroy(bb);
-    free(msg);
     free(px);
+    return msg;
+}
+
+/* The reply to r arrives on server_index's stream call `from`. */
+static void arrive(loader *l, arrival *a, uint32_t server_index, const call_ctx *from,
+                   const sent *r, uint32_t epoch)
+{
+    memset(a, 0, sizeof(*a));
+    a->msg = pack_reply(r, epoch, &a->len);
+    a->server = server_index;
+    a->from = from;
+    feed_buf_init(&a->rest, l->max_message);
+    assert_int_equal(wire_arena_init(&a->arena, 65536 + (size_t)l->cfg.batch_size * 1024), 0);
+    wire_batch_reader_init_bytes(&a->r, a->msg, a->len, &a->rest);
+    pthread_mutex_lock(&l->mu);
+    a->sl = sched_batch_arrived(l, &l->servers[server_index], &a->r, g.now);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Lands an arrival (unlocked, as a receiver does), then reports it; returns sched_land's rc. */
+static int land(loader *l, arrival *a)
+{
+    int rc = 0;
+    if (a->sl) {
+        char why[160];
+        rc = sched_land(l, a->sl, &a->r, &a->arena, why, sizeof why);
+        pthread_mutex_lock(&l->mu);
+        sched_batch_landed(l, &l->servers[a->server], a->from, a->sl, rc, why, g.now);
+        pthread_mutex_unlock(&l->mu);
+    }
+    wire_batch_reader_destroy(&a->r);
+    wire_arena_free(&a->arena);
+    feed_buf_free(&a->rest);
+    free(a->msg);
+    return rc;
+}
+
+static void reply_from(loader *l, uint32_t server_index, const call_ctx *from, const sent *r)
+{
+    arrival a;
+    arrive(l, &a, server_index, from, r, r->epoch);
+    assert_int_equal(land(l, &a), 0);
 }
 
 static void reply(loader *l, const sent *r)
@@ -283,10 +358,7 @@ static void test_failover_reissues_and_drops_late_duplicates(void **state)
     assert_int_equal(nowed, 2);
     const call_ctx *old_stream = l->servers[0].stream;
 
-    pthread_mutex_lock(&l->mu);
-    l->servers[0].state = SRV_UP;
-    sched_fail_server(l, &l->servers[0], "scripted failure");
-    pthread_mutex_unlock(&l->mu);
+    fail_server(l, 0);
     assert_int_equal(g.dropped[0], 1);
     assert_int_equal(l->servers[0].state, SRV_DOWN);
     assert_int_equal(l->stats.failovers, 1);
@@ -319,15 +391,146 @@ static void test_deadline_fails_only_the_server_that_owes(void **state)
             reply(l, &g.req[i]);
     assert_int_equal(l->servers[1].outstanding, 0);
     assert_int_equal(l->servers[0].outstanding, 2);
-    uint64_t late = feed_now_ns() + (uint64_t)l->cfg.batch_deadline_ms * 1000000u + 1000000u;
-    pthread_mutex_lock(&l->mu);
-    sched_check_deadlines(l, late);
-    pthread_mutex_unlock(&l->mu);
+    g.now += (uint64_t)l->cfg.batch_deadline_ms * MS + MS;
+    tick(l);
     assert_int_equal(l->servers[0].state, SRV_DOWN);
     assert_int_equal(l->servers[1].state, SRV_UP);
     assert_int_equal(g.dropped[0], 1);
     assert_int_equal(g.dropped[1], 0);
     assert_int_equal(l->stats.failovers, 1);
+    assert_int_equal(l->stats.reissued, 2);
+    free_loader(l);
+}
+
+/* A server is brought back as conn.c would after connect: Describe answered, a new stream open
+ * (SRV_CONNECTING, one batch at a time until a Batch comes back). */
+static void reconnect(loader *l, uint32_t server_index)
+{
+    server *s = &l->servers[server_index];
+    assert_int_equal(s->state, SRV_DESCRIBE);
+    s->stream = &g_new_streams[server_index];
+    s->state = SRV_CONNECTING;
+    s->outstanding = 0;
+}
+
+static uint32_t sent_to(uint32_t server_index, uint32_t from)
+{
+    uint32_t n = 0;
+    for (uint32_t i = from; i < g.nreq; i++)
+        n += g.req[i].server == server_index;
+    return n;
+}
+
+static void test_stall_retry_and_return_by_the_clock(void **state)
+{
+    (void)state;
+    loader *l = make_loader(40, 8, 2, 2, 2);
+    dispatch(l); /* T0: two requests to each server */
+    assert_int_equal(sent_to(0, 0), 2);
+    assert_int_equal(sent_to(1, 0), 2);
+
+    /* Server 1 answers one at T0 + 600 ms; server 0 answers nothing. */
+    g.now = T0 + 600 * MS;
+    for (uint32_t i = 0; i < g.nreq; i++)
+        if (g.req[i].server == 1) {
+            reply(l, &g.req[i]);
+            break;
+        }
+    dispatch(l);
+    /* Exactly the deadline is not past it. */
+    g.now = T0 + 1000 * MS;
+    tick(l);
+    assert_int_equal(l->stats.failovers, 0);
+    assert_int_equal(l->last_up_ns, g.now);
+    /* One nanosecond later server 0 has owed for longer than the deadline; server 1 replied
+     * 400 ms ago, so it is fine though it owes too. */
+    g.now += 1;
+    tick(l);
+    uint64_t failed_at = g.now;
+    assert_int_equal(l->servers[0].state, SRV_DOWN);
+    assert_int_equal(l->servers[1].state, SRV_UP);
+    assert_int_equal(l->stats.failovers, 1);
+    assert_int_equal(l->stats.reissued, 2);
+    assert_int_equal(g.dropped[0], 1);
+    assert_int_equal(l->servers[0].retry_at_ns, failed_at + CLIENT_BACKOFF_FIRST_MS * MS);
+    assert_int_equal(l->servers[0].backoff_ms, 2 * CLIENT_BACKOFF_FIRST_MS);
+
+    /* The retry comes at the end of the backoff, not a tick earlier. */
+    g.now = failed_at + CLIENT_BACKOFF_FIRST_MS * MS - 1;
+    tick(l);
+    assert_int_equal(g.connects[0], 0);
+    g.now += 1;
+    tick(l);
+    assert_int_equal(g.connects[0], 1);
+    assert_int_equal(g.connects[1], 0);
+    assert_int_equal(l->stats.retries, 1);
+
+    /* Back with a new stream: one batch as a probe, then a full window once it answers. */
+    reconnect(l, 0);
+    uint32_t mark = g.nreq;
+    dispatch(l);
+    assert_int_equal(sent_to(0, mark), 1);
+    g.now += 10 * MS;
+    for (uint32_t i = mark; i < g.nreq; i++)
+        if (g.req[i].server == 0)
+            reply(l, &g.req[i]);
+    assert_int_equal(l->servers[0].state, SRV_UP);
+    assert_int_equal(l->servers[0].backoff_ms, CLIENT_BACKOFF_FIRST_MS);
+    expect_epoch(l, 0, 0);
+    assert_int_equal(l->stats.failovers, 1);
+    free_loader(l);
+}
+
+static void test_server_fails_while_its_batches_land(void **state)
+{
+    (void)state;
+    loader *l = make_loader(40, 8, 2, 2, 2);
+    dispatch(l);
+    sent owed[2];
+    uint32_t nowed = 0;
+    for (uint32_t i = 0; i < g.nreq && nowed < 2; i++)
+        if (g.req[i].server == 0)
+            owed[nowed++] = g.req[i];
+    assert_int_equal(nowed, 2);
+    const call_ctx *from = l->servers[0].stream;
+    /* Two receivers take server 0's two replies; the second claims the wrong epoch. */
+    arrival good, bad;
+    arrive(l, &good, 0, from, &owed[0], owed[0].epoch);
+    arrive(l, &bad, 0, from, &owed[1], owed[1].epoch + 1);
+    assert_non_null(good.sl);
+    assert_non_null(bad.sl);
+    assert_int_equal(good.sl->state, SLOT_LANDING);
+    /* Meanwhile a third sees the stream end: nothing in flight to re-issue, both are landing. */
+    fail_server(l, 0);
+    assert_int_equal(l->stats.failovers, 1);
+    assert_int_equal(l->stats.reissued, 0);
+    /* The good one counts; the bad one is re-issued without failing server 0 a second time. */
+    assert_int_equal(land(l, &good), 0);
+    assert_int_equal(state_of(l, owed[0].id), SLOT_READY);
+    assert_int_equal(land(l, &bad), FEED_EPROTO);
+    assert_int_equal(state_of(l, owed[1].id), SLOT_PENDING);
+    assert_int_equal(l->stats.reissued, 1);
+    assert_int_equal(l->stats.failovers, 1);
+    assert_int_equal(g.dropped[0], 1);
+    uint32_t mark = g.nreq;
+    answer_epoch(l, 0, false);
+    assert_int_equal(sent_to(0, mark), 0);
+    expect_epoch(l, 0, 0);
+    free_loader(l);
+}
+
+static void test_protocol_error_fails_the_live_stream(void **state)
+{
+    (void)state;
+    loader *l = make_loader(40, 8, 1, 2, 2);
+    dispatch(l);
+    arrival a;
+    arrive(l, &a, 0, l->servers[0].stream, &g.req[0], g.req[0].epoch + 1);
+    assert_int_equal(land(l, &a), FEED_EPROTO);
+    assert_int_equal(l->servers[0].state, SRV_DOWN);
+    assert_int_equal(g.dropped[0], 1);
+    assert_int_equal(l->stats.failovers, 1);
+    /* The bad batch and the one still in flight: both wait for a server. */
     assert_int_equal(l->stats.reissued, 2);
     free_loader(l);
 }
@@ -371,6 +574,9 @@ int main(void)
         cmocka_unit_test(test_reverse_replies_in_plan_order),
         cmocka_unit_test(test_failover_reissues_and_drops_late_duplicates),
         cmocka_unit_test(test_deadline_fails_only_the_server_that_owes),
+        cmocka_unit_test(test_stall_retry_and_return_by_the_clock),
+        cmocka_unit_test(test_server_fails_while_its_batches_land),
+        cmocka_unit_test(test_protocol_error_fails_the_live_stream),
         cmocka_unit_test(test_prefetch_across_the_epoch_is_kept),
         cmocka_unit_test(test_refused_request_fails_the_server),
     };
