@@ -34,7 +34,6 @@
  * on one image (re-encode, verify) is in recode.c.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -51,8 +50,8 @@
 #include "feed/buf.h"
 #include "feed/dataset.h"
 #include "feed/errors.h"
+#include "feed/opts.h"
 #include "feed/pack.h"
-#include "feed/strutil.h"
 #include "recode.h"
 
 #define MAX_THREADS 64u
@@ -425,68 +424,46 @@ static void usage(FILE *f, unsigned default_threads)
             RECODE_DEFAULT_QUALITY, MAX_THREADS, default_threads);
 }
 
+static int parse_subsample(void *ctx, const char *arg)
+{
+    enum recode_sub *sub = ctx;
+    *sub = strcmp(arg, "420") == 0    ? RECODE_SUB_420
+           : strcmp(arg, "444") == 0  ? RECODE_SUB_444
+           : strcmp(arg, "keep") == 0 ? RECODE_SUB_KEEP
+                                      : RECODE_SUB_UNSET;
+    return *sub == RECODE_SUB_UNSET;
+}
+
 int main(int argc, char **argv)
 {
-    enum { O_MAX_SIDE = 256, O_QUALITY, O_SUBSAMPLE, O_THREADS, O_VERIFY, O_EXPECT };
-    static const struct option longopts[] = {
-        {"max-side", required_argument, NULL, O_MAX_SIDE},
-        {"quality", required_argument, NULL, O_QUALITY},
-        {"subsample", required_argument, NULL, O_SUBSAMPLE},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"verify", no_argument, NULL, O_VERIFY},
-        {"expect-max-side", required_argument, NULL, O_EXPECT},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     pack_opts o = {0};
-    int verify = 0, bad = 0, c;
-    uint32_t v32, expect_max_side = 0;
+    bool verify = false;
+    uint32_t quality = 0, expect_max_side = 0;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o.threads = ncpu < 1 ? 1 : ncpu > (long)MAX_THREADS ? MAX_THREADS : (unsigned)ncpu;
     unsigned default_threads = o.threads;
-
-    while (!bad && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case O_MAX_SIDE:
-            bad = feed_parse_u32(optarg, 1, 65535, &o.recode.max_side) != 0;
-            break;
-        case O_QUALITY:
-            bad = feed_parse_u32(optarg, 1, 100, &v32) != 0;
-            o.recode.quality = (int)v32;
-            break;
-        case O_SUBSAMPLE:
-            o.recode.sub = strcmp(optarg, "420") == 0    ? RECODE_SUB_420
-                           : strcmp(optarg, "444") == 0  ? RECODE_SUB_444
-                           : strcmp(optarg, "keep") == 0 ? RECODE_SUB_KEEP
-                                                         : RECODE_SUB_UNSET;
-            bad = o.recode.sub == RECODE_SUB_UNSET;
-            break;
-        case O_THREADS:
-            bad = feed_parse_u32(optarg, 1, MAX_THREADS, &v32) != 0;
-            o.threads = v32;
-            break;
-        case O_VERIFY:
-            verify = 1;
-            break;
-        case O_EXPECT:
-            bad = feed_parse_u32(optarg, 1, 65535, &expect_max_side) != 0;
-            break;
-        case 'h':
-            usage(stdout, default_threads);
-            return 0;
-        default: /* getopt_long has said what is wrong */
-            bad = 1;
-            continue;
-        }
-        if (bad)
-            fprintf(stderr, "feed-pack: invalid value '%s'\n", optarg);
+    const feed_opt opts[] = {
+        {.name = "max-side", .u32 = &o.recode.max_side, .lo = 1, .hi = 65535},
+        {.name = "quality", .u32 = &quality, .lo = 1, .hi = 100},
+        {.name = "subsample", .call = parse_subsample, .ctx = &o.recode.sub},
+        {.name = "threads", .u32 = &o.threads, .lo = 1, .hi = MAX_THREADS},
+        {.name = "verify", .flag = &verify},
+        {.name = "expect-max-side", .u32 = &expect_max_side, .lo = 1, .hi = 65535},
+        {.name = NULL},
+    };
+    int first;
+    int pr = feed_opts_parse("feed-pack", opts, argc, argv, &first);
+    if (pr == 1) {
+        usage(stdout, default_threads);
+        return 0;
     }
-    int npos = argc - optind;
-    if (!bad && verify && npos == 1)
-        return run_verify(argv[optind], expect_max_side);
-    if (bad || verify || npos != 2) {
+    o.recode.quality = (int)quality;
+    int npos = argc - first;
+    if (pr == 0 && verify && npos == 1)
+        return run_verify(argv[first], expect_max_side);
+    if (pr || verify || npos != 2) {
         usage(stderr, default_threads);
         return 2;
     }
-    return run_pack(argv[optind], argv[optind + 1], &o);
+    return run_pack(argv[first], argv[first + 1], &o);
 }

@@ -23,7 +23,6 @@
  * thread; a few hundred images take about a second.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdint.h>
@@ -35,7 +34,7 @@
 #include <jpeglib.h>
 
 #include "feed/rng.h"
-#include "feed/strutil.h"
+#include "feed/opts.h"
 
 #define MAX_CLASSES 1000u
 #define MAX_PER_CLASS 100000u
@@ -238,39 +237,24 @@ static int make_dir(const char *path)
     return -1;
 }
 
-/* The command line; 0, or -1 after printing the usage. */
+/* The command line; 0, or after printing the usage 1 (--help) or -1 (wrong). */
 static int parse_args(int argc, char **argv, const char **out_dir, uint32_t *classes,
                       uint32_t *per_class, uint32_t *seed)
 {
-    enum { O_CLASSES = 256, O_PER_CLASS, O_SEED };
-    static const struct option longopts[] = {
-        {"classes", required_argument, NULL, O_CLASSES},
-        {"per-class", required_argument, NULL, O_PER_CLASS},
-        {"seed", required_argument, NULL, O_SEED},
-        {NULL, 0, NULL, 0},
+    const feed_opt opts[] = {
+        {.name = "classes", .u32 = classes, .lo = 1, .hi = MAX_CLASSES},
+        {.name = "per-class", .u32 = per_class, .lo = 1, .hi = MAX_PER_CLASS},
+        {.name = "seed", .u32 = seed, .lo = 0, .hi = UINT32_MAX},
+        {.name = NULL},
     };
-    int c, bad = 0;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case O_CLASSES:
-            bad |= feed_parse_u32(optarg, 1, MAX_CLASSES, classes) != 0;
-            break;
-        case O_PER_CLASS:
-            bad |= feed_parse_u32(optarg, 1, MAX_PER_CLASS, per_class) != 0;
-            break;
-        case O_SEED:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, seed) != 0;
-            break;
-        default:
-            bad = 1;
-            break;
-        }
-    }
-    *out_dir = optind + 1 == argc ? argv[optind] : NULL;
-    bad |= !*out_dir || strlen(*out_dir) > 3000;
-    if (bad)
+    int first;
+    int pr = feed_opts_parse("feed-gen-dataset", opts, argc, argv, &first);
+    *out_dir = pr == 0 && first + 1 == argc ? argv[first] : NULL;
+    if (pr == 0 && (!*out_dir || strlen(*out_dir) > 3000))
+        pr = -1;
+    if (pr)
         usage();
-    return bad ? -1 : 0;
+    return pr;
 }
 
 int main(int argc, char **argv)
@@ -282,8 +266,11 @@ int main(int argc, char **argv)
     float lut[LUT_SIZE];
     char path[4096];
 
-    if (parse_args(argc, argv, &out_dir, &classes, &per_class, &seed))
+    int pr = parse_args(argc, argv, &out_dir, &classes, &per_class, &seed);
+    if (pr) {
+        rc = pr > 0 ? 0 : 1;
         goto out;
+    }
     px = malloc((size_t)MAX_SIDE * (size_t)MAX_SIDE * 3);
     if (!px) {
         fprintf(stderr, "feed-gen-dataset: out of memory\n");
