@@ -166,17 +166,16 @@ static int set_mode(void *ctx, const char *arg)
 
 static int parse_args(int argc, char **argv, options *o)
 {
-    memset(o, 0, sizeof *o);
-    o->threads[0] = 1;
-    o->threads[1] = 2;
-    o->n_threads = 2;
-    o->mode_cache = o->mode_preproc = true;
-    o->batch = 64;
-    o->side = 224;
-    o->window = 4;
-    o->working_set = 256;
-    o->seconds = 5;
-    o->warmup = 2;
+    *o = (options){.threads = {1, 2},
+                   .n_threads = 2,
+                   .mode_cache = true,
+                   .mode_preproc = true,
+                   .batch = 64,
+                   .side = 224,
+                   .window = 4,
+                   .working_set = 256,
+                   .seconds = 5,
+                   .warmup = 2};
     build_dir_default(o->feedd, sizeof o->feedd, "server/feedd");
     build_dir_default(o->gen, sizeof o->gen, "server/tools/feed-gen-dataset");
     uint32_t servers = 1, streams = 2;

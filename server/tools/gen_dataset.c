@@ -62,33 +62,15 @@ typedef struct class_look {
 
 static void hsv_to_rgb(double h, double s, double v, float rgb[3])
 {
+    /* Each sixth of the hue circle takes r, g, b from (v, p, q, t) in its own order. */
+    static const int pick[6][3] = {{0, 3, 1}, {2, 0, 1}, {1, 0, 3},
+                                   {1, 2, 0}, {3, 1, 0}, {0, 1, 2}};
     h = (h - floor(h)) * 6.0;
     int i = (int)h;
-    double f = h - i, p = v * (1 - s), q = v * (1 - s * f), t = v * (1 - s * (1 - f));
-    double r, g, b;
-    switch (i % 6) {
-    case 0:
-        r = v, g = t, b = p;
-        break;
-    case 1:
-        r = q, g = v, b = p;
-        break;
-    case 2:
-        r = p, g = v, b = t;
-        break;
-    case 3:
-        r = p, g = q, b = v;
-        break;
-    case 4:
-        r = t, g = p, b = v;
-        break;
-    default:
-        r = v, g = p, b = q;
-        break;
-    }
-    rgb[0] = (float)(r * 255.0);
-    rgb[1] = (float)(g * 255.0);
-    rgb[2] = (float)(b * 255.0);
+    double f = h - i;
+    const double vpqt[4] = {v, v * (1 - s), v * (1 - s * f), v * (1 - s * (1 - f))};
+    for (int k = 0; k < 3; k++)
+        rgb[k] = (float)(vpqt[pick[i % 6][k]] * 255.0);
 }
 
 static void make_look(uint32_t c, uint32_t classes, class_look *lk)
