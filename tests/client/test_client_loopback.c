@@ -9,8 +9,8 @@
  * cursor, ordered = false, host normalisation end to end, both
  * bad-sample policies on a dataset with corrupt files, and prefetch across the
  * epoch boundary (kept by set_epoch(e + 1, 0), dropped by any other cursor,
- * re-issued when its server stalls), a busy server with a deep window that must
- * not be taken for a stalled one, a server that refuses streams (never up, no
+ * re-issued when its server stalls), a busy server with the whole epoch in
+ * its window, a server that refuses streams (never up, no
  * failovers), and max_slots. Skips (exit FEED_TEST_SKIP, saying why) when
  * feedd has not been built.
  */
@@ -98,8 +98,10 @@ static void base_cfg(feed_loader_config *c, const char *const *targets, size_t n
     c->dtype = FEED_DTYPE_UINT8;
     c->layout = FEED_LAYOUT_NHWC;
     c->device = FEED_DEVICE_HOST;
-    c->batch_deadline_ms = 20000;
-    c->unavailable_timeout_ms = 20000;
+    /* No healthy server falls silent this long, however loaded the machine: a test that wants a
+     * failover kills or stops a server, or sets a shorter deadline itself. */
+    c->batch_deadline_ms = SETTLE_POLLS * 20;
+    c->unavailable_timeout_ms = SETTLE_POLLS * 20;
     c->log_fn = log_to_stderr;
 }
 
@@ -890,15 +892,13 @@ static int copy_file(const char *src, const char *dst)
 #define BIG_PER_CLASS 64u
 #define BIG_BATCH 2u
 #define BIG_WINDOW 64u
-#define BIG_DEADLINE_BATCHES 10u
-#define BIG_DEADLINE_MIN_MS 1000u
 
 /* A busy but healthy server: one feedd thread on large JPEGs, the whole epoch (64 batches)
- * requested at once, and a batch deadline 10 batches long (at least 1 s) but short of the 64
- * the last request queues behind. The deadline counts silence, not queueing: no failover,
- * nothing re-issued, every sample once. The batch time is measured first only to choose the
- * deadline; the silence between replies is one batch, so the machine would have to get 10x
- * slower between the two runs (and pause for over 1 s) for a false failover. */
+ * requested at once. Every sample once, in order, nothing re-issued, under base_cfg's 120 s
+ * deadline, which no reply of a healthy server comes near however loaded the machine: that the
+ * deadline counts silence and not how long a request queues (a window deeper than the deadline) is
+ * shown with exact times in test_client_sched (test_deep_window_is_not_a_stall), where a measured
+ * batch time cannot make it flaky. */
 static void test_busy_server_no_false_failover(void **state)
 {
     (void)state;
@@ -920,28 +920,11 @@ static void test_busy_server_no_false_failover(void **state)
     run *r = f->r;
     const uint32_t n = BIG_CLASSES * BIG_PER_CLASS, batches = n / BIG_BATCH;
 
-    /* One batch at a time: how long one takes here. */
     base_cfg(&f->c, f->targets, 1, BIG_BATCH);
     f->c.dataset = "big";
-    f->c.window_per_server = 1;
-    f->c.prefetch = 1;
-    feed_loader *l = fx_open(f);
-    assert_int_equal(take(l, r), 0); /* connection set up */
-    uint64_t t0 = feed_now_ns();
-    collect_all(l, r);
-    uint64_t batch_ms = (feed_now_ns() - t0) / 1000000u / (batches - 1);
-    fx_close(f, l);
-    run_free(r);
-
     f->c.window_per_server = BIG_WINDOW;
     f->c.prefetch = 2;
-    f->c.batch_deadline_ms = (uint32_t)(batch_ms * BIG_DEADLINE_BATCHES > BIG_DEADLINE_MIN_MS
-                                            ? batch_ms * BIG_DEADLINE_BATCHES
-                                            : BIG_DEADLINE_MIN_MS);
-    print_message("busy server: %llu ms a batch, deadline %u ms, a full window queues %llu ms\n",
-                  (unsigned long long)batch_ms, f->c.batch_deadline_ms,
-                  (unsigned long long)(batch_ms * BIG_WINDOW));
-    l = fx_open(f);
+    feed_loader *l = fx_open(f);
     collect_all(l, r);
     feed_loader_stats st;
     assert_int_equal(feed_loader_get_stats(l, &st, sizeof st), 0);

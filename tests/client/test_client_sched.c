@@ -9,10 +9,11 @@
  * in reverse order delivered in plan order (the reorder window), every sample
  * exactly once; a failover that re-issues the failed server's batches and
  * drops its late duplicates; the batch deadline failing the server that owes
- * and not the one that does not; a stall, its retry after the backoff and the
- * server's return, each at the exact tick; a server failed while two of its
- * batches are landing; prefetch across the epoch boundary kept by
- * set_epoch(e + 1, 0); a transport that refuses a request.
+ * and not the one that does not, and not a server whose deep window queues
+ * requests far longer than the deadline while it keeps answering; a stall, its retry after the
+ * backoff and the server's return, each at the exact tick; a server failed while two of its batches
+ * are landing; prefetch across the epoch boundary kept by set_epoch(e + 1, 0); a transport that
+ * refuses a request.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -299,9 +300,9 @@ static slot_state state_of(loader *l, uint64_t id)
 static void expect_epoch(loader *l, uint32_t epoch, uint64_t first)
 {
     client_plan p;
-    assert_int_equal(client_plan_build(&p, l->num_samples, l->cfg.seed, epoch, 0, 1,
-                                       l->cfg.batch_size, false),
-                     0);
+    assert_int_equal(
+        client_plan_build(&p, l->num_samples, l->cfg.seed, epoch, 0, 1, l->cfg.batch_size, false),
+        0);
     for (uint64_t k = first; k < p.batches; k++) {
         answer_epoch(l, epoch, true);
         feed_batch *b = NULL;
@@ -399,6 +400,35 @@ static void test_deadline_fails_only_the_server_that_owes(void **state)
     assert_int_equal(g.dropped[1], 0);
     assert_int_equal(l->stats.failovers, 1);
     assert_int_equal(l->stats.reissued, 2);
+    free_loader(l);
+}
+
+/* One server with the whole epoch in its window answers one batch every 900 ms: the last
+ * request waits 57 s, far past the 1 s deadline, but the server is never silent for 1 s, so
+ * nothing fails and nothing is re-issued (the deadline counts silence, not queueing). */
+static void test_deep_window_is_not_a_stall(void **state)
+{
+    (void)state;
+    loader *l = make_loader(128, 2, 1, CLIENT_MAX_WINDOW, 2);
+    dispatch(l);
+    assert_int_equal(g.nreq, CLIENT_MAX_WINDOW);
+    for (;;) {
+        int oldest = -1;
+        for (uint32_t i = 0; i < g.nreq && oldest < 0; i++)
+            if (g.req[i].epoch == 0 && state_of(l, g.req[i].id) == SLOT_INFLIGHT)
+                oldest = (int)i;
+        if (oldest < 0)
+            break;
+        g.now += 900 * MS;
+        tick(l);
+        reply(l, &g.req[oldest]);
+        dispatch(l);
+    }
+    assert_true(g.now - T0 >= 57000 * MS);
+    assert_int_equal(l->stats.failovers, 0);
+    assert_int_equal(l->stats.reissued, 0);
+    assert_int_equal(g.dropped[0], 0);
+    expect_epoch(l, 0, 0);
     free_loader(l);
 }
 
@@ -574,6 +604,7 @@ int main(void)
         cmocka_unit_test(test_reverse_replies_in_plan_order),
         cmocka_unit_test(test_failover_reissues_and_drops_late_duplicates),
         cmocka_unit_test(test_deadline_fails_only_the_server_that_owes),
+        cmocka_unit_test(test_deep_window_is_not_a_stall),
         cmocka_unit_test(test_stall_retry_and_return_by_the_clock),
         cmocka_unit_test(test_server_fails_while_its_batches_land),
         cmocka_unit_test(test_protocol_error_fails_the_live_stream),
