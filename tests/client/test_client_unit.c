@@ -324,9 +324,28 @@ static void test_wire_batch(void **state)
         wire_batch_reader_destroy(&r);
         grpc_byte_buffer_destroy(bb);
     }
+    /* The same message as one flat span (the scheduler's tests hand Batches over this way). */
+    wire_batch_reader r;
+    memset(dst, 0, raw);
+    wire_batch_reader_init_bytes(&r, msg, len, &rest);
+    assert_int_equal(wire_batch_reader_id(&r), 0);
+    assert_int_equal(r.id, 0x123456789ull);
+    assert_int_equal(wire_batch_reader_finish(&r, dst, raw), 0);
+    assert_true(r.data_direct);
+    assert_int_equal(r.data_crc, feed_crc32c(0, dst, raw));
+    assert_int_equal(dst[raw - 1], 0x5A);
+    wire_batch_reader_destroy(&r);
+    for (size_t cut = 1; cut < len; cut += 37) {
+        wire_batch_reader_init_bytes(&r, msg, len - cut, &rest);
+        int rc = wire_batch_reader_id(&r);
+        if (rc == 0)
+            rc = wire_batch_reader_finish(&r, dst, raw);
+        if (len - cut < raw)
+            assert_int_equal(rc, FEED_EPROTO);
+        wire_batch_reader_destroy(&r);
+    }
     /* Wrong data size for the slot, and every truncation, fail cleanly. */
     grpc_byte_buffer *bb = sliced(msg, len, 5);
-    wire_batch_reader r;
     assert_int_equal(wire_batch_reader_init(&r, bb, &rest), 0);
     assert_int_equal(wire_batch_reader_id(&r), 0);
     assert_int_equal(wire_batch_reader_finish(&r, dst, raw - 1), FEED_EPROTO);
