@@ -13,6 +13,11 @@
  * its window, a server that refuses streams (never up, no
  * failovers), and max_slots. Skips (exit FEED_TEST_SKIP, saying why) when
  * feedd has not been built.
+ *
+ * One executable on purpose (~1,100 lines): the cases after the first compare
+ * their bytes with the reference epoch the first one records, and the
+ * datasets are made once for all of them; split up, each part would make its
+ * own. The fixture (fx_*) owns what a case starts.
  */
 #include <setjmp.h>
 #include <signal.h>
