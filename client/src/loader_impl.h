@@ -284,6 +284,15 @@ int sched_land(loader *l, slot *sl, wire_batch_reader *r, wire_arena *arena, cha
  * unless its live stream is no longer `from` (failed meanwhile). */
 void sched_batch_landed(loader *l, server *s, const call_ctx *from, slot *sl, int rc,
                         const char *why, uint64_t now);
+/* next() at `now`, for a call that began at `since`: 0 with *out the batch's slot, now HANDED
+ * and counted in stats (its result, 0 or FEED_EBADSAMPLE, in (*out)->result); FEED_ESTATE
+ * (the caller holds prefetch batches already), FEED_EEOF, the fatal error, FEED_EUNAVAILABLE
+ * (no server up for unavailable_timeout_ms, or nothing landed for the longer of that and
+ * batch_deadline_ms); or SCHED_WAIT: nothing yet, ask again on a change or after *wait_ns. */
+#define SCHED_WAIT 1
+int sched_next(loader *l, uint64_t since, uint64_t now, slot **out, uint64_t *wait_ns);
+/* release() of sl, a HANDED slot whose device copy the caller has released: it is free. */
+void sched_release(loader *l, slot *sl, uint64_t now);
 void sched_free_slots(loader *l);
 /* Whether set_epoch(epoch, start_batch) continues into the prefetched epoch
  * (epoch + 1 of the current one, from batch 0) instead of dropping everything.

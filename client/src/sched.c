@@ -2,8 +2,8 @@
  * Scheduling: delivery slots, which batch goes to which server, failover,
  * retries, and landing a received batch into its slot. No I/O and no clock:
  * its inputs are calls (a Batch arrived, as a wire.c reader; a server failed;
- * a clock tick; next/release/set_epoch dispatching), each with the time
- * passed in, and requests go out, connections are retried and failed
+ * a clock tick; next() and release(); set_epoch), each with the time passed
+ * in, and requests go out, connections are retried and failed
  * servers' calls are dropped through l->transport (conn.c's gRPC one, or
  * tests/client/test_client_sched.c's scripted one). Everything here runs with
  * the loader's mu held (see loader_impl.h), except sched_land, which a
@@ -554,4 +554,73 @@ void sched_reset_epoch(loader *l, uint32_t epoch, uint64_t start_batch, bool kee
     l->next_deliver = start_batch;
     l->delivered = 0;
     l->to_deliver = l->plan.batches - start_batch;
+}
+
+static slot *ready_slot(loader *l)
+{
+    slot *best = NULL;
+    for (uint32_t i = 0; i < l->num_slots; i++) {
+        slot *sl = &l->slots[i];
+        /* A prefetched batch of the next epoch waits for set_epoch. */
+        if (sl->state != SLOT_READY || sl->epoch != l->epoch)
+            continue;
+        if (l->cfg.ordered) {
+            if (sl->batch_number == l->next_deliver)
+                return sl;
+        } else if (!best || sl->ready_seq < best->ready_seq) {
+            best = sl;
+        }
+    }
+    return best;
+}
+
+int sched_next(loader *l, uint64_t since, uint64_t now, slot **out, uint64_t *wait_ns)
+{
+    uint64_t timeout = (uint64_t)l->cfg.unavailable_timeout_ms * 1000000u;
+    uint64_t progress_timeout = timeout;
+    if (l->cfg.batch_deadline_ms > l->cfg.unavailable_timeout_ms)
+        progress_timeout = (uint64_t)l->cfg.batch_deadline_ms * 1000000u;
+    if (l->handed >= l->cfg.prefetch)
+        return FEED_ESTATE;
+    if (l->delivered == l->to_deliver)
+        return FEED_EEOF;
+    slot *sl = ready_slot(l);
+    if (!sl) {
+        if (l->fatal)
+            return l->fatal;
+        /* Unavailable: no server up for the timeout, or servers that come up
+         * but deliver nothing (one that fails every stream) for as long. */
+        bool up = servers_up(l) > 0;
+        uint64_t down_for = now - l->last_up_ns;
+        uint64_t stuck_for = now - l->progress_ns;
+        if ((!up && down_for >= timeout) || stuck_for >= progress_timeout)
+            return FEED_EUNAVAILABLE;
+        *wait_ns = up ? progress_timeout - stuck_for : timeout - down_for;
+        return SCHED_WAIT;
+    }
+    sl->state = SLOT_HANDED;
+    l->handed++;
+    l->delivered++;
+    if (l->cfg.ordered)
+        l->next_deliver++;
+    uint64_t waited = now - since;
+    sl->batch.wait_ns = waited;
+    l->stats.batches++;
+    l->stats.samples += sl->n;
+    for (uint32_t i = 0; i < sl->n; i++)
+        if (sl->status[i] != FEED_SAMPLE_OK)
+            l->stats.sample_errors[sl->status[i]]++;
+    l->stats.wait_ns_total += waited;
+    if (waited > l->stats.wait_ns_max)
+        l->stats.wait_ns_max = waited;
+    sched_dispatch(l, false, now);
+    *out = sl;
+    return 0;
+}
+
+void sched_release(loader *l, slot *sl, uint64_t now)
+{
+    sl->state = SLOT_FREE;
+    l->handed--;
+    sched_dispatch(l, false, now);
 }

@@ -5,14 +5,18 @@
  * it drops and every reconnect it asks for; the test plays the servers' side
  * by handing packed Batch messages (wire.c readers over bytes) to
  * sched_batch_arrived / sched_land / sched_batch_landed in whatever order
- * the case needs, and passes the time of every event itself. Cases: replies
- * in reverse order delivered in plan order (the reorder window), every sample
- * exactly once; a failover that re-issues the failed server's batches and
- * drops its late duplicates; the batch deadline failing the server that owes
- * and not the one that does not, and not a server whose deep window queues
- * requests far longer than the deadline while it keeps answering; a stall, its retry after the
- * backoff and the server's return, each at the exact tick; a server failed while two of its batches
- * are landing; prefetch across the epoch boundary kept by set_epoch(e + 1, 0); a transport that
+ * the case needs, plays the training loop through sched_next / sched_release,
+ * and passes the time of every event itself. Cases: replies in reverse order
+ * delivered in plan order (the reorder window), every sample exactly once; a
+ * failover that re-issues the failed server's batches and drops its late
+ * duplicates; the batch deadline failing the server that owes and not the one
+ * that does not, and not a server whose deep window queues requests far
+ * longer than the deadline while it keeps answering; a stall, its retry after
+ * the backoff and the server's return, each at the exact tick; a server failed
+ * while two of its batches are landing; a protocol error on the live stream;
+ * next() turning unavailable at the exact time (no server up, or one up that
+ * lands nothing) and refusing a caller that holds prefetch batches; prefetch
+ * across the epoch boundary kept by set_epoch(e + 1, 0); a transport that
  * refuses a request.
  */
 #include <setjmp.h>
@@ -295,6 +299,45 @@ static slot_state state_of(loader *l, uint64_t id)
     return SLOT_FREE;
 }
 
+/* next() as loader.c asks it, at the scripted time: its code; *out the batch on 0. */
+static int next_at(loader *l, feed_batch **out, uint64_t *wait)
+{
+    slot *sl = NULL;
+    uint64_t w = 0;
+    pthread_mutex_lock(&l->mu);
+    int rc = sched_next(l, g.now, g.now, &sl, &w);
+    pthread_mutex_unlock(&l->mu);
+    *out = rc == 0 ? &sl->batch : NULL;
+    if (wait)
+        *wait = w;
+    return rc == 0 ? sl->result : rc;
+}
+
+static void release_at(loader *l, feed_batch *b)
+{
+    pthread_mutex_lock(&l->mu);
+    slot *sl = NULL;
+    for (uint32_t i = 0; i < l->num_slots; i++)
+        if (&l->slots[i].batch == b)
+            sl = &l->slots[i];
+    assert_non_null(sl);
+    assert_int_equal(sl->state, SLOT_HANDED);
+    sched_release(l, sl, g.now);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* set_epoch as loader.c does it (no batch is landing in these scripts). */
+static void set_epoch_at(loader *l, uint32_t epoch, uint64_t start_batch)
+{
+    bool keep = sched_keeps_ahead(l, epoch, start_batch);
+    client_plan plan, ahead;
+    assert_int_equal(sched_build_plans(l, epoch, start_batch, keep, &plan, &ahead), 0);
+    pthread_mutex_lock(&l->mu);
+    sched_reset_epoch(l, epoch, start_batch, keep, &plan, &ahead);
+    sched_dispatch(l, false, g.now);
+    pthread_mutex_unlock(&l->mu);
+}
+
 /* Takes the rest of the epoch, answering what is in flight newest first before each next():
  * plan order from `first`, indices as planned, pixels of the right reply; then FEED_EEOF. */
 static void expect_epoch(loader *l, uint32_t epoch, uint64_t first)
@@ -306,7 +349,7 @@ static void expect_epoch(loader *l, uint32_t epoch, uint64_t first)
     for (uint64_t k = first; k < p.batches; k++) {
         answer_epoch(l, epoch, true);
         feed_batch *b = NULL;
-        assert_int_equal(feed_loader_next(l, &b), 0);
+        assert_int_equal(next_at(l, &b, NULL), 0);
         const uint32_t *want;
         uint32_t n;
         client_plan_batch(&p, k, &want, &n);
@@ -318,11 +361,11 @@ static void expect_epoch(loader *l, uint32_t epoch, uint64_t first)
             assert_int_equal(b->labels[i], want[i] % CLASSES);
         }
         assert_int_equal(((const uint8_t *)b->data)[0], want[0] & 0xff);
-        assert_int_equal(feed_loader_release(l, b, NULL), 0);
+        release_at(l, b);
         dispatch(l);
     }
     feed_batch *b = NULL;
-    assert_int_equal(feed_loader_next(l, &b), FEED_EEOF);
+    assert_int_equal(next_at(l, &b, NULL), FEED_EEOF);
     client_plan_free(&p);
 }
 
@@ -565,6 +608,75 @@ static void test_protocol_error_fails_the_live_stream(void **state)
     free_loader(l);
 }
 
+/* No server up: next() waits exactly until the last time one was up plus the unavailable
+ * timeout, then says FEED_EUNAVAILABLE, and says it again at once. */
+static void test_unavailable_by_the_clock(void **state)
+{
+    (void)state;
+    loader *l = make_loader(40, 8, 1, 2, 2);
+    l->cfg.unavailable_timeout_ms = 2000;
+    l->cfg.batch_deadline_ms = 5000; /* so the clock that counts is the down one */
+    dispatch(l);
+    g.now += 10 * MS;
+    tick(l); /* up: the availability clock reads T0 + 10 ms */
+    fail_server(l, 0);
+    feed_batch *b;
+    uint64_t wait = 0;
+    g.now += 500 * MS;
+    assert_int_equal(next_at(l, &b, &wait), SCHED_WAIT);
+    assert_int_equal(wait, 1500 * MS);
+    g.now = T0 + 10 * MS + 2000 * MS - 1;
+    tick(l); /* down: the clock stays */
+    assert_int_equal(next_at(l, &b, &wait), SCHED_WAIT);
+    assert_int_equal(wait, 1);
+    g.now += 1;
+    assert_int_equal(next_at(l, &b, NULL), FEED_EUNAVAILABLE);
+    assert_int_equal(next_at(l, &b, NULL), FEED_EUNAVAILABLE);
+    assert_null(b);
+    free_loader(l);
+}
+
+/* A server that is up and takes requests but lands nothing: unavailable once nothing has
+ * landed for the longer of the two timeouts, though a server is up all along. */
+static void test_stuck_up_server_by_the_clock(void **state)
+{
+    (void)state;
+    loader *l = make_loader(40, 8, 1, 2, 2);
+    l->cfg.unavailable_timeout_ms = 2000;
+    l->cfg.batch_deadline_ms = 3000;
+    dispatch(l);
+    feed_batch *b;
+    uint64_t wait = 0;
+    g.now += 2999 * MS;
+    assert_int_equal(next_at(l, &b, &wait), SCHED_WAIT);
+    assert_int_equal(wait, MS);
+    g.now += MS;
+    assert_int_equal(next_at(l, &b, NULL), FEED_EUNAVAILABLE);
+    /* A batch that lands puts it right: delivered in plan order from the first. */
+    reply(l, &g.req[0]);
+    assert_int_equal(next_at(l, &b, NULL), 0);
+    assert_int_equal(b->batch_number, 0);
+    free_loader(l);
+}
+
+/* The caller may hold `prefetch` batches; one more next() is a misuse, not a wait. */
+static void test_next_beyond_prefetch(void **state)
+{
+    (void)state;
+    loader *l = make_loader(40, 8, 1, 4, 2);
+    dispatch(l);
+    answer_epoch(l, 0, false);
+    feed_batch *b0, *b1, *b2;
+    assert_int_equal(next_at(l, &b0, NULL), 0);
+    assert_int_equal(next_at(l, &b1, NULL), 0);
+    assert_int_equal(next_at(l, &b2, NULL), FEED_ESTATE);
+    release_at(l, b0);
+    assert_int_equal(next_at(l, &b2, NULL), 0);
+    assert_int_equal(b2->batch_number, 2);
+    assert_int_equal(l->stats.batches, 3);
+    free_loader(l);
+}
+
 static void test_prefetch_across_the_epoch_is_kept(void **state)
 {
     (void)state;
@@ -578,7 +690,7 @@ static void test_prefetch_across_the_epoch_is_kept(void **state)
     }
     dispatch(l);
     expect_epoch(l, 0, 0);
-    assert_int_equal(feed_loader_set_epoch(l, 1, 0), 0);
+    set_epoch_at(l, 1, 0);
     dispatch(l);
     for (uint32_t i = 4; i < g.nreq; i++)
         assert_int_equal(g.req[i].epoch, 2); /* only the next prefetch; epoch 1 is kept */
@@ -608,6 +720,9 @@ int main(void)
         cmocka_unit_test(test_stall_retry_and_return_by_the_clock),
         cmocka_unit_test(test_server_fails_while_its_batches_land),
         cmocka_unit_test(test_protocol_error_fails_the_live_stream),
+        cmocka_unit_test(test_unavailable_by_the_clock),
+        cmocka_unit_test(test_stuck_up_server_by_the_clock),
+        cmocka_unit_test(test_next_beyond_prefetch),
         cmocka_unit_test(test_prefetch_across_the_epoch_is_kept),
         cmocka_unit_test(test_refused_request_fails_the_server),
     };
