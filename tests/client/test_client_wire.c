@@ -73,6 +73,17 @@ static grpc_byte_buffer *sliced(const uint8_t *msg, size_t len, size_t piece)
     return bb;
 }
 
+/* Reads a whole Batch through an initialised reader into dst, then destroys the reader: the
+ * first error, or 0. */
+static int read_through(wire_batch_reader *r, uint8_t *dst, size_t dst_len)
+{
+    int rc = wire_batch_reader_id(r);
+    if (rc == 0)
+        rc = wire_batch_reader_finish(r, dst, dst_len);
+    wire_batch_reader_destroy(r);
+    return rc;
+}
+
 static void test_wire_batch(void **state)
 {
     (void)state;
@@ -130,15 +141,6 @@ static void test_wire_batch(void **state)
     assert_int_equal(r.data_crc, feed_crc32c(0, dst, raw));
     assert_int_equal(dst[raw - 1], 0x5A);
     wire_batch_reader_destroy(&r);
-    for (size_t cut = 1; cut < len; cut += 37) {
-        wire_batch_reader_init_bytes(&r, msg, len - cut, &rest);
-        int rc = wire_batch_reader_id(&r);
-        if (rc == 0)
-            rc = wire_batch_reader_finish(&r, dst, raw);
-        if (len - cut < raw)
-            assert_int_equal(rc, FEED_EPROTO);
-        wire_batch_reader_destroy(&r);
-    }
     /* Wrong data size for the slot, and every truncation, fail cleanly. */
     grpc_byte_buffer *bb = sliced(msg, len, 5);
     assert_int_equal(wire_batch_reader_init(&r, bb, &rest), 0);
@@ -147,16 +149,16 @@ static void test_wire_batch(void **state)
     wire_batch_reader_destroy(&r);
     grpc_byte_buffer_destroy(bb);
     for (size_t cut = 1; cut < len; cut += 37) {
+        /* Never reads past the end (ASan build); a cut inside the pixels is an error, the same
+         * over slices and over one span. */
         bb = sliced(msg, len - cut, 11);
         assert_int_equal(wire_batch_reader_init(&r, bb, &rest), 0);
-        /* Never reads past the end (ASan build); a cut inside the pixels is an error. */
-        int rc = wire_batch_reader_id(&r);
-        if (rc == 0)
-            rc = wire_batch_reader_finish(&r, dst, raw);
+        int rc = read_through(&r, dst, raw);
+        grpc_byte_buffer_destroy(bb);
+        wire_batch_reader_init_bytes(&r, msg, len - cut, &rest);
+        assert_int_equal(read_through(&r, dst, raw), rc);
         if (len - cut < raw)
             assert_int_equal(rc, FEED_EPROTO);
-        wire_batch_reader_destroy(&r);
-        grpc_byte_buffer_destroy(bb);
     }
     const uint8_t garbage[] = {0x0F, 0xFF};
     bb = sliced(garbage, sizeof garbage, 1);
