@@ -20,7 +20,6 @@
  * and flip from the cached pixels; on a miss read, decode the whole image
  * at the cache's size (kept when it fits) and make the sample from that.
  */
-#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -35,7 +34,7 @@
 #include "feed/buf.h"
 #include "feed/dataset.h"
 #include "feed/errors.h"
-#include "feed/strutil.h"
+#include "feed/opts.h"
 #include "feed/timeutil.h"
 #include "feed/transform.h"
 #include "resize.h"
@@ -45,7 +44,7 @@ typedef struct options {
     unsigned threads;
     double seconds, warmup;
     uint64_t images; /* per run; 0: run for `seconds` */
-    bool eval, reference, reference_all;
+    bool eval, no_reference, reference_all;
     uint32_t size;
     uint64_t cache_bytes; /* --decoded-cache; 0 = no cached mode */
     uint32_t cache_side;
@@ -267,102 +266,46 @@ static void usage(void)
         "  --cache-side PX the cache's shorter side (default 256)\n");
 }
 
+/* --decoded-cache BYTES (K/M/G suffixes, as feedd's --cache-bytes); 0 is refused. */
+static int parse_cache_bytes(void *ctx, const char *arg)
+{
+    uint64_t *out = ctx;
+    return feedd_parse_bytes(arg, out) != 0 || *out == 0;
+}
+
 /* The command line: 0, 1 for --help, -1 when it is wrong. */
 static int parse(int argc, char **argv, options *o)
 {
-    enum {
-        O_THREADS = 256,
-        O_SECONDS,
-        O_WARMUP,
-        O_IMAGES,
-        O_EVAL,
-        O_SIZE,
-        O_SEED,
-        O_NO_REFERENCE,
-        O_REFERENCE_ALL,
-        O_JSON,
-        O_CSV,
-        O_DECODED_CACHE,
-        O_CACHE_SIDE,
-    };
-    static const struct option longopts[] = {
-        {"threads", required_argument, NULL, O_THREADS},
-        {"seconds", required_argument, NULL, O_SECONDS},
-        {"warmup", required_argument, NULL, O_WARMUP},
-        {"images", required_argument, NULL, O_IMAGES},
-        {"eval", no_argument, NULL, O_EVAL},
-        {"size", required_argument, NULL, O_SIZE},
-        {"seed", required_argument, NULL, O_SEED},
-        {"no-reference", no_argument, NULL, O_NO_REFERENCE},
-        {"reference-all", no_argument, NULL, O_REFERENCE_ALL},
-        {"json", required_argument, NULL, O_JSON},
-        {"csv", required_argument, NULL, O_CSV},
-        {"decoded-cache", required_argument, NULL, O_DECODED_CACHE},
-        {"cache-side", required_argument, NULL, O_CACHE_SIDE},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (options){.threads = ncpu > 0 ? (unsigned)ncpu : 1,
                    .seconds = 5.0,
                    .warmup = 1.0,
-                   .reference = true,
                    .size = 224,
                    .seed = 1,
                    .cache_side = 256};
-    int c, bad = 0, help = 0;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case O_THREADS:
-            bad |= feed_parse_u32(optarg, 1, 1024, &o->threads) != 0;
-            break;
-        case O_SECONDS:
-            bad |= feed_parse_double(optarg, 1e-3, 3600, &o->seconds) != 0;
-            break;
-        case O_WARMUP:
-            bad |= feed_parse_double(optarg, 0, 3600, &o->warmup) != 0;
-            break;
-        case O_IMAGES:
-            bad |= feed_parse_u64(optarg, 0, UINT64_MAX, &o->images) != 0;
-            break;
-        case O_EVAL:
-            o->eval = true;
-            break;
-        case O_SIZE:
-            bad |= feed_parse_u32(optarg, FEED_TRANSFORM_MIN_SIDE, FEED_TRANSFORM_MAX_SIDE,
-                                  &o->size) != 0;
-            break;
-        case O_SEED:
-            bad |= feed_parse_u64(optarg, 0, UINT64_MAX, &o->seed) != 0;
-            break;
-        case O_NO_REFERENCE:
-            o->reference = false;
-            break;
-        case O_REFERENCE_ALL:
-            o->reference_all = true;
-            break;
-        case O_JSON:
-            o->json = optarg;
-            break;
-        case O_CSV:
-            o->csv = optarg;
-            break;
-        case O_DECODED_CACHE:
-            bad |= feedd_parse_bytes(optarg, &o->cache_bytes) != 0 || o->cache_bytes == 0;
-            break;
-        case O_CACHE_SIDE:
-            bad |= feed_parse_u32(optarg, 16, 4096, &o->cache_side) != 0;
-            break;
-        case 'h':
-            help = 1;
-            break;
-        default:
-            bad = 1;
-            break;
-        }
-    }
-    o->data = optind + 1 == argc ? argv[optind] : NULL;
-    return bad || (!help && !o->data) ? -1 : help;
+    const feed_opt opts[] = {
+        {.name = "threads", .u32 = &o->threads, .lo = 1, .hi = 1024},
+        {.name = "seconds", .dbl = &o->seconds, .dlo = 1e-3, .dhi = 3600},
+        {.name = "warmup", .dbl = &o->warmup, .dlo = 0, .dhi = 3600},
+        {.name = "images", .u64 = &o->images, .lo = 0, .hi = UINT64_MAX},
+        {.name = "eval", .flag = &o->eval},
+        {.name = "size",
+         .u32 = &o->size,
+         .lo = FEED_TRANSFORM_MIN_SIDE,
+         .hi = FEED_TRANSFORM_MAX_SIDE},
+        {.name = "seed", .u64 = &o->seed, .lo = 0, .hi = UINT64_MAX},
+        {.name = "no-reference", .flag = &o->no_reference},
+        {.name = "reference-all", .flag = &o->reference_all},
+        {.name = "json", .str = &o->json},
+        {.name = "csv", .str = &o->csv},
+        {.name = "decoded-cache", .call = parse_cache_bytes, .ctx = &o->cache_bytes},
+        {.name = "cache-side", .u32 = &o->cache_side, .lo = 16, .hi = 4096},
+        {.name = NULL},
+    };
+    int first;
+    int pr = feed_opts_parse("feed-preproc-bench", opts, argc, argv, &first);
+    o->data = pr == 0 && first + 1 == argc ? argv[first] : NULL;
+    return pr == 0 && !o->data ? -1 : pr;
 }
 
 int main(int argc, char **argv)
@@ -432,7 +375,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    if (opt.reference) {
+    if (!opt.no_reference) {
         for (int k = 0; k < (opt.reference_all ? nthreads : 1); k++)
             if (run_once(&opt, ds, &t, PATH_REFERENCE, NULL, thread_counts[k], &runs[nruns++])) {
                 fprintf(stderr, "feed-preproc-bench: out of memory\n");
@@ -483,8 +426,8 @@ int main(int argc, char **argv)
     }
     double fast1 = runs[0].images / runs[0].seconds;
     double fastn = runs[nthreads - 1].images / runs[nthreads - 1].seconds;
-    double ref1 = opt.reference ? runs[nthreads].images / runs[nthreads].seconds : 0;
-    if (opt.reference)
+    double ref1 = !opt.no_reference ? runs[nthreads].images / runs[nthreads].seconds : 0;
+    if (!opt.no_reference)
         printf("fast / reference, 1 thread: %.2fx\n", fast1 / ref1);
     double cached1 = 0, cachedn = 0, hit_rate = 0;
     if (cache) {
