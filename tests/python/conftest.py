@@ -30,14 +30,14 @@ CLASSES, PER_CLASS = 4, 21  # 84 samples: batches of 8 leave a short last one
 
 
 class Server:
-    def __init__(self, args: List[str], workdir: Path):
+    def __init__(self, args: List[str], workdir: Path, listen: str = "127.0.0.1:0"):
         workdir.mkdir(parents=True, exist_ok=True)
         port_file = workdir / "port"
         if port_file.exists():
             port_file.unlink()
         self.log = open(workdir / "feedd.log", "wb")
         self.proc = subprocess.Popen(
-            [str(FEEDD), "--listen", "127.0.0.1:0", "--port-file", str(port_file),
+            [str(FEEDD), "--listen", listen, "--port-file", str(port_file),
              "--log-level", "warn", *args],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
