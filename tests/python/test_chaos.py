@@ -26,9 +26,10 @@ KW = dict(batch_size=4, seed=9, device="cpu", size=32, dtype=torch.uint8, with_i
           window_per_server=2, prefetch=3)
 
 
-def run(targets: List[str], faults: Dict[int, Callable[[], None]] = {},
+def run(targets: List[str], faults: Dict[int, Callable[[], None]] = {}, stats: Dict = None,
         **kw) -> List[Tuple[int, List[int], List[int], str]]:
-    """(epoch, indices, labels, sha256 of the pixels) per batch; faults[k] runs after batch k."""
+    """(epoch, indices, labels, sha256 of the pixels) per batch; faults[k] runs after batch k;
+    stats, when given, gets the loader's stats at the end."""
     out = []
     k = 0
     with feedclient.Loader(targets, "small", **KW, **kw) as loader:
@@ -40,6 +41,8 @@ def run(targets: List[str], faults: Dict[int, Callable[[], None]] = {},
                 if k in faults:
                     faults[k]()
                 k += 1
+        if stats is not None:
+            stats.update(loader.stats())
     return out
 
 
@@ -96,10 +99,13 @@ def test_chaos_every_epoch_exactly_once_in_order_same_bytes(spawn, data_dir, tmp
             5 * per_epoch + 6: fleet.send(signal.SIGSTOP, 0, 1, 2, 3),
             5 * per_epoch + 7: fleet.send(signal.SIGCONT, 0, 1, 2, 3),
         }
-        chaotic = run(fleet.targets(), faults, batch_deadline=2.0, unavailable_timeout=120.0)
+        stats: Dict = {}
+        chaotic = run(fleet.targets(), faults, stats, batch_deadline=2.0,
+                      unavailable_timeout=120.0)
     finally:
         fleet.stop_all()
     assert fleet.restarts == 9
+    assert stats["failovers"] >= 5, stats
     assert [b[:3] for b in chaotic] == [b[:3] for b in reference], "order or membership differs"
     assert chaotic == reference, "same samples, different pixels"
     for epoch in range(EPOCHS):
