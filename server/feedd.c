@@ -179,12 +179,11 @@ int main(int argc, char **argv)
     feedd_metrics_set_extra(feedd_service_render_streams, svc);
     if (cfg.metrics_listen[0]) {
         int mport = 0;
-        rc = feedd_metrics_start(cfg.metrics_listen, &metrics, &mport);
-        if (rc < 0) {
-            FEED_LOGE("metrics: cannot listen on %s", cfg.metrics_listen);
+        rc = feedd_metrics_start(cfg.metrics_listen, cfg.metrics_token_file, &metrics, &mport);
+        if (rc < 0)
             goto out;
-        }
-        FEED_LOGI("metrics on port %d", mport);
+        FEED_LOGI("metrics on port %d%s", mport,
+                  cfg.metrics_token_file[0] ? ", bearer token required" : "");
         if (cfg.metrics_port_file[0] && write_port_file(cfg.metrics_port_file, mport) < 0)
             goto out;
     }
@@ -192,6 +191,9 @@ int main(int argc, char **argv)
               "cache %llu",
               FEED_VERSION, cfg.listen, port, cfg.threads, cfg.cq_threads,
               (unsigned long long)cfg.max_memory, (unsigned long long)cfg.cache_bytes);
+    FEED_LOGI("gRPC port: %s, %s; Health open to all",
+              cfg.tls_cert[0] ? cfg.tls_client_ca[0] ? "mutual TLS" : "TLS" : "plaintext",
+              cfg.auth_token_file[0] ? "bearer token required on Feed calls" : "no token");
     if (cfg.port_file[0] && write_port_file(cfg.port_file, port) < 0)
         goto out;
 

@@ -117,6 +117,15 @@ static void dispatch(req_slot *slot)
     feedd_service *svc = cqt->svc;
     grpc_call *call = slot->call;
     grpc_byte_buffer *payload = slot->payload;
+    /* Health stays open so that probes need no secret; it tells nothing about the data. */
+    if (slot->m != METHOD_HEALTH && !feedd_token_allows(&svc->token, &slot->md)) {
+        feedd_count(&feedd_m.unauthenticated, 1);
+        FEED_LOGD("call without the right bearer token: UNAUTHENTICATED");
+        feedd_unary_finish(svc, call, NULL, GRPC_STATUS_UNAUTHENTICATED,
+                           "this server needs 'authorization: Bearer TOKEN' metadata with its "
+                           "token");
+        goto done;
+    }
     switch (slot->m) {
     case METHOD_STREAM:
         feedd_stream_start(cqt, call);
@@ -131,6 +140,7 @@ static void dispatch(req_slot *slot)
         feedd_unary_unimplemented(svc, call, slot->details.method);
         break;
     }
+done:
     if (payload)
         grpc_byte_buffer_destroy(payload);
     slot_reset(slot);
@@ -288,15 +298,48 @@ static void on_connection(void *arg, int fd, const struct sockaddr *addr, sockle
 }
 
 /*
- * Listen on cfg->listen; nothing is accepted until the listener starts,
- * after grpc_server_start. 0, FEED_EINVAL, FEED_EIO or FEED_ENOMEM.
+ * The TLS port: gRPC's own listener, as gRPC 1.51 takes a connection
+ * accepted elsewhere only without TLS. cfg->listen in gRPC's syntax: a
+ * missing host is 0.0.0.0, as for feedd's listener.
+ */
+static int bind_tls_port(feedd_service *svc, int *port)
+{
+    const char *listen = svc->cfg->listen;
+    char addr[sizeof svc->cfg->listen + 16];
+    const char *colon = strrchr(listen, ':');
+    snprintf(addr, sizeof addr, "%s%s%s", !colon || colon == listen ? "0.0.0.0" : "",
+             colon ? "" : ":", listen);
+    *port = grpc_server_add_http2_port(svc->server, addr, svc->creds);
+    if (*port <= 0)
+        FEED_LOGE("grpc: cannot listen on %s with TLS (address taken, or tls-cert and tls-key do "
+                  "not make a valid pair)",
+                  addr);
+    return *port > 0 ? 0 : FEED_EIO;
+}
+
+/*
+ * Load the token and the credentials, listen on cfg->listen; nothing is
+ * accepted until the server (TLS) or the listener (plaintext) starts.
+ * 0, FEED_EINVAL, FEED_EIO or FEED_ENOMEM.
  */
 static int bind_port(feedd_service *svc, int *port)
 {
-    int rc = FEED_ENOMEM;
-    svc->creds = grpc_insecure_server_credentials_create();
-    if (svc->creds)
-        rc = feedd_listener_open(svc->cfg->listen, "grpc", &svc->listener, port);
+    const feedd_config *cfg = svc->cfg;
+    char err[FEEDD_PATH_MAX + 200];
+    int rc =
+        feedd_token_load(cfg->auth_token_file, "auth-token-file", &svc->token, err, sizeof err);
+    if (rc == 0)
+        rc = feedd_tls_server_credentials(cfg->tls_cert, cfg->tls_key, cfg->tls_client_ca,
+                                          &svc->creds, err, sizeof err);
+    if (rc == 0 && !svc->creds) {
+        svc->creds = grpc_insecure_server_credentials_create();
+        rc = svc->creds ? feedd_listener_open(cfg->listen, "grpc", &svc->listener, port)
+                        : FEED_ENOMEM;
+    } else if (rc == 0) {
+        rc = bind_tls_port(svc, port);
+    } else {
+        FEED_LOGE("%s", rc == FEED_ENOMEM ? "out of memory" : err);
+    }
     return rc;
 }
 
@@ -358,7 +401,7 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
         goto fail;
     grpc_server_start(svc->server);
     rc = arm_slots(svc);
-    if (rc == 0)
+    if (rc == 0 && svc->listener)
         rc = feedd_listener_start(svc->listener, on_connection, svc);
     if (rc != 0)
         goto fail_started;
@@ -512,6 +555,7 @@ void feedd_service_free(feedd_service *svc)
         feedd_memory_unref(svc->memory);
         if (svc->creds)
             grpc_server_credentials_release(svc->creds);
+        feedd_token_free(&svc->token);
         pthread_cond_destroy(&svc->cv);
         pthread_mutex_destroy(&svc->mu);
         free(svc);
