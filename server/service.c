@@ -23,6 +23,7 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_posix.h>
 #include <grpc/grpc_security.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
 #include "feed/errors.h"
@@ -298,6 +299,27 @@ static void on_connection(void *arg, int fd, const struct sockaddr *addr, sockle
 }
 
 /*
+ * Set when gRPC's own listener (the TLS port's) logs that accept4() failed:
+ * gRPC 1.51 then never accepts on that port again (listener.h). Any thread.
+ */
+static atomic_bool grpc_accept_failed;
+
+/*
+ * gRPC's log while it listens itself: forwarded to feedd's, and watched for
+ * that one line of its TCP server.
+ */
+static void on_grpc_log(gpr_log_func_args *a)
+{
+    const char *file = strrchr(a->file, '/') ? strrchr(a->file, '/') + 1 : a->file;
+    if (strcmp(file, "tcp_server_posix.cc") == 0 && strncmp(a->message, "Failed accept4", 14) == 0)
+        atomic_store(&grpc_accept_failed, true);
+    feed_log(a->severity == GPR_LOG_SEVERITY_ERROR  ? FEED_LOG_ERROR
+             : a->severity == GPR_LOG_SEVERITY_INFO ? FEED_LOG_INFO
+                                                    : FEED_LOG_DEBUG,
+             "grpc: %s (%s:%d)", a->message, file, a->line);
+}
+
+/*
  * The TLS port: gRPC's own listener, as gRPC 1.51 takes a connection
  * accepted elsewhere only without TLS. cfg->listen in gRPC's syntax: a
  * missing host is 0.0.0.0, as for feedd's listener.
@@ -309,6 +331,7 @@ static int bind_tls_port(feedd_service *svc, int *port)
     const char *colon = strrchr(listen, ':');
     snprintf(addr, sizeof addr, "%s%s%s", !colon || colon == listen ? "0.0.0.0" : "",
              colon ? "" : ":", listen);
+    gpr_set_log_function(on_grpc_log);
     *port = grpc_server_add_http2_port(svc->server, addr, svc->creds);
     if (*port <= 0)
         FEED_LOGE("grpc: cannot listen on %s with TLS (address taken, or tls-cert and tls-key do "
@@ -433,6 +456,11 @@ void feedd_service_drain(feedd_service *svc)
     for (feed_list_node *n = svc->streams.first; n; n = n->next)
         feedd_stream_drain(FEED_LIST_ENTRY(n, stream, link));
     pthread_mutex_unlock(&svc->mu);
+}
+
+bool feedd_service_accepting(const feedd_service *svc)
+{
+    return svc->listener || !atomic_load(&grpc_accept_failed);
 }
 
 size_t feedd_service_open_streams(feedd_service *svc)

@@ -5,9 +5,11 @@
  * constant-time match and the metadata check, the config keys from a file
  * and the command line, and feed_loader_open with a token and TLS (right,
  * wrong, missing), a 0.3-sized config whose bytes past its end must be
- * ignored, and TLS against a plaintext port. Certificates are made at test
- * time by make_test_certs.sh (openssl).
+ * ignored, TLS against a plaintext port, and a TLS port out of descriptors.
+ * Certificates are made at test time by make_test_certs.sh (openssl).
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -339,6 +343,61 @@ static void test_loader_plaintext_and_old_config(void **state)
     assert_int_equal(feed_test_server_stop(&plain), 0);
 }
 
+/* A TCP connection to 127.0.0.1:port that sends nothing; -1 if connect fails. */
+static int idle_connect(int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+#define FLOOD 200
+
+/*
+ * gRPC 1.51's own listener, which the TLS port needs, stops accepting for
+ * good at the first accept4() that fails for want of descriptors. feedd
+ * sees it, drains and exits with status 3 so that a supervisor restarts it;
+ * without that it would stay up with a port that never answers again.
+ */
+static void test_tls_port_out_of_descriptors_exits(void **state)
+{
+    (void)state;
+    char crt[512], key[512], log_path[512];
+    cert(crt, sizeof crt, "server.pem");
+    cert(key, sizeof key, "server.key");
+    path_in(log_path, sizeof log_path, g_root, "fd.log");
+    feed_test_server_opts o = {.log_path = log_path, .nofile = 64};
+    const char *args[] = {"--dataset", g_ds,        "--threads", "1", "--tls-cert",
+                          crt,         "--tls-key", key,         NULL};
+    feed_test_server s;
+    assert_int_equal(feed_test_server_start_with(&o, args, &s), 0);
+    static int fds[FLOOD];
+    for (int i = 0; i < FLOOD; i++)
+        fds[i] = idle_connect(s.port);
+    int rc = feed_test_server_wait(&s, 60000);
+    for (int i = 0; i < FLOOD; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    if (rc != 0)
+        feed_test_server_kill(&s);
+    assert_int_equal(rc, 0);
+    assert_int_equal(s.exit_status, 3);
+    char *text = NULL;
+    FILE *f = fopen(log_path, "r");
+    assert_non_null(f);
+    text = calloc(1, 65537);
+    assert_non_null(text);
+    assert_true(fread(text, 1, 65536, f) > 0);
+    fclose(f);
+    assert_non_null(strstr(text, "the TLS port accepts no more connections"));
+    free(text);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -369,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_config_keys),
         cmocka_unit_test(test_loader_token_and_tls),
         cmocka_unit_test(test_loader_plaintext_and_old_config),
+        cmocka_unit_test(test_tls_port_out_of_descriptors_exits),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
