@@ -66,6 +66,11 @@ static const key_def keys[] = {
     {"tls-key", KEY_STR, OFF(tls_key), SZ(tls_key), 0, 0, "", "PEM private key of tls-cert"},
     {"tls-client-ca", KEY_STR, OFF(tls_client_ca), SZ(tls_client_ca), 0, 0, "",
      "mutual TLS: require a client certificate signed by this PEM CA (needs tls-cert)"},
+    {"health-listen", KEY_STR, OFF(health_listen), SZ(health_listen), 0, 0, "",
+     "with TLS: a plaintext port [HOST:]PORT that serves grpc.health.v1.Health only, for "
+     "probes that speak no TLS (Kubernetes gRPC probes); off when empty"},
+    {"health-port-file", KEY_STR, OFF(health_port_file), SZ(health_port_file), 0, 0, "",
+     "write the bound health port here"},
     {"auth-token-file", KEY_STR, OFF(auth_token_file), SZ(auth_token_file), 0, 0, "",
      "every feed.v1.Feed call needs 'authorization: Bearer TOKEN' metadata, TOKEN the first "
      "line of FILE (else UNAUTHENTICATED); grpc.health.v1.Health stays open for probes"},
@@ -396,6 +401,12 @@ int feedd_config_parse(int argc, char **argv, feedd_config *cfg, char *err, size
     if (!cfg->tls_cert[0] != !cfg->tls_key[0]) {
         feed_set_err(err, cap, "%s: tls-cert and tls-key go together",
                      cfg->tls_cert[0] ? "tls-key" : "tls-cert");
+        return FEED_EINVAL;
+    }
+    if (cfg->health_listen[0] && !cfg->tls_cert[0]) {
+        feed_set_err(err, cap,
+                     "health-listen: only with tls-cert; without TLS probe the gRPC "
+                     "port itself");
         return FEED_EINVAL;
     }
     if (cfg->tls_client_ca[0] && !cfg->tls_cert[0]) {

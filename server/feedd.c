@@ -200,6 +200,11 @@ int main(int argc, char **argv)
     FEED_LOGI("gRPC port: %s, %s; Health open to all",
               cfg.tls_cert[0] ? cfg.tls_client_ca[0] ? "mutual TLS" : "TLS" : "plaintext",
               cfg.auth_token_file[0] ? "bearer token required on Feed calls" : "no token");
+    int hport = feedd_service_health_port(svc);
+    if (hport)
+        FEED_LOGI("health port %d: plaintext, grpc.health.v1.Health only", hport);
+    if (hport && cfg.health_port_file[0] && write_port_file(cfg.health_port_file, hport) < 0)
+        goto out;
     if (cfg.port_file[0] && write_port_file(cfg.port_file, port) < 0)
         goto out;
 

@@ -111,6 +111,27 @@ static void slot_reset(req_slot *slot)
         grpc_call_details_destroy(&slot->details);
 }
 
+/*
+ * Whether call may reach feed.v1.Feed as far as the transport goes: always
+ * without TLS; with TLS only over it, as the Health port's plaintext
+ * connections share the server.
+ */
+static bool call_over_tls(const feedd_service *svc, grpc_call *call)
+{
+    bool tls = !svc->health_listener;
+    grpc_auth_context *ctx = tls ? NULL : grpc_call_auth_context(call);
+    if (ctx) {
+        grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(
+            ctx, GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME);
+        for (const grpc_auth_property *p = grpc_auth_property_iterator_next(&it); p && !tls;
+             p = grpc_auth_property_iterator_next(&it))
+            tls = p->value_length == strlen(GRPC_SSL_TRANSPORT_SECURITY_TYPE) &&
+                  memcmp(p->value, GRPC_SSL_TRANSPORT_SECURITY_TYPE, p->value_length) == 0;
+        grpc_auth_context_release(ctx);
+    }
+    return tls;
+}
+
 /* A call accepted: hand it on, then re-arm the slot unless the server is shutting down. */
 static void dispatch(req_slot *slot)
 {
@@ -119,6 +140,12 @@ static void dispatch(req_slot *slot)
     grpc_call *call = slot->call;
     grpc_byte_buffer *payload = slot->payload;
     /* Health stays open so that probes need no secret; it tells nothing about the data. */
+    if (slot->m != METHOD_HEALTH && !call_over_tls(svc, call)) {
+        feedd_count(&feedd_m.unauthenticated, 1);
+        feedd_unary_finish(svc, call, NULL, GRPC_STATUS_UNAUTHENTICATED,
+                           "this port serves grpc.health.v1.Health only; feed.v1.Feed needs TLS");
+        goto done;
+    }
     if (slot->m != METHOD_HEALTH && !feedd_token_allows(&svc->token, &slot->md)) {
         feedd_count(&feedd_m.unauthenticated, 1);
         FEED_LOGD("call without the right bearer token: UNAUTHENTICATED");
@@ -295,7 +322,8 @@ static void on_connection(void *arg, int fd, const struct sockaddr *addr, sockle
     feedd_service *svc = arg;
     (void)addr;
     (void)len;
-    grpc_server_add_channel_from_fd(svc->server, fd, svc->creds);
+    grpc_server_add_channel_from_fd(svc->server, fd,
+                                    svc->health_listener ? svc->health_creds : svc->creds);
 }
 
 /*
@@ -333,11 +361,18 @@ static int bind_tls_port(feedd_service *svc, int *port)
              colon ? "" : ":", listen);
     gpr_set_log_function(on_grpc_log);
     *port = grpc_server_add_http2_port(svc->server, addr, svc->creds);
-    if (*port <= 0)
+    int rc = *port > 0 ? 0 : FEED_EIO;
+    if (rc != 0)
         FEED_LOGE("grpc: cannot listen on %s with TLS (address taken, or tls-cert and tls-key do "
                   "not make a valid pair)",
                   addr);
-    return *port > 0 ? 0 : FEED_EIO;
+    if (rc == 0 && svc->cfg->health_listen[0]) {
+        svc->health_creds = grpc_insecure_server_credentials_create();
+        rc = svc->health_creds ? feedd_listener_open(svc->cfg->health_listen, "health",
+                                                     &svc->health_listener, &svc->health_port)
+                               : FEED_ENOMEM;
+    }
+    return rc;
 }
 
 /*
@@ -424,8 +459,9 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
         goto fail;
     grpc_server_start(svc->server);
     rc = arm_slots(svc);
-    if (rc == 0 && svc->listener)
-        rc = feedd_listener_start(svc->listener, on_connection, svc);
+    if (rc == 0 && (svc->listener || svc->health_listener))
+        rc = feedd_listener_start(svc->listener ? svc->listener : svc->health_listener,
+                                  on_connection, svc);
     if (rc != 0)
         goto fail_started;
     atomic_store(&feedd_m.serving, 1);
@@ -438,6 +474,8 @@ fail_started:
 fail:
     feedd_listener_close(svc->listener);
     svc->listener = NULL;
+    feedd_listener_close(svc->health_listener);
+    svc->health_listener = NULL;
     if (svc->server)
         grpc_server_destroy(svc->server);
     svc->server = NULL;
@@ -461,6 +499,11 @@ void feedd_service_drain(feedd_service *svc)
 bool feedd_service_accepting(const feedd_service *svc)
 {
     return svc->listener || !atomic_load(&grpc_accept_failed);
+}
+
+int feedd_service_health_port(const feedd_service *svc)
+{
+    return svc->health_port;
 }
 
 size_t feedd_service_open_streams(feedd_service *svc)
@@ -551,6 +594,8 @@ int feedd_service_stop(feedd_service *svc, uint32_t grace_ms)
     /* First: no connection may reach a server that shuts down. */
     feedd_listener_close(svc->listener);
     svc->listener = NULL;
+    feedd_listener_close(svc->health_listener);
+    svc->health_listener = NULL;
     if (svc->server) {
         pthread_mutex_lock(&svc->mu);
         svc->shutting_down = true;
@@ -583,6 +628,8 @@ void feedd_service_free(feedd_service *svc)
         feedd_memory_unref(svc->memory);
         if (svc->creds)
             grpc_server_credentials_release(svc->creds);
+        if (svc->health_creds)
+            grpc_server_credentials_release(svc->health_creds);
         feedd_token_free(&svc->token);
         pthread_cond_destroy(&svc->cv);
         pthread_mutex_destroy(&svc->mu);

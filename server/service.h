@@ -42,6 +42,8 @@ void feedd_service_drain(feedd_service *svc);
  * Any thread.
  */
 bool feedd_service_accepting(const feedd_service *svc);
+/* The bound --health-listen port, or 0 when there is none. */
+int feedd_service_health_port(const feedd_service *svc);
 /* Stream calls still open. */
 size_t feedd_service_open_streams(feedd_service *svc);
 /*

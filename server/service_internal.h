@@ -140,8 +140,11 @@ struct feedd_service {
     feedd_pool *pool;
     grpc_server *server;
     grpc_server_credentials *creds;
-    struct feedd_listener *listener; /* accepts for server (listener.h); NULL with TLS */
-    feedd_token token;               /* what every Feed call must carry (trust.h) */
+    struct feedd_listener *listener;        /* accepts for server (listener.h); NULL with TLS */
+    grpc_server_credentials *health_creds;  /* insecure, for health_listener's connections */
+    struct feedd_listener *health_listener; /* --health-listen beside the TLS port, or NULL */
+    int health_port;
+    feedd_token token; /* what every Feed call must carry (trust.h) */
     void *methods[METHOD_COUNT];
     cq_thread *cqts;
     uint32_t n_cqts;

@@ -3,9 +3,9 @@
 shares no code with the project: the bearer token on Describe, Stream and
 unknown methods (none, wrong, right), Health open without it, TLS and mutual
 TLS (certificates made here by tests/server/make_test_certs.sh with openssl),
-plaintext against TLS and TLS against plaintext, the wrong CA, the metrics
-token, the same options from a --config file, and the token files feedd
-refuses. Every failure must come back as a status within the call's
+the plaintext Health-only port beside a TLS one, plaintext against TLS and
+TLS against plaintext, the wrong CA, the metrics token, the same options
+from a --config file, and the options feedd refuses at start. Every failure must come back as a status within the call's
 deadline, not as a hang.
 
 usage: interop_trust.py FEEDD GEN_DATASET PROTO_DIR
@@ -203,10 +203,20 @@ def main():
 
         # TLS with a token, all from a --config file.
         conf = os.path.join(tmp, "feedd.conf")
+        hport_file = os.path.join(tmp, "hport")
         with open(conf, "w") as f:
             f.write("tls-cert = %s\ntls-key = %s\nauth-token-file = %s\n"
-                    % (crt("server.pem"), crt("server.key"), token_file))
+                    "health-listen = 127.0.0.1:0\nhealth-port-file = %s\n"
+                    % (crt("server.pem"), crt("server.key"), token_file, hport_file))
         tls = start("tls-token", ["--config", conf])
+        # The plaintext Health port beside the TLS one: Health, and nothing else.
+        probe = Calls(grpc.insecure_channel("127.0.0.1:%d" % int(open(hport_file).read())), pb)
+        check(probe.health() == health_pb2.HealthCheckResponse.SERVING,
+              "Health on the plaintext health port")
+        for name, fn in [("Describe", probe.describe), ("Stream", probe.stream),
+                         ("unknown method", probe.other)]:
+            expect(lambda: fn("Bearer " + TOKEN), grpc.StatusCode.UNAUTHENTICATED,
+                   "Health only", "%s with the token on the plaintext health port" % name)
         tls_calls = Calls(grpc.secure_channel(tls.target, grpc.ssl_channel_credentials(
             pem("ca.pem"))), pb)
         token_checks(tls_calls, "TLS")
@@ -266,6 +276,7 @@ def main():
                  "empty token"),
                 (["--tls-cert", crt("server.pem")], "tls-cert and tls-key go together"),
                 (["--tls-client-ca", crt("ca.pem")], "mutual TLS needs tls-cert"),
+                (["--health-listen", "127.0.0.1:0"], "health-listen: only with tls-cert"),
                 (["--tls-cert", crt("server.pem"), "--tls-key", crt("other-server.key")],
                  "valid pair")]:
             refused_at_start(feedd, data + args, needle, " ".join(args[-2:]))
