@@ -35,7 +35,7 @@ def token_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def load(target, **kw):
     """Batches of one epoch, or the exception the loader raised."""
     args = dict(batch_size=16, seed=3, device="cpu", size=32, dtype=torch.uint8, layout="NHWC",
-                unavailable_timeout=3.0)
+                unavailable_timeout=30.0)
     args.update(kw)
     with feedclient.Loader([target], "small", **args) as loader:
         return sum(images.shape[0] for images, _ in loader)
@@ -45,7 +45,7 @@ def refused(target, caplog, **kw):
     caplog.clear()
     with caplog.at_level(logging.DEBUG, logger="feedclient"):
         with pytest.raises(feedclient.FeedError) as e:
-            load(target, **kw)
+            load(target, unavailable_timeout=3.0, **kw)
     return e.value, caplog.text
 
 

@@ -29,6 +29,8 @@
 #include "trust.h"
 
 #define TOKEN "c-test-token.0123456789"
+#define SERVED_MS 30000
+#define REFUSED_MS 3000
 
 static char g_root[256];
 static char g_certs[512];
@@ -223,17 +225,21 @@ static void loader_config(feed_loader_config *cfg, const char **target, log_text
     cfg->dtype = FEED_DTYPE_UINT8;
     cfg->layout = FEED_LAYOUT_NHWC;
     cfg->device = FEED_DEVICE_HOST;
-    cfg->unavailable_timeout_ms = 3000;
     cfg->log_fn = on_log;
     cfg->log_user = log;
     memset(log, 0, sizeof *log);
 }
 
-/* Samples of one epoch through cfg, or the code open or next returned. */
-static int64_t run_epoch(const feed_loader_config *cfg)
+/*
+ * Samples of one epoch through cfg, or the code open or next returned;
+ * timeout_ms is how long open waits for a server: SERVED_MS where one must
+ * answer (a loaded machine), REFUSED_MS where none can.
+ */
+static int64_t run_epoch(feed_loader_config *cfg, uint32_t timeout_ms)
 {
     feed_loader *l = NULL;
     int64_t samples = 0;
+    cfg->unavailable_timeout_ms = timeout_ms;
     int rc = feed_loader_open(cfg, &l);
     while (rc == 0) {
         feed_batch *b = NULL;
@@ -272,47 +278,47 @@ static void test_loader_token_and_tls(void **state)
     loader_config(&cfg, &target, &log);
     cfg.token = TOKEN;
     cfg.tls_ca_file = ca;
-    assert_int_equal(run_epoch(&cfg), 12);
+    assert_int_equal(run_epoch(&cfg, SERVED_MS), 12);
 
     loader_config(&cfg, &target, &log);
     cfg.token = "wrong";
     cfg.tls_ca_file = ca;
-    assert_int_equal(run_epoch(&cfg), FEED_EUNAVAILABLE);
+    assert_int_equal(run_epoch(&cfg, REFUSED_MS), FEED_EUNAVAILABLE);
     assert_non_null(strstr(log.text, "refused the bearer token"));
 
     loader_config(&cfg, &target, &log);
     cfg.token = "";
     cfg.tls_ca_file = ca;
-    assert_int_equal(run_epoch(&cfg), FEED_EUNAVAILABLE);
+    assert_int_equal(run_epoch(&cfg, REFUSED_MS), FEED_EUNAVAILABLE);
     assert_non_null(strstr(log.text, "UNAUTHENTICATED"));
 
     /* From the environment when the config has none. */
     setenv("FEED_TOKEN", TOKEN, 1);
     loader_config(&cfg, &target, &log);
     cfg.tls_ca_file = ca;
-    assert_int_equal(run_epoch(&cfg), 12);
+    assert_int_equal(run_epoch(&cfg, SERVED_MS), 12);
     unsetenv("FEED_TOKEN");
 
     loader_config(&cfg, &target, &log);
     cfg.token = TOKEN;
-    assert_int_equal(run_epoch(&cfg), FEED_EUNAVAILABLE);
+    assert_int_equal(run_epoch(&cfg, REFUSED_MS), FEED_EUNAVAILABLE);
     assert_non_null(strstr(log.text, "Describe failed"));
 
     loader_config(&cfg, &target, &log);
     cfg.token = TOKEN;
     cfg.tls_ca_file = other_ca;
-    assert_int_equal(run_epoch(&cfg), FEED_EUNAVAILABLE);
+    assert_int_equal(run_epoch(&cfg, REFUSED_MS), FEED_EUNAVAILABLE);
     assert_non_null(strstr(log.text, "certificate verify failed"));
 
     loader_config(&cfg, &target, &log);
     cfg.token = TOKEN;
     cfg.tls_ca_file = "/nonexistent/ca.pem";
-    assert_int_equal(run_epoch(&cfg), FEED_EINVAL);
+    assert_int_equal(run_epoch(&cfg, REFUSED_MS), FEED_EINVAL);
     assert_non_null(strstr(log.text, "tls_ca_file"));
 
     loader_config(&cfg, &target, &log);
     cfg.token = "has space";
-    assert_int_equal(run_epoch(&cfg), FEED_EINVAL);
+    assert_int_equal(run_epoch(&cfg, REFUSED_MS), FEED_EINVAL);
     assert_non_null(strstr(log.text, "visible ASCII"));
     assert_int_equal(feed_test_server_stop(&tls), 0);
 }
@@ -331,7 +337,7 @@ static void test_loader_plaintext_and_old_config(void **state)
 
     loader_config(&cfg, &target, &log);
     cfg.tls_ca_file = ca;
-    assert_int_equal(run_epoch(&cfg), FEED_EUNAVAILABLE);
+    assert_int_equal(run_epoch(&cfg, REFUSED_MS), FEED_EUNAVAILABLE);
     assert_non_null(strstr(log.text, "Describe failed"));
 
     /* A caller built against 0.3 ends its struct before token: what lies past it is not read. */
@@ -339,7 +345,7 @@ static void test_loader_plaintext_and_old_config(void **state)
     cfg.struct_size = offsetof(feed_loader_config, token);
     cfg.token = "not read";
     cfg.tls_ca_file = "/not/read";
-    assert_int_equal(run_epoch(&cfg), 12);
+    assert_int_equal(run_epoch(&cfg, SERVED_MS), 12);
     assert_int_equal(feed_test_server_stop(&plain), 0);
 }
 
