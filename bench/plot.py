@@ -5,7 +5,8 @@
 
 Reads OUT_DIR/summary.json, batches.csv and nvml.csv; writes
   throughput.png  images/s by source (bars), GPU busy share written on each bar
-  gpu_util.png    GPU utilisation over time: NVML samples when there were any;
+  gpu_util.png    GPU utilisation over time: NVML samples when there were any,
+                  with GPM's SM activity (Hopper) dashed beside them;
                   otherwise the step's busy share per second from its own
                   timings, and the plot's title says so (nothing is made up);
                   only whole seconds of each source's measured window (a last
@@ -89,9 +90,16 @@ def plot_util(meta, nvml, batches, runs, out_dir):
         for src, rows in by_source(nvml).items():
             rows = [r for r in rows if float(r["t_s"]) <= wall.get(src, 0.0)]
             ax.plot([float(r["t_s"]) for r in rows], [float(r["gpu_util"]) for r in rows],
-                    label=src, color=COLOURS.get(src), lw=1.2)
-        ax.set_ylabel("GPU utilisation (NVML, %)")
-        title = "GPU utilisation over time (NVML, sampled every 100 ms)"
+                    label=f"{src} NVML util", color=COLOURS.get(src), lw=1.2)
+            gpm = [r for r in rows if r.get("sm_active_pct")]
+            if gpm:
+                ax.plot([float(r["t_s"]) for r in gpm], [float(r["sm_active_pct"]) for r in gpm],
+                        label=f"{src} SM active (GPM)", color=COLOURS.get(src), lw=1.0,
+                        ls="--", marker=".")
+        ax.set_ylabel("%")
+        title = "GPU utilisation over time (NVML every 100 ms"
+        title += ("; GPM SM activity every 1 s)" if meta.get("gpm")
+                  else f"; GPM: {meta.get('gpm_absent_reason') or 'absent'})")
     else:
         # No NVML: the step's own busy share per second, labelled as such.
         for src, rows in by_source(batches).items():

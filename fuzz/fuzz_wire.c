@@ -1,7 +1,8 @@
 /*
  * Fuzz target: the client's reading of a Batch (client/src/wire.h), which
  * is what a server, or anything posing as one, sends. The steps are those of
- * sched_on_batch in client/src/sched.c, minus the locking: read up to
+ * a receiver (conn.c's receive_batch: sched_batch_arrived, then sched_land in
+ * client/src/sched.c), minus the locking: read up to
  * batch_id from the byte buffer's slices, read the rest with the pixels going
  * straight into the slot, unpack what is left into the bump arena (whose
  * target is the slot when the pixels did not go there), check it against the
@@ -49,7 +50,7 @@ static grpc_byte_buffer *make_buffer(const uint8_t *data, size_t size, size_t ch
     return bb;
 }
 
-/* sched_on_batch's reading and checking of one Batch; 0 when it would be landed. */
+/* The receive path's reading and checking of one Batch; 0 when it would be landed. */
 static int read_batch(grpc_byte_buffer *bb, uint8_t *raw)
 {
     wire_batch_reader r;

@@ -1,104 +1,105 @@
 /*
- * Sharded LRU cache of augmented samples; see cache.h. Lock order: one shard
- * lock at a time, never held while calling out. The copy in and out happens
- * under the shard lock (entries are never referenced outside it), which
- * keeps eviction trivially safe; with 16 shards contention stays low.
+ * The decoded-sample cache; see cache.h for the bound, the policy and the
+ * threads. Lock order: one slot lock at a time, never held across a call out
+ * of this file, a malloc or a free.
+ *
+ * A slot is an atomic uintptr_t: the entry's address, or 0, with SLOT_LOCKED
+ * in the low bit while a thread takes a reference or swaps the pointer
+ * (entries are aligned, so the bit is free). The cache holds one reference
+ * to each entry in a slot; readers add theirs under the slot lock, so an
+ * entry leaves its slot (eviction) and is freed (the last release) without
+ * a reader ever touching freed memory.
  */
 #include "cache.h"
 
-#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
-#include <string.h>
 
+#include "config.h"
 #include "feed/errors.h"
-#include "feed/list.h"
 #include "metrics.h"
 
-#define SHARDS 16
-#define BUCKETS 4096 /* per shard; chains stay short for ~100k entries */
+#define SLOT_LOCKED ((uintptr_t)1)
+/* Spins on a locked slot before yielding the CPU to its holder. */
+#define SPINS_BEFORE_YIELD 64
+/* What malloc adds to every chunk (glibc: one size word, 16-byte granules). */
+#define MALLOC_OVERHEAD 16u
 
-typedef struct entry {
-    struct entry *chain;
-    feed_list_node lru; /* in the shard's lru */
-    uint64_t hash;
-    uint32_t dataset, epoch;
-    uint64_t seed, index;
-    feed_transform tf;
-    uint32_t crc;
-    size_t len;
-    uint8_t data[];
-} entry;
-
-typedef struct shard {
-    pthread_mutex_t mu;
-    entry *buckets[BUCKETS]; /* guarded by mu */
-    feed_list lru;           /* of entry, guarded by mu; first = most recent */
-    uint64_t used, budget;
-} shard;
-
-struct feedd_cache {
-    shard shards[SHARDS];
+struct feedd_cache_entry {
+    atomic_uint refs;
+    atomic_bool referenced; /* the clock's bit: set by every hit, cleared by the hand */
+    uint32_t ds;
+    uint64_t index;
+    size_t charge; /* bytes counted against the budget */
+    feed_decoded img;
+    _Alignas(16) uint8_t pixels[];
 };
 
-static uint64_t mix(uint64_t h, uint64_t v)
+typedef struct cached_dataset {
+    uint32_t side; /* 0: not cached */
+    uint64_t samples;
+    _Atomic uintptr_t *slots;   /* [samples] */
+    atomic_uint_fast64_t ticks; /* lookups; the hand is at slot (ticks / 2) % samples */
+} cached_dataset;
+
+struct feedd_cache {
+    uint64_t budget;
+    atomic_uint_fast64_t used;
+    cached_dataset ds[FEEDD_MAX_DATASETS];
+};
+
+size_t feedd_cache_charge(size_t pixel_bytes)
 {
-    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    h *= 0xbf58476d1ce4e5b9ull;
-    return h ^ (h >> 31);
+    size_t n = sizeof(feedd_cache_entry) + pixel_bytes + MALLOC_OVERHEAD;
+    return (n + 15) & ~(size_t)15;
 }
 
-static uint64_t dbl_bits(double d)
+/* Take bytes if they fit under the budget; the count never passes it. */
+static bool charge(feedd_cache *c, uint64_t bytes)
 {
-    uint64_t u;
-    memcpy(&u, &d, sizeof u);
-    return u;
+    uint64_t used = atomic_load_explicit(&c->used, memory_order_relaxed);
+    do {
+        if (bytes > c->budget || used > c->budget - bytes)
+            return false;
+    } while (!atomic_compare_exchange_weak_explicit(&c->used, &used, used + bytes,
+                                                    memory_order_relaxed, memory_order_relaxed));
+    feedd_gauge(&feedd_m.cache_bytes, (int64_t)bytes);
+    return true;
 }
 
-static uint64_t key_hash(const feedd_cache_key *k)
+/* The gauge drops before the count and rises after it, so it never reads above the budget. */
+static void uncharge(feedd_cache *c, uint64_t bytes)
 {
-    const feed_transform *t = k->transform;
-    uint64_t h = mix(0, k->dataset);
-    h = mix(h, k->epoch);
-    h = mix(h, k->seed);
-    h = mix(h, k->index);
-    h = mix(h, (uint64_t)t->mode << 48 | (uint64_t)t->out_h << 24 | t->out_w);
-    h = mix(h, dbl_bits(t->scale_min));
-    h = mix(h, dbl_bits(t->scale_max));
-    h = mix(h, dbl_bits(t->ratio_min));
-    h = mix(h, dbl_bits(t->ratio_max));
-    h = mix(h, dbl_bits(t->flip_prob));
-    return mix(h, t->resize_size);
+    feedd_gauge(&feedd_m.cache_bytes, -(int64_t)bytes);
+    atomic_fetch_sub_explicit(&c->used, bytes, memory_order_relaxed);
 }
 
-static bool same_transform(const feed_transform *a, const feed_transform *b)
+/* Lock a slot; returns what it held (the bit clear). */
+static uintptr_t slot_lock(_Atomic uintptr_t *s)
 {
-    return a->mode == b->mode && a->out_h == b->out_h && a->out_w == b->out_w &&
-           a->scale_min == b->scale_min && a->scale_max == b->scale_max &&
-           a->ratio_min == b->ratio_min && a->ratio_max == b->ratio_max &&
-           a->flip_prob == b->flip_prob && a->resize_size == b->resize_size;
-}
-
-static entry **find(shard *s, const feedd_cache_key *k, uint64_t h)
-{
-    entry **pp = &s->buckets[(h >> 4) % BUCKETS];
-    for (; *pp; pp = &(*pp)->chain) {
-        entry *e = *pp;
-        if (e->hash == h && e->dataset == k->dataset && e->epoch == k->epoch &&
-            e->seed == k->seed && e->index == k->index && same_transform(&e->tf, k->transform))
-            return pp;
+    unsigned spins = 0;
+    uintptr_t v = atomic_load_explicit(s, memory_order_relaxed);
+    for (;;) {
+        if (!(v & SLOT_LOCKED) &&
+            atomic_compare_exchange_weak_explicit(s, &v, v | SLOT_LOCKED, memory_order_acquire,
+                                                  memory_order_relaxed))
+            return v;
+        if (v & SLOT_LOCKED) {
+            if (++spins >= SPINS_BEFORE_YIELD) {
+                sched_yield();
+                spins = 0;
+            }
+            v = atomic_load_explicit(s, memory_order_relaxed);
+        }
     }
-    return pp;
 }
 
-static void remove_entry(shard *s, entry *e)
+/* Unlock a slot, leaving v (an entry or 0) in it. */
+static void slot_unlock(_Atomic uintptr_t *s, uintptr_t v)
 {
-    feedd_cache_key k = {e->dataset, e->epoch, e->seed, e->index, &e->tf};
-    entry **pp = find(s, &k, e->hash);
-    *pp = e->chain;
-    feed_list_remove(&s->lru, &e->lru);
-    s->used -= sizeof *e + e->len;
-    feedd_gauge(&feedd_m.cache_bytes, -(int64_t)(sizeof *e + e->len));
-    free(e);
+    atomic_store_explicit(s, v, memory_order_release);
 }
 
 int feedd_cache_new(uint64_t budget_bytes, feedd_cache **out)
@@ -106,10 +107,9 @@ int feedd_cache_new(uint64_t budget_bytes, feedd_cache **out)
     feedd_cache *c = calloc(1, sizeof *c);
     if (!c)
         return FEED_ENOMEM;
-    for (int i = 0; i < SHARDS; i++) {
-        pthread_mutex_init(&c->shards[i].mu, NULL);
-        c->shards[i].budget = budget_bytes / SHARDS;
-    }
+    c->budget = budget_bytes;
+    atomic_init(&c->used, 0);
+    feedd_gauge(&feedd_m.cache_budget, (int64_t)budget_bytes);
     *out = c;
     return 0;
 }
@@ -118,69 +118,171 @@ void feedd_cache_free(feedd_cache *c)
 {
     if (!c)
         return;
-    for (int i = 0; i < SHARDS; i++) {
-        shard *s = &c->shards[i];
-        while (!feed_list_empty(&s->lru))
-            remove_entry(s, FEED_LIST_ENTRY(s->lru.first, entry, lru));
-        pthread_mutex_destroy(&s->mu);
+    for (uint32_t d = 0; d < FEEDD_MAX_DATASETS; d++) {
+        cached_dataset *cd = &c->ds[d];
+        if (!cd->side)
+            continue;
+        for (uint64_t i = 0; i < cd->samples; i++) {
+            feedd_cache_entry *e = (feedd_cache_entry *)atomic_load(&cd->slots[i]);
+            if (e)
+                feedd_cache_release(c, e);
+        }
+        free((void *)cd->slots);
+        uncharge(c, cd->samples * sizeof *cd->slots);
     }
+    feedd_gauge(&feedd_m.cache_budget, -(int64_t)c->budget);
     free(c);
 }
 
-bool feedd_cache_get(feedd_cache *c, const feedd_cache_key *k, uint8_t *dst, size_t len,
-                     uint32_t *crc)
+int feedd_cache_add_dataset(feedd_cache *c, uint32_t ds, uint64_t samples, uint32_t side)
 {
-    uint64_t h = key_hash(k);
-    shard *s = &c->shards[h % SHARDS];
-    bool hit = false;
-    pthread_mutex_lock(&s->mu);
-    entry *e = *find(s, k, h);
-    if (e && e->len == len) {
-        memcpy(dst, e->data, len);
-        *crc = e->crc;
-        feed_list_remove(&s->lru, &e->lru);
-        feed_list_push_front(&s->lru, &e->lru);
-        hit = true;
+    if (ds >= FEEDD_MAX_DATASETS || side == 0 || c->ds[ds].side)
+        return FEED_EINVAL;
+    cached_dataset *cd = &c->ds[ds];
+    if (samples > UINT64_MAX / sizeof *cd->slots || !charge(c, samples * sizeof *cd->slots))
+        return FEED_ETOOBIG;
+    if (samples) {
+        cd->slots = calloc(samples, sizeof *cd->slots);
+        if (!cd->slots) {
+            uncharge(c, samples * sizeof *cd->slots);
+            return FEED_ENOMEM;
+        }
     }
-    pthread_mutex_unlock(&s->mu);
-    feedd_count(hit ? &feedd_m.cache_hits : &feedd_m.cache_misses, 1);
-    return hit;
+    cd->samples = samples;
+    cd->side = side;
+    atomic_init(&cd->ticks, 0);
+    return 0;
 }
 
-void feedd_cache_put(feedd_cache *c, const feedd_cache_key *k, const uint8_t *src, size_t len,
-                     uint32_t crc)
+uint32_t feedd_cache_side(const feedd_cache *c, uint32_t ds)
 {
-    uint64_t h = key_hash(k);
-    shard *s = &c->shards[h % SHARDS];
-    size_t need = sizeof(entry) + len;
-    if (need > s->budget)
+    return c && ds < FEEDD_MAX_DATASETS ? c->ds[ds].side : 0;
+}
+
+uint64_t feedd_cache_used(const feedd_cache *c)
+{
+    return atomic_load_explicit(&c->used, memory_order_relaxed);
+}
+
+/* Every second lookup: the hand's step (see cache.h). */
+static void hand_step(feedd_cache *c, cached_dataset *cd)
+{
+    uint64_t t = atomic_fetch_add_explicit(&cd->ticks, 1, memory_order_relaxed);
+    if (t & 1)
         return;
-    entry *e = malloc(need);
-    if (!e)
+    _Atomic uintptr_t *s = &cd->slots[(t / 2) % cd->samples];
+    if (!atomic_load_explicit(s, memory_order_relaxed))
         return;
-    e->hash = h;
-    e->dataset = k->dataset;
-    e->epoch = k->epoch;
-    e->seed = k->seed;
-    e->index = k->index;
-    e->tf = *k->transform;
-    e->len = len;
-    e->crc = crc;
-    e->chain = NULL;
-    e->lru = (feed_list_node){NULL, NULL};
-    memcpy(e->data, src, len);
-    pthread_mutex_lock(&s->mu);
-    entry *old = *find(s, k, h);
-    if (old)
-        remove_entry(s, old);
-    while (s->used + need > s->budget && !feed_list_empty(&s->lru)) {
-        remove_entry(s, FEED_LIST_ENTRY(s->lru.last, entry, lru));
-        feedd_count(&feedd_m.cache_evictions, 1);
+    uintptr_t v = slot_lock(s);
+    feedd_cache_entry *e = (feedd_cache_entry *)v;
+    if (e && atomic_exchange_explicit(&e->referenced, false, memory_order_relaxed)) {
+        slot_unlock(s, v);
+        return;
     }
-    entry **pp = find(s, k, h);
-    *pp = e;
-    feed_list_push_front(&s->lru, &e->lru);
-    s->used += need;
-    feedd_gauge(&feedd_m.cache_bytes, (int64_t)need);
-    pthread_mutex_unlock(&s->mu);
+    slot_unlock(s, 0);
+    if (e) {
+        feedd_count(&feedd_m.cache_evictions, 1);
+        feedd_cache_release(c, e);
+    }
+}
+
+feedd_cache_entry *feedd_cache_get(feedd_cache *c, uint32_t ds, uint64_t index, feed_decoded *img)
+{
+    cached_dataset *cd = &c->ds[ds];
+    _Atomic uintptr_t *s = &cd->slots[index];
+    feedd_cache_entry *e = NULL;
+    if (atomic_load_explicit(s, memory_order_relaxed)) {
+        uintptr_t v = slot_lock(s);
+        e = (feedd_cache_entry *)v;
+        if (e) {
+            atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+            atomic_store_explicit(&e->referenced, true, memory_order_relaxed);
+        }
+        slot_unlock(s, v);
+    }
+    if (e)
+        *img = e->img;
+    feedd_count(e ? &feedd_m.cache_hits : &feedd_m.cache_misses, 1);
+    hand_step(c, cd);
+    return e;
+}
+
+feedd_cache_entry *feedd_cache_reserve(feedd_cache *c, uint32_t ds, uint64_t index,
+                                       size_t pixel_bytes)
+{
+    size_t bytes = feedd_cache_charge(pixel_bytes);
+    if (bytes < pixel_bytes || !charge(c, bytes))
+        return NULL;
+    feedd_cache_entry *e = malloc(sizeof *e + pixel_bytes);
+    if (!e) {
+        uncharge(c, bytes);
+        return NULL;
+    }
+    atomic_init(&e->refs, 1);
+    atomic_init(&e->referenced, true);
+    e->ds = ds;
+    e->index = index;
+    e->charge = bytes;
+    e->img = (feed_decoded){0};
+    return e;
+}
+
+uint8_t *feedd_cache_pixels(feedd_cache_entry *e)
+{
+    return e->pixels;
+}
+
+void feedd_cache_publish(feedd_cache *c, feedd_cache_entry *e, const feed_decoded *img)
+{
+    _Atomic uintptr_t *s = &c->ds[e->ds].slots[e->index];
+    e->img = *img;
+    e->img.pixels = e->pixels;
+    uintptr_t v = slot_lock(s);
+    if (v) {
+        slot_unlock(s, v);
+        return;
+    }
+    atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+    slot_unlock(s, (uintptr_t)e);
+}
+
+void feedd_cache_release(feedd_cache *c, feedd_cache_entry *e)
+{
+    if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    size_t bytes = e->charge;
+    free(e);
+    uncharge(c, bytes);
+}
+
+/* feed_engine_decode's buffer: a cache entry when one fits, else the engine's scratch. */
+typedef struct reserve_ctx {
+    feedd_cache *cache;
+    uint32_t ds;
+    uint64_t index;
+    feedd_cache_entry *entry;
+} reserve_ctx;
+
+static uint8_t *reserve_entry(void *arg, const feed_decoded *dims, size_t bytes)
+{
+    (void)dims;
+    reserve_ctx *r = arg;
+    r->entry = feedd_cache_reserve(r->cache, r->ds, r->index, bytes);
+    return r->entry ? feedd_cache_pixels(r->entry) : NULL;
+}
+
+feed_sample_status feedd_cache_decode(feedd_cache *c, feed_engine *e, uint32_t ds, uint64_t index,
+                                      const uint8_t *jpeg, size_t len, uint32_t side,
+                                      feed_decoded *img, feedd_cache_entry **entry)
+{
+    reserve_ctx r = {c, ds, index, NULL};
+    feed_sample_status st = feed_engine_decode(e, jpeg, len, side, reserve_entry, &r, img);
+    if (st == FEED_SAMPLE_OK && r.entry) {
+        feedd_cache_publish(c, r.entry, img);
+    } else if (r.entry) {
+        feedd_cache_release(c, r.entry);
+        r.entry = NULL;
+    }
+    *entry = r.entry;
+    return st;
 }

@@ -50,7 +50,9 @@ static const key_def keys[] = {
     {"port-file", KEY_STR, OFF(port_file), SZ(port_file), 0, 0, "",
      "write the bound gRPC port here once listening"},
     {"dataset", KEY_DATASET, 0, 0, 0, 0, NULL,
-     "NAME=PATH, repeatable: a directory is an ImageFolder, a file a pack"},
+     "NAME=PATH[,cache=SIDE], repeatable: a directory is an ImageFolder, a file a pack; "
+     "cache=SIDE (16..4096, off by default) serves it from the decoded-sample cache, images "
+     "decoded once at a shorter side of at least SIDE"},
     {"threads", KEY_U32, OFF(threads), 0, 0, 1024, "0", "preprocessing workers; 0 = all cores"},
     {"cq-threads", KEY_U32, OFF(cq_threads), 0, 0, 64, "0",
      "gRPC completion-queue threads; 0 = threads/4, 1..4"},
@@ -101,7 +103,7 @@ static const key_def keys[] = {
     {"drain-timeout-ms", KEY_U32, OFF(drain_timeout_ms), 0, 0, 3600000, "10000",
      "on SIGTERM/SIGINT, stop within this long"},
     {"cache-bytes", KEY_BYTES, OFF(cache_bytes), 0, 0, 1024 * GiB, "0",
-     "cache of augmented samples for repeated requests; 0 = off"},
+     "decoded-sample cache for the datasets with cache=SIDE, beside max-memory; 0 = none"},
     {"log-level", KEY_LEVEL, OFF(log_level), 0, 0, 0, "info", "error, warn, info or debug"},
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
@@ -161,15 +163,49 @@ static void fmt_value(const key_def *k, uint64_t v, char *out, size_t cap)
         snprintf(out, cap, "%llu", (unsigned long long)v);
 }
 
+/*
+ * A trailing ",cache=SIDE" or ",cache=off" of a dataset's value: sets *side
+ * and returns where it starts (the path ends there), or returns end when
+ * there is none. FEED_EINVAL in *rc for a SIDE out of bounds.
+ */
+static const char *cache_option(const char *path, const char *end, uint32_t *side, int *rc,
+                                char *err, size_t cap)
+{
+    static const char key[] = ",cache=";
+    *side = 0;
+    *rc = 0;
+    const char *opt = NULL;
+    for (const char *p = strstr(path, key); p; p = strstr(p + 1, key))
+        opt = p;
+    if (!opt)
+        return end;
+    const char *v = opt + strlen(key);
+    uint64_t n = 0;
+    if (strcmp(v, "off") != 0 &&
+        feed_parse_u64(v, FEEDD_CACHE_SIDE_MIN, FEEDD_CACHE_SIDE_MAX, &n) < 0) {
+        feed_set_err(err, cap, "dataset: cache=%s is not off or a shorter side %d..%d", v,
+                     FEEDD_CACHE_SIDE_MIN, FEEDD_CACHE_SIDE_MAX);
+        *rc = FEED_EINVAL;
+    }
+    *side = (uint32_t)n;
+    return opt;
+}
+
 static int add_dataset(feedd_config *cfg, const char *value, char *err, size_t cap)
 {
     const char *eq = strchr(value, '=');
-    if (!eq || eq == value || eq[1] == '\0') {
-        feed_set_err(err, cap, "dataset: expected NAME=PATH, got '%s'", value);
+    uint32_t side = 0;
+    int rc = 0;
+    const char *end =
+        eq ? cache_option(eq + 1, eq + strlen(eq), &side, &rc, err, cap) : value + strlen(value);
+    if (rc < 0)
+        return rc;
+    if (!eq || eq == value || end == eq + 1) {
+        feed_set_err(err, cap, "dataset: expected NAME=PATH[,cache=SIDE], got '%s'", value);
         return FEED_EINVAL;
     }
-    size_t nlen = (size_t)(eq - value);
-    if (nlen >= FEEDD_NAME_MAX || strlen(eq + 1) >= FEEDD_PATH_MAX) {
+    size_t nlen = (size_t)(eq - value), plen = (size_t)(end - (eq + 1));
+    if (nlen >= FEEDD_NAME_MAX || plen >= FEEDD_PATH_MAX) {
         feed_set_err(err, cap, "dataset: name or path too long in '%s'", value);
         return FEED_EINVAL;
     }
@@ -186,7 +222,9 @@ static int add_dataset(feedd_config *cfg, const char *value, char *err, size_t c
             return FEED_EINVAL;
         }
     }
-    snprintf(d->path, sizeof d->path, "%s", eq + 1);
+    memcpy(d->path, eq + 1, plen);
+    d->path[plen] = '\0';
+    d->cache_side = side;
     cfg->n_datasets++;
     return 0;
 }
@@ -417,6 +455,13 @@ int feedd_config_parse(int argc, char **argv, feedd_config *cfg, char *err, size
     if (cfg->n_datasets == 0) {
         feed_set_err(err, cap, "dataset: at least one --dataset NAME=PATH is needed");
         return FEED_EINVAL;
+    }
+    for (size_t i = 0; i < cfg->n_datasets; i++) {
+        if (cfg->datasets[i].cache_side && cfg->cache_bytes == 0) {
+            feed_set_err(err, cap, "dataset %s: cache=%u needs --cache-bytes",
+                         cfg->datasets[i].name, cfg->datasets[i].cache_side);
+            return FEED_EINVAL;
+        }
     }
     return 0;
 }

@@ -13,9 +13,14 @@
 #define FEEDD_NAME_MAX 64
 #define FEEDD_PATH_MAX 1024
 
+/* Bounds of a dataset's cache=SIDE (the decoded-sample cache's shorter side). */
+#define FEEDD_CACHE_SIDE_MIN 16
+#define FEEDD_CACHE_SIDE_MAX 4096
+
 typedef struct feedd_dataset_arg {
     char name[FEEDD_NAME_MAX];
     char path[FEEDD_PATH_MAX];
+    uint32_t cache_side; /* cache=SIDE: decoded-sample cache at this shorter side; 0 = off */
 } feedd_dataset_arg;
 
 typedef struct feedd_config {
@@ -45,7 +50,7 @@ typedef struct feedd_config {
     uint32_t task_samples;   /* samples a worker takes from a batch at a time; 0 = auto */
     uint32_t drain_timeout_ms;
     uint32_t send_stall_ms; /* a send pending this long ends its stream; 0 = never */
-    uint64_t cache_bytes; /* augmented-sample cache; 0 = off */
+    uint64_t cache_bytes; /* decoded-sample cache, shared by the datasets with cache=SIDE */
     int log_level;
     feedd_dataset_arg datasets[FEEDD_MAX_DATASETS];
     size_t n_datasets;

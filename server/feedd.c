@@ -162,11 +162,27 @@ int main(int argc, char **argv)
                   feed_dataset_format(ds[i]), (unsigned long long)feed_dataset_count(ds[i]),
                   feed_dataset_num_classes(ds[i]), cfg.datasets[i].path);
     }
-    if (cfg.cache_bytes) {
-        rc = feedd_cache_new(cfg.cache_bytes, &cache);
+    for (size_t i = 0; i < cfg.n_datasets; i++) {
+        uint32_t side = cfg.datasets[i].cache_side;
+        if (!side)
+            continue;
+        rc = cache ? 0 : feedd_cache_new(cfg.cache_bytes, &cache);
         if (rc < 0)
             goto out;
+        rc = feedd_cache_add_dataset(cache, (uint32_t)i, feed_dataset_count(ds[i]), side);
+        if (rc < 0) {
+            FEED_LOGE("dataset %s: cache=%u: %s (its table takes 8 bytes a sample of the "
+                      "--cache-bytes %llu)",
+                      cfg.datasets[i].name, side, feed_strerror(rc),
+                      (unsigned long long)cfg.cache_bytes);
+            goto out;
+        }
+        FEED_LOGI("dataset %s: decoded-sample cache, shorter side >= %u", cfg.datasets[i].name,
+                  side);
     }
+    if (cfg.cache_bytes && !cache)
+        FEED_LOGW("--cache-bytes %llu: no dataset has cache=SIDE, so nothing is cached",
+                  (unsigned long long)cfg.cache_bytes);
     feed_engine_limits elim;
     feed_engine_limits_default(&elim);
     elim.max_pixels = cfg.max_pixels;

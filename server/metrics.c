@@ -150,10 +150,19 @@ char *feedd_metrics_render(size_t *len)
     counter(&t, "feedd_unauthenticated_total",
             "Feed calls refused (UNAUTHENTICATED) for want of the bearer token.",
             ld(&m->unauthenticated));
-    counter(&t, "feedd_cache_hits_total", "Sample cache hits.", ld(&m->cache_hits));
-    counter(&t, "feedd_cache_misses_total", "Sample cache misses.", ld(&m->cache_misses));
-    counter(&t, "feedd_cache_evictions_total", "Sample cache evictions.", ld(&m->cache_evictions));
-    gauge(&t, "feedd_cache_bytes", "Bytes held by the sample cache.", ldg(&m->cache_bytes));
+    counter(&t, "feedd_cache_hits_total", "Decoded-sample cache lookups that found the image.",
+            ld(&m->cache_hits));
+    counter(&t, "feedd_cache_misses_total",
+            "Decoded-sample cache lookups that decoded the JPEG instead.", ld(&m->cache_misses));
+    counter(&t, "feedd_cache_evictions_total",
+            "Decoded images evicted (not asked for in a turn of the clock, ~2 epochs).",
+            ld(&m->cache_evictions));
+    gauge(&t, "feedd_cache_bytes",
+          "Bytes charged to the decoded-sample cache: slot tables and images, never above "
+          "feedd_cache_budget_bytes.",
+          ldg(&m->cache_bytes));
+    gauge(&t, "feedd_cache_budget_bytes", "The decoded-sample cache's budget (--cache-bytes).",
+          ldg(&m->cache_budget));
     gauge(&t, "feedd_queue_depth", "Samples waiting for a worker.", ldg(&m->queue_depth));
     gauge(&t, "feedd_active_streams", "Open Stream calls.", ldg(&m->active_streams));
     gauge(&t, "feedd_inflight_batches", "Accepted batches not yet handed to gRPC.",

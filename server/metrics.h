@@ -36,7 +36,8 @@ typedef struct feedd_metrics {
     atomic_uint_fast64_t stream_status[FEEDD_STATUS_CODES];
     atomic_uint_fast64_t unauthenticated; /* Feed calls refused for want of the token */
     atomic_uint_fast64_t cache_hits, cache_misses, cache_evictions;
-    atomic_int_fast64_t cache_bytes;
+    atomic_int_fast64_t cache_bytes;  /* charged to the decoded-sample cache */
+    atomic_int_fast64_t cache_budget; /* its --cache-bytes while it exists */
     atomic_int_fast64_t queue_depth;      /* samples waiting for a worker */
     atomic_int_fast64_t active_streams;   /* open Stream calls */
     atomic_int_fast64_t inflight_batches; /* accepted, not yet handed to gRPC */

@@ -81,46 +81,114 @@ static uint32_t task_size(const feedd_pool *p, uint32_t n)
     return t < 1 ? 1 : t > 8 ? 8 : t;
 }
 
-static void make_sample(worker *w, feedd_job *job, uint32_t pos)
+/* Read a sample's bytes; on failure set its status and message (out zeroed). */
+static int read_sample(worker *w, feedd_job *job, uint32_t pos, const uint8_t **jpeg, size_t *len,
+                       feed_sample_status *st)
 {
-    feedd_pool *p = w->pool;
-    uint64_t index = job->indices[pos];
-    uint8_t *out = job->data + (size_t)pos * job->sample_bytes;
-    feed_sample_status st = FEED_SAMPLE_OK;
-    feedd_cache_key key = {job->ds_id, job->epoch, job->seed, index, job->tf};
     uint64_t t0 = feed_now_ns();
-    job->errors[pos][0] = '\0';
-
-    if (p->cache && feedd_cache_get(p->cache, &key, out, job->sample_bytes, &job->sample_crc[pos]))
-        goto cached;
-    const uint8_t *jpeg = NULL;
-    size_t len = 0;
-    int rc = feed_dataset_read(job->ds, index, &w->scratch, &jpeg, &len);
-    uint64_t t1 = feed_now_ns();
-    feedd_count(&feedd_m.stage_ns[FEEDD_STAGE_READ], t1 - t0);
+    int rc = feed_dataset_read(job->ds, job->indices[pos], &w->scratch, jpeg, len);
+    feedd_count(&feedd_m.stage_ns[FEEDD_STAGE_READ], feed_now_ns() - t0);
     feedd_count(&feedd_m.stage_count[FEEDD_STAGE_READ], 1);
     if (rc < 0) {
-        st = rc == FEED_ETOOBIG ? FEED_SAMPLE_TOO_LARGE : FEED_SAMPLE_IO_ERROR;
-        memset(out, 0, job->sample_bytes);
+        *st = rc == FEED_ETOOBIG ? FEED_SAMPLE_TOO_LARGE : FEED_SAMPLE_IO_ERROR;
+        memset(job->data + (size_t)pos * job->sample_bytes, 0, job->sample_bytes);
         snprintf(job->errors[pos], sizeof job->errors[pos], "read: %s",
                  rc == FEED_ENOTFOUND ? "the file is gone (ENOENT): removed since the open"
                                       : feed_strerror(rc));
-        goto done;
     }
-    feed_stage_times times = {0, 0};
-    st = feed_engine_run(w->engine, jpeg, len, job->tf, job->seed, job->epoch, index, out, &times);
-    feedd_count(&feedd_m.stage_ns[FEEDD_STAGE_DECODE], times.decode_ns);
-    feedd_count(&feedd_m.stage_ns[FEEDD_STAGE_RESIZE], times.resize_ns);
+    return rc;
+}
+
+static void count_stages(const feed_stage_times *times)
+{
+    feedd_count(&feedd_m.stage_ns[FEEDD_STAGE_DECODE], times->decode_ns);
+    feedd_count(&feedd_m.stage_ns[FEEDD_STAGE_RESIZE], times->resize_ns);
     feedd_count(&feedd_m.stage_count[FEEDD_STAGE_DECODE], 1);
     feedd_count(&feedd_m.stage_count[FEEDD_STAGE_RESIZE], 1);
-    if (st != FEED_SAMPLE_OK)
-        snprintf(job->errors[pos], sizeof job->errors[pos], "%s",
-                 feed_engine_last_error(w->engine));
-done:
+}
+
+/*
+ * A sample of a cached dataset: from the cached image on a hit; on a miss,
+ * decode the whole image at the cache's size (into a new entry when the
+ * budget has room) and make the sample from that, so a hit and a miss give
+ * the same bytes. A sample that fails to decode is not cached.
+ */
+static feed_sample_status make_cached(worker *w, feedd_job *job, uint32_t pos, uint32_t side)
+{
+    feedd_cache *cache = w->pool->cache;
+    uint64_t index = job->indices[pos];
+    uint8_t *out = job->data + (size_t)pos * job->sample_bytes;
+    feed_stage_times times = {0, 0};
+    feed_decoded img;
+    feed_sample_status st = FEED_SAMPLE_OK;
+    feedd_cache_entry *entry = feedd_cache_get(cache, job->ds_id, index, &img);
+    if (!entry) {
+        const uint8_t *jpeg = NULL;
+        size_t len = 0;
+        if (read_sample(w, job, pos, &jpeg, &len, &st) < 0)
+            return st;
+        uint64_t t0 = feed_now_ns();
+        st = feedd_cache_decode(cache, w->engine, job->ds_id, index, jpeg, len, side, &img, &entry);
+        times.decode_ns = feed_now_ns() - t0;
+        if (st != FEED_SAMPLE_OK) {
+            memset(out, 0, job->sample_bytes);
+            snprintf(job->errors[pos], sizeof job->errors[pos], "%s",
+                     feed_engine_last_error(w->engine));
+        }
+    }
+    if (st == FEED_SAMPLE_OK) {
+        feed_stage_times rt;
+        st = feed_engine_run_decoded(w->engine, &img, job->tf, job->seed, job->epoch, index, out,
+                                     &rt);
+        times.resize_ns = rt.resize_ns;
+        if (st != FEED_SAMPLE_OK)
+            snprintf(job->errors[pos], sizeof job->errors[pos], "%s",
+                     feed_engine_last_error(w->engine));
+    }
+    if (entry)
+        feedd_cache_release(cache, entry);
+    count_stages(&times);
+    return st;
+}
+
+/*
+ * Whether a transform is served from a cache of shorter side `side`: not when
+ * its output (eval: the resized shorter side) is larger than the cached
+ * image, which would upscale what the original has.
+ */
+static bool cache_serves(const feed_transform *t, uint32_t side)
+{
+    uint32_t need = t->out_h > t->out_w ? t->out_h : t->out_w;
+    if (t->mode == FEED_TRANSFORM_EVAL && t->resize_size > need)
+        need = t->resize_size;
+    return side && need <= side;
+}
+
+static void make_sample(worker *w, feedd_job *job, uint32_t pos)
+{
+    uint64_t index = job->indices[pos];
+    uint8_t *out = job->data + (size_t)pos * job->sample_bytes;
+    feed_sample_status st = FEED_SAMPLE_OK;
+    uint64_t t0 = feed_now_ns();
+    job->errors[pos][0] = '\0';
+    uint32_t side = feedd_cache_side(w->pool->cache, job->ds_id);
+
+    if (cache_serves(job->tf, side)) {
+        st = make_cached(w, job, pos, side);
+    } else {
+        const uint8_t *jpeg = NULL;
+        size_t len = 0;
+        if (read_sample(w, job, pos, &jpeg, &len, &st) == 0) {
+            feed_stage_times times = {0, 0};
+            st = feed_engine_run(w->engine, jpeg, len, job->tf, job->seed, job->epoch, index, out,
+                                 &times);
+            count_stages(&times);
+            if (st != FEED_SAMPLE_OK)
+                snprintf(job->errors[pos], sizeof job->errors[pos], "%s",
+                         feed_engine_last_error(w->engine));
+        }
+    }
     job->sample_crc[pos] = feed_crc32c(0, out, job->sample_bytes);
-    if (st == FEED_SAMPLE_OK && p->cache)
-        feedd_cache_put(p->cache, &key, out, job->sample_bytes, job->sample_crc[pos]);
-cached:
     job->status[pos] = st;
     feedd_count(&feedd_m.sample_status[st], 1);
     feedd_count(&feedd_m.samples, 1);
@@ -190,6 +258,11 @@ static void *worker_main(void *arg)
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
+}
+
+uint32_t feedd_pool_cache_side(const feedd_pool *p, uint32_t ds)
+{
+    return feedd_cache_side(p->cache, ds);
 }
 
 int feedd_pool_new(uint32_t threads, const feed_engine_limits *lim, uint64_t max_jpeg_bytes,

@@ -68,11 +68,15 @@ typedef struct feedd_queue {
 } feedd_queue;
 
 /*
- * Start `threads` workers. cache may be NULL. task_samples 0 = auto.
+ * Start `threads` workers. cache may be NULL (no dataset cached); a dataset
+ * the cache has (feedd_cache_side) is served from it when the transform
+ * asks for no more than the cached size (see pool.c). task_samples 0 = auto.
  * 0, FEED_ENOMEM or FEED_EINVAL (an engine could not be made).
  */
 int feedd_pool_new(uint32_t threads, const feed_engine_limits *lim, uint64_t max_jpeg_bytes,
                    feedd_cache *cache, uint32_t task_samples, feedd_pool **out);
+/* The decoded-sample cache's shorter side for dataset ds; 0 = not cached. Any thread. */
+uint32_t feedd_pool_cache_side(const feedd_pool *p, uint32_t ds);
 /* Stop and join the workers; queued work is dropped without done calls. Accepts NULL. */
 void feedd_pool_free(feedd_pool *p);
 /* Queue a job (job->n >= 1) at the tail of q. */

@@ -498,7 +498,7 @@ void feedd_stream_on_granted(feedd_mem_waiter *w)
 void feedd_stream_check_stall(stream *s, uint64_t now_ns, uint32_t stall_ms)
 {
     pthread_mutex_lock(&s->mu);
-    uint64_t pending_ms = s->mem_sending ? (now_ns - s->send_started_ns) / 1000000u : 0;
+    uint64_t pending_ms = s->mem_sending ? feedd_sm_send_pending_ms(s->send_started_ns, now_ns) : 0;
     if (s->mem_sending && !s->stall_cancelled && pending_ms >= stall_ms) {
         char msg[STATUS_MSG_MAX];
         snprintf(msg, sizeof msg,

@@ -194,3 +194,8 @@ void feedd_sm_on_dropped(feedd_stream_sm *sm, feedd_sm_out *out)
     sm->outstanding--;
     maybe_finish(sm, out);
 }
+
+uint64_t feedd_sm_send_pending_ms(uint64_t started_ns, uint64_t now_ns)
+{
+    return now_ns > started_ns ? (now_ns - started_ns) / 1000000u : 0;
+}

@@ -107,4 +107,11 @@ void feedd_sm_on_dropped(feedd_stream_sm *sm, feedd_sm_out *out);
 /* Whether the stream still takes work (not failing, cancelled or finished). */
 bool feedd_sm_alive(const feedd_stream_sm *sm);
 
+/*
+ * How long a send started at started_ns has been pending at now_ns, in ms.
+ * The stall checker samples now before it takes the stream's lock, so a send
+ * may start after now: that send has been pending for 0 ms.
+ */
+uint64_t feedd_sm_send_pending_ms(uint64_t started_ns, uint64_t now_ns);
+
 #endif

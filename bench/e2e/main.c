@@ -5,23 +5,21 @@
  * (decode in the training loop), local (loader threads on this host), remote
  * (libfeedclient from feedd servers, which it can spawn and pin itself). For
  * each it measures images/s, the step's share of wall time from CUDA events,
- * NVML utilisation and PCIe RX, the batch wait distribution and the CPU time
- * loading costs this host; writes CSV + JSON into --out and a table to stdout.
+ * NVML utilisation, GPM SM activity and DRAM bandwidth, GPU memory and PCIe
+ * RX, the batch wait distribution and the CPU time loading costs this host;
+ * writes CSV + JSON into --out and a table to stdout.
  *
+ * This file: set-up (options.h resolves the command line, the default dataset
+ * is generated, servers spawned), one run.h run per source, the report.
  * Threads: main runs the training loop; the sources, NVML sampler and client
- * run their own. A run keeps at most two steps in flight: batch k+1 is
- * fetched while step k runs on the GPU, as a training loop that reads its
- * loss one step late does.
+ * run their own.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -31,298 +29,16 @@
 #include "feed/dataset.h"
 #include "feed/errors.h"
 #include "feed/log.h"
-#include "feed/strutil.h"
-#include "feed/timeutil.h"
 #include "feed/transform.h"
 #include "nvml.h"
+#include "options.h"
 #include "report.h"
+#include "run.h"
 #include "source.h"
 #include "feedtest.h"
 #include "step.h"
 
-#define MAX_SERVERS 64
-#define MAX_RECORDS 2000000u
-#define MAX_NVML 100000u
-#define MAX_BATCH 4096u
-#define INFLIGHT 2u
-#define DEFAULT_DATASET_NAME "bench"
 #define DEFAULT_DATA "data/default"
-
-/*
- * Presets: GPU time per image of a real training step, measured by
- * bench/e2e/calibrate_presets.py on one H200 (torch 2.11.0+cu130,
- * torchvision 0.26, bf16 autocast, channels_last, SGD with momentum, batch
- * 256, synthetic input on the GPU, eager mode), 2026-11-29; the raw output is
- * in bench/results/e2e-presets.md. The benchmark reproduces only the time.
- */
-typedef struct model_preset {
-    const char *name;
-    double us_per_image;
-} model_preset;
-
-static const model_preset presets[] = {
-    {"resnet18", 75.5},
-    {"resnet50", 211.7},
-    {"vit-b16", 435.3},
-    {"mlp", 0.0}, /* the bare MLP, no ballast */
-};
-static const char preset_source[] =
-    "GPU us/image of torchvision's model training step (bf16 autocast, batch 256) measured on "
-    "an H200 by bench/e2e/calibrate_presets.py; reproduced by calibrated ballast GEMMs";
-
-typedef struct options {
-    char sources[64];
-    const char *data;
-    const char *out;
-    const char *device; /* auto, cpu, cuda, none */
-    const char *model;
-    double us_per_image; /* < 0: the preset's */
-    uint32_t batch, steps, warmup, hidden, local_threads;
-    double seconds, lr;
-    uint64_t seed;
-    const char *servers;
-    uint32_t spawn, server_threads;
-    const char *server_cpus;
-    const char *feedd, *gen_tool;
-    const char *dataset_name; /* asked of every server, and what spawned ones serve */
-    uint32_t window, prefetch, gen_classes, gen_per_class;
-    uint32_t size;
-    uint32_t rank, world; /* remote: this client's share of the epoch */
-    bool unordered;
-} options;
-
-static volatile sig_atomic_t interrupted;
-
-static void usage(FILE *f)
-{
-    feed_loader_config lc;
-    feed_loader_config_default(&lc);
-    fputs("usage: feed-bench [options]\n"
-          "  --source LIST        sync,local,remote (default: all three, in that order)\n"
-          "  --data PATH          ImageFolder dir or pack (default: data/default, generated\n"
-          "                       with feed-gen-dataset when missing)\n"
-          "  --dataset NAME       remote: the dataset name asked of the servers (and served\n"
-          "                       by spawned ones; default " DEFAULT_DATASET_NAME ")\n"
-          "  --out DIR            results: summary.csv/json, batches.csv, nvml.csv (default "
-          "out/bench)\n"
-          "  --device D           auto (default: CUDA if a device is found), cuda, cpu, or\n"
-          "                       none: a simulated step that only takes the model's time\n"
-          "                       per image (no GPU, almost no CPU: many clients per host)\n"
-          "  --model P            resnet18, resnet50, vit-b16, mlp (GPU time per image of the\n"
-          "                       step; default resnet50 on a GPU, mlp on the CPU)\n"
-          "  --us-per-image X     override the preset's GPU time per image\n"
-          "  --step-us-per-image X   the same (the simulated step's time per image)\n"
-          "  --rank R --world W   remote: this client is rank R of W (DistributedSampler\n"
-          "                       split of each epoch; default 0 of 1)\n"
-          "  --batch N            batch size (default 256 on a GPU, 32 on the CPU)\n"
-          "  --steps N            measured batches per source (0: until --seconds)\n"
-          "  --seconds S          measured seconds per source (default 30 GPU, 10 CPU; 0: "
-          "--steps)\n"
-          "  --warmup N           batches before measuring (default 5 GPU, 2 CPU)\n"
-          "  --local-threads N    loader threads of the local source (default: CPUs available)\n"
-          "  --servers LIST       remote: host:port,... of running feedd servers\n"
-          "  --spawn-servers M    remote: start M feedd here (default 1 unless --servers)\n"
-          "  --server-threads K   threads per spawned feedd (default: CPUs available)\n"
-          "  --server-cpus L      pin spawned feedd: one CPU list for all, or one per server\n"
-          "                       separated by ':' (e.g. 4-9:10-15)\n"
-          "  --feedd PATH         feedd binary (default: next to this build)\n"
-          "  --gen-tool PATH      feed-gen-dataset binary (default: next to this build)\n",
-          f);
-    fprintf(f,
-            "  --window N           remote: outstanding batches per server (default %u)\n"
-            "  --prefetch N         remote: delivery slots ready ahead of next() (default %u)\n",
-            lc.window_per_server, lc.prefetch);
-    fputs("  --unordered          remote: batches as they arrive, not in plan order\n"
-          "  --hidden N --lr X --seed N --size N   model width, SGD rate, seed, image side\n",
-          f);
-}
-
-static const model_preset *find_preset(const char *name)
-{
-    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
-        if (strcmp(presets[i].name, name) == 0)
-            return &presets[i];
-    return NULL;
-}
-
-static int parse_double(const char *s, double *out)
-{
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end)
-        return FEED_EINVAL;
-    *out = v;
-    return 0;
-}
-
-static int parse_options(int argc, char **argv, options *o)
-{
-    enum {
-        O_SOURCE = 256,
-        O_DATA,
-        O_DATASET,
-        O_OUT,
-        O_DEVICE,
-        O_MODEL,
-        O_USPI,
-        O_BATCH,
-        O_STEPS,
-        O_SECONDS,
-        O_WARMUP,
-        O_LOCAL,
-        O_SERVERS,
-        O_SPAWN,
-        O_SRVTHREADS,
-        O_SRVCPUS,
-        O_FEEDD,
-        O_GEN,
-        O_WINDOW,
-        O_PREFETCH,
-        O_HIDDEN,
-        O_LR,
-        O_SEED,
-        O_SIZE,
-        O_UNORDERED,
-        O_RANK,
-        O_WORLD,
-        O_HELP
-    };
-    static const struct option longopts[] = {
-        {"source", required_argument, NULL, O_SOURCE},
-        {"data", required_argument, NULL, O_DATA},
-        {"dataset", required_argument, NULL, O_DATASET},
-        {"out", required_argument, NULL, O_OUT},
-        {"device", required_argument, NULL, O_DEVICE},
-        {"model", required_argument, NULL, O_MODEL},
-        {"us-per-image", required_argument, NULL, O_USPI},
-        {"step-us-per-image", required_argument, NULL, O_USPI},
-        {"rank", required_argument, NULL, O_RANK},
-        {"world", required_argument, NULL, O_WORLD},
-        {"batch", required_argument, NULL, O_BATCH},
-        {"steps", required_argument, NULL, O_STEPS},
-        {"seconds", required_argument, NULL, O_SECONDS},
-        {"warmup", required_argument, NULL, O_WARMUP},
-        {"local-threads", required_argument, NULL, O_LOCAL},
-        {"servers", required_argument, NULL, O_SERVERS},
-        {"spawn-servers", required_argument, NULL, O_SPAWN},
-        {"server-threads", required_argument, NULL, O_SRVTHREADS},
-        {"server-cpus", required_argument, NULL, O_SRVCPUS},
-        {"feedd", required_argument, NULL, O_FEEDD},
-        {"gen-tool", required_argument, NULL, O_GEN},
-        {"window", required_argument, NULL, O_WINDOW},
-        {"prefetch", required_argument, NULL, O_PREFETCH},
-        {"hidden", required_argument, NULL, O_HIDDEN},
-        {"lr", required_argument, NULL, O_LR},
-        {"seed", required_argument, NULL, O_SEED},
-        {"size", required_argument, NULL, O_SIZE},
-        {"unordered", no_argument, NULL, O_UNORDERED},
-        {"help", no_argument, NULL, O_HELP},
-        {NULL, 0, NULL, 0},
-    };
-    uint32_t u = 0;
-    int c, bad = 0;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case O_SOURCE:
-            if (strlen(optarg) >= sizeof o->sources)
-                bad = 1;
-            else
-                snprintf(o->sources, sizeof o->sources, "%s", optarg);
-            break;
-        case O_DATA:
-            o->data = optarg;
-            break;
-        case O_DATASET:
-            o->dataset_name = optarg;
-            break;
-        case O_OUT:
-            o->out = optarg;
-            break;
-        case O_DEVICE:
-            o->device = optarg;
-            break;
-        case O_MODEL:
-            o->model = optarg;
-            break;
-        case O_USPI:
-            bad |= parse_double(optarg, &o->us_per_image) != 0;
-            break;
-        case O_BATCH:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->batch) != 0;
-            break;
-        case O_RANK:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->rank) != 0;
-            break;
-        case O_WORLD:
-            bad |= feed_parse_u32(optarg, 1, UINT32_MAX, &o->world) != 0;
-            break;
-        case O_STEPS:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->steps) != 0;
-            break;
-        case O_SECONDS:
-            bad |= parse_double(optarg, &o->seconds) != 0;
-            break;
-        case O_WARMUP:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->warmup) != 0;
-            break;
-        case O_LOCAL:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->local_threads) != 0;
-            break;
-        case O_SERVERS:
-            o->servers = optarg;
-            break;
-        case O_SPAWN:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->spawn) != 0;
-            break;
-        case O_SRVTHREADS:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->server_threads) != 0;
-            break;
-        case O_SRVCPUS:
-            o->server_cpus = optarg;
-            break;
-        case O_FEEDD:
-            o->feedd = optarg;
-            break;
-        case O_GEN:
-            o->gen_tool = optarg;
-            break;
-        case O_WINDOW:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->window) != 0;
-            break;
-        case O_PREFETCH:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->prefetch) != 0;
-            break;
-        case O_HIDDEN:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->hidden) != 0;
-            break;
-        case O_LR:
-            bad |= parse_double(optarg, &o->lr) != 0;
-            break;
-        case O_SEED:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &u) != 0;
-            o->seed = u;
-            break;
-        case O_SIZE:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->size) != 0;
-            break;
-        case O_UNORDERED:
-            o->unordered = true;
-            break;
-        case O_HELP:
-            usage(stdout);
-            exit(0);
-        default:
-            bad = 1;
-            break;
-        }
-    }
-    if (bad || optind != argc) {
-        usage(stderr);
-        return FEED_EINVAL;
-    }
-    return 0;
-}
 
 /* Directory of this executable, for finding feedd and the tools beside it. */
 static void exe_dir(char *out, size_t cap)
@@ -401,241 +117,10 @@ static int generate_dataset(const char *tool, const char *dir, uint32_t classes,
     return (WIFEXITED(ws) && WEXITSTATUS(ws) == 0) ? 0 : FEED_EIO;
 }
 
-static uint64_t process_cpu_ns(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000ull +
-           (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000ull;
-}
-
-typedef struct bench_ctx {
-    options opt;
-    bench_step *step;
-    nvml_monitor *nvml;
-    feed_test_server servers[MAX_SERVERS];
-    uint32_t nspawned;
-    bool progress_tty;
-} bench_ctx;
-
-static uint64_t servers_cpu_ns(const bench_ctx *c)
-{
-    uint64_t ns = 0;
-    for (uint32_t i = 0; i < c->nspawned; i++)
-        ns += feed_test_proc_cpu_ns(c->servers[i].pid);
-    return ns;
-}
-
-static void progress(const bench_ctx *c, const run_result *r, uint64_t window_t0, size_t first,
-                     size_t retired, double *tmp)
-{
-    size_t n = r->nrecords > first ? r->nrecords - first : 0;
-    size_t k = n < 1000 ? n : 1000; /* p99 of the last 1000 batches */
-    double waits[1000];
-    double secs = (double)(feed_now_ns() - window_t0) / 1e9;
-    for (size_t i = 0; i < k; i++)
-        waits[i] = r->records[r->nrecords - k + i].wait_ms;
-    double p99 = k ? quantile(waits, k, 0.99, tmp) : 0.0;
-    double ips = secs > 0 ? (double)n * c->opt.batch / secs : 0.0;
-    double loss = retired ? r->records[retired - 1].loss : 0.0;
-    fprintf(stderr, "%s  %-6s batch %6zu  %9.1f img/s  wait p99 %8.3f ms  loss %.3f   %s",
-            c->progress_tty ? "\r" : "", r->source, r->nrecords, ips, p99, loss,
-            c->progress_tty ? "" : "\n");
-}
-
-static int grow_records(run_result *r, size_t *cap)
-{
-    if (r->nrecords < *cap)
-        return 0;
-    if (*cap >= MAX_RECORDS)
-        return FEED_ETOOBIG;
-    size_t ncap = *cap ? *cap * 2 : 1024;
-    if (ncap > MAX_RECORDS)
-        ncap = MAX_RECORDS;
-    batch_record *p = realloc(r->records, ncap * sizeof *p);
-    if (!p)
-        return FEED_ENOMEM;
-    r->records = p;
-    *cap = ncap;
-    return 0;
-}
-
-/* Retire steps until at most `keep` are in flight, filling their records. */
-static int retire_to(bench_ctx *c, run_result *r, size_t *retired, uint32_t keep)
-{
-    int rc = 0;
-    step_result sr;
-    while (c->step->ops->inflight(c->step) > keep) {
-        rc = c->step->ops->retire(c->step, &sr);
-        if (rc)
-            break;
-        if (*retired < r->nrecords) {
-            r->records[*retired].step_ms = sr.step_ms;
-            r->records[*retired].loss = sr.loss;
-        }
-        r->bad_labels += sr.bad_labels;
-        (*retired)++;
-    }
-    return rc;
-}
-
-/* One source's run: warmup, measured window, summary. */
-static void run_source(bench_ctx *c, bench_source *src, run_result *r)
-{
-    const options *o = &c->opt;
-    size_t cap = 0, retired = 0;
-    uint64_t window_t0 = 0, cpu0 = 0, srv0 = 0, step_cpu = 0, last_progress = 0;
-    bool measuring = false;
-    double tmp[1000];
-    int rc = 0;
-    r->warmup_batches = o->warmup;
-
-    for (uint64_t seq = 0; !interrupted; seq++) {
-        if (seq == o->warmup) {
-            rc = retire_to(c, r, &retired, 0);
-            if (rc)
-                break;
-            measuring = true;
-            window_t0 = feed_now_ns();
-            cpu0 = process_cpu_ns();
-            srv0 = servers_cpu_ns(c);
-            step_cpu = 0;
-            if (c->nvml)
-                nvml_window_start(c->nvml);
-        }
-        rc = grow_records(r, &cap);
-        if (rc == FEED_ETOOBIG) {
-            rc = 0;
-            break;
-        }
-        if (rc)
-            break;
-
-        bench_batch b;
-        uint64_t t0 = feed_now_ns();
-        rc = src->ops->next(src, &b);
-        uint64_t t1 = feed_now_ns();
-        if (rc) {
-            snprintf(r->error, sizeof r->error, "next(): %s", feed_strerror(rc));
-            break;
-        }
-        batch_record *rec = &r->records[r->nrecords++];
-        memset(rec, 0, sizeof *rec);
-        rec->t_s = measuring ? (double)(t1 - window_t0) / 1e9 : -1.0;
-        rec->wait_ms = (double)(t1 - t0) / 1e6;
-        rec->n = b.n;
-        rec->bad_samples = b.bad_samples;
-        r->total_images += b.n;
-        if (measuring) {
-            r->batches++;
-            r->images += b.n;
-            r->bad_samples += b.bad_samples;
-        }
-
-        uint64_t s0 = feed_thread_cpu_ns();
-        if (b.device_data)
-            rc = c->step->ops->submit_device(c->step, b.device_data, b.device_labels, b.n,
-                                             b.ready_event);
-        else
-            rc = c->step->ops->submit_host(c->step, b.pixels, b.labels, b.n, b.copy_done);
-        src->ops->release(src, &b);
-        if (rc == 0)
-            rc = retire_to(c, r, &retired, INFLIGHT - 1);
-        step_cpu += feed_thread_cpu_ns() - s0;
-        if (rc) {
-            snprintf(r->error, sizeof r->error, "step: %s", feed_strerror(rc));
-            break;
-        }
-
-        uint64_t now = feed_now_ns();
-        if (now - last_progress > 1000000000ull && measuring) {
-            progress(c, r, window_t0, o->warmup, retired, tmp);
-            last_progress = now;
-        }
-        if (measuring) {
-            if (o->steps && r->batches >= o->steps)
-                break;
-            if (o->seconds > 0 && (double)(now - window_t0) / 1e9 >= o->seconds)
-                break;
-        }
-    }
-    uint64_t s0 = feed_thread_cpu_ns();
-    int rrc = retire_to(c, r, &retired, 0);
-    step_cpu += feed_thread_cpu_ns() - s0;
-    if (rc == 0 && rrc) {
-        rc = rrc;
-        snprintf(r->error, sizeof r->error, "step: %s", feed_strerror(rc));
-    }
-    if (rc == 0 && interrupted) {
-        rc = FEED_ECANCELED;
-        snprintf(r->error, sizeof r->error, "interrupted");
-    }
-    r->status = rc;
-    if (measuring) {
-        uint64_t end = feed_now_ns();
-        r->wall_s = (double)(end - window_t0) / 1e9;
-        double cpu = (double)(process_cpu_ns() - cpu0) / 1e9 - (double)step_cpu / 1e9;
-        r->loader_cpu_s = cpu > 0 ? cpu : 0.0;
-        r->server_cpu_known = c->nspawned > 0 && strcmp(r->source, "remote") == 0;
-        r->server_cpu_s = r->server_cpu_known ? (double)(servers_cpu_ns(c) - srv0) / 1e9 : 0.0;
-        if (c->nvml) {
-            nvml_window_stop(c->nvml);
-            r->nvml = calloc(MAX_NVML, sizeof *r->nvml);
-            r->nnvml = r->nvml ? nvml_window_samples(c->nvml, r->nvml, MAX_NVML) : 0;
-        }
-        progress(c, r, window_t0, o->warmup, retired, tmp);
-        fputc('\n', stderr);
-    }
-    report_summarise(r);
-}
-
-static int open_source(const char *name, const source_config *sc, bench_source **out, char *err,
-                       size_t cap)
-{
-    if (strcmp(name, "sync") == 0)
-        return source_sync_open(sc, out, err, cap);
-    if (strcmp(name, "local") == 0)
-        return source_local_open(sc, out, err, cap);
-    if (strcmp(name, "remote") == 0)
-        return source_remote_open(sc, out, err, cap);
-    snprintf(err, cap, "unknown source '%s' (sync, local, remote)", name);
-    return FEED_EINVAL;
-}
-
 static void on_signal(int sig)
 {
     (void)sig;
-    interrupted = 1;
-}
-
-static int affinity_cpus(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) != 0)
-        return (int)sysconf(_SC_NPROCESSORS_ONLN);
-    return CPU_COUNT(&set);
-}
-
-/* The i-th ':'-separated CPU list of spec (the only one when spec has no ':'). */
-static const char *nth_cpu_list(const char *spec, uint32_t i, char *buf, size_t cap)
-{
-    const char *p = spec;
-    if (!spec)
-        return NULL;
-    if (!strchr(spec, ':'))
-        return spec;
-    for (uint32_t k = 0; k < i && p; k++) {
-        p = strchr(p, ':');
-        p = p ? p + 1 : NULL;
-    }
-    if (!p)
-        return NULL;
-    size_t len = strcspn(p, ":");
-    if (len == 0 || len >= cap)
-        return NULL;
-    memcpy(buf, p, len);
-    buf[len] = '\0';
-    return buf;
+    bench_interrupted = 1;
 }
 
 int main(int argc, char **argv)
@@ -647,7 +132,7 @@ int main(int argc, char **argv)
     feed_dataset *ds = NULL;
     run_result runs[3];
     size_t nruns = 0;
-    const char *targets[MAX_SERVERS];
+    const char *targets[BENCH_MAX_SERVERS];
     size_t ntargets = 0;
     char *servers_copy = NULL;
     bench_meta meta;
@@ -655,21 +140,8 @@ int main(int argc, char **argv)
     memset(runs, 0, sizeof runs);
     memset(&meta, 0, sizeof meta);
 
-    options *o = &ctx.opt;
-    snprintf(o->sources, sizeof o->sources, "sync,local,remote");
-    o->out = "out/bench";
-    o->dataset_name = DEFAULT_DATASET_NAME;
-    o->device = "auto";
-    o->us_per_image = -1.0;
-    o->seconds = -1.0;
-    o->warmup = UINT32_MAX;
-    o->lr = 0.1;
-    o->seed = 1;
-    o->size = 224;
-    o->gen_classes = 10;
-    o->gen_per_class = 64;
-    o->world = 1;
-    if (parse_options(argc, argv, o) != 0)
+    bench_options *o = &ctx.opt;
+    if (bench_parse_options(argc, argv, o) != 0)
         return 2;
     for (int i = 0; i < argc; i++) {
         size_t len = strlen(cmdline);
@@ -689,8 +161,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "feed-bench: --device must be auto, cuda, cpu or none\n");
         return 2;
     }
-    if (o->rank >= o->world ||
-        (o->world > 1 && (strcmp(o->sources, "remote") != 0))) {
+    if (o->rank >= o->world || (o->world > 1 && (strcmp(o->sources, "remote") != 0))) {
         fprintf(stderr, "feed-bench: --rank must be below --world, and --world > 1 needs "
                         "--source remote (only libfeedclient splits the epoch)\n");
         return 2;
@@ -703,45 +174,8 @@ int main(int argc, char **argv)
     if (!gpu && strcmp(o->device, "auto") == 0)
         fprintf(stderr, "feed-bench: no CUDA device found: using the CPU step (labelled cpu "
                         "in every output)\n");
-    if (!o->model)
-        o->model = gpu || sim ? "resnet50" : "mlp";
-    const model_preset *preset = find_preset(o->model);
-    if (!preset) {
-        fprintf(stderr, "feed-bench: unknown --model %s (resnet18, resnet50, vit-b16, mlp)\n",
-                o->model);
+    if (bench_resolve_options(o, gpu, sim) != 0)
         return 2;
-    }
-    if (o->us_per_image < 0)
-        o->us_per_image = gpu || sim ? preset->us_per_image : 0.0;
-    if (!o->batch)
-        o->batch = gpu || sim ? 256 : 32;
-    if (o->seconds < 0)
-        o->seconds = o->steps ? 0.0 : (gpu || sim ? 30.0 : 10.0);
-    if (o->warmup == UINT32_MAX)
-        o->warmup = gpu || sim ? 5 : 2;
-    if (!o->hidden)
-        o->hidden = gpu ? 1024 : 128;
-    if (!o->local_threads)
-        o->local_threads = (uint32_t)affinity_cpus();
-    if (!o->server_threads)
-        o->server_threads = (uint32_t)affinity_cpus();
-    if (!o->servers && !o->spawn)
-        o->spawn = 1;
-    /* libfeedclient's own defaults, so that every output shows what is in effect. */
-    feed_loader_config lc_default;
-    feed_loader_config_default(&lc_default);
-    if (!o->window)
-        o->window = lc_default.window_per_server;
-    if (!o->prefetch)
-        o->prefetch = lc_default.prefetch;
-    if (o->batch > MAX_BATCH || o->spawn > MAX_SERVERS || o->size < FEED_TRANSFORM_MIN_SIDE ||
-        o->size > FEED_TRANSFORM_MAX_SIDE || (o->steps == 0 && o->seconds <= 0)) {
-        fprintf(stderr,
-                "feed-bench: batch 1..%u, spawn <= %u, size %u..%u, and --steps or "
-                "--seconds > 0\n",
-                MAX_BATCH, MAX_SERVERS, FEED_TRANSFORM_MIN_SIDE, FEED_TRANSFORM_MAX_SIDE);
-        return 2;
-    }
 
     exe_dir(dir, sizeof dir);
     if (o->gen_tool)
@@ -810,12 +244,19 @@ int main(int argc, char **argv)
         frc = nvml_open(ctx.step->info.pci_bus_id, 100, &ctx.nvml, meta.nvml_why,
                         sizeof meta.nvml_why);
         meta.nvml_ok = frc == 0;
-        if (frc)
+        if (frc) {
             fprintf(stderr, "feed-bench: NVML absent, GPU utilisation not reported: %s\n",
                     meta.nvml_why);
+            snprintf(meta.gpm_why, sizeof meta.gpm_why, "NVML absent");
+        } else {
+            meta.gpm_ok = nvml_gpm_available(ctx.nvml, meta.gpm_why, sizeof meta.gpm_why);
+            if (!meta.gpm_ok)
+                fprintf(stderr, "feed-bench: GPM metrics not reported: %s\n", meta.gpm_why);
+        }
     } else {
-        snprintf(meta.nvml_why, sizeof meta.nvml_why, sim ? "no GPU (simulated step)"
-                                                          : "no GPU (CPU step)");
+        snprintf(meta.nvml_why, sizeof meta.nvml_why,
+                 sim ? "no GPU (simulated step)" : "no GPU (CPU step)");
+        snprintf(meta.gpm_why, sizeof meta.gpm_why, "%s", meta.nvml_why);
     }
 
     /* Remote targets: given, or spawned here. */
@@ -823,17 +264,17 @@ int main(int argc, char **argv)
         if (o->servers) {
             servers_copy = strdup(o->servers);
             for (char *save = NULL, *t = strtok_r(servers_copy, ",", &save);
-                 t && ntargets < MAX_SERVERS; t = strtok_r(NULL, ",", &save))
+                 t && ntargets < BENCH_MAX_SERVERS; t = strtok_r(NULL, ",", &save))
                 targets[ntargets++] = t;
         }
-        for (uint32_t i = 0; i < o->spawn && ntargets < MAX_SERVERS; i++) {
+        for (uint32_t i = 0; i < o->spawn && ntargets < BENCH_MAX_SERVERS; i++) {
             char logp[PATH_MAX], cpubuf[256], dataset_arg[PATH_MAX + 16], threads_arg[16];
             if (mkdir_p(o->out) != 0) {
                 fprintf(stderr, "feed-bench: cannot create %s\n", o->out);
                 goto out;
             }
             snprintf(logp, sizeof logp, "%s/feedd-%u.log", o->out, i);
-            const char *cpus = nth_cpu_list(o->server_cpus, i, cpubuf, sizeof cpubuf);
+            const char *cpus = bench_nth_cpu_list(o->server_cpus, i, cpubuf, sizeof cpubuf);
             if (o->server_cpus && !cpus) {
                 fprintf(stderr, "feed-bench: --server-cpus has no list for server %u\n", i);
                 goto out;
@@ -886,13 +327,13 @@ int main(int argc, char **argv)
 
     char list[64];
     snprintf(list, sizeof list, "%s", o->sources);
-    for (char *save = NULL, *name = strtok_r(list, ",", &save); name && nruns < 3 && !interrupted;
-         name = strtok_r(NULL, ",", &save)) {
+    for (char *save = NULL, *name = strtok_r(list, ",", &save);
+         name && nruns < 3 && !bench_interrupted; name = strtok_r(NULL, ",", &save)) {
         run_result *r = &runs[nruns++];
         bench_source *src = NULL;
         snprintf(r->source, sizeof r->source, "%s", name);
         err[0] = '\0';
-        frc = open_source(name, &sc, &src, err, sizeof err);
+        frc = bench_open_source(name, &sc, &src, err, sizeof err);
         if (frc) {
             r->status = frc;
             snprintf(r->error, sizeof r->error, "%s", err);
@@ -907,7 +348,7 @@ int main(int argc, char **argv)
             source_close(src);
             continue;
         }
-        run_source(&ctx, src, r);
+        bench_run_source(&ctx, src, r);
         source_close(src);
     }
 
@@ -918,14 +359,14 @@ int main(int argc, char **argv)
     strftime(meta.started_utc, sizeof meta.started_utc, "%Y-%m-%dT%H:%M:%SZ", &tm);
     gethostname(meta.host, sizeof meta.host - 1);
     meta.host_cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    meta.affinity_cpus = affinity_cpus();
+    meta.affinity_cpus = bench_affinity_cpus();
     meta.device_kind = sim ? "sim" : (gpu ? "cuda" : "cpu");
     meta.rank = o->rank;
     meta.world = o->world;
     meta.step = ctx.step->info;
     meta.model = o->model;
     meta.target_us_per_image = o->us_per_image;
-    meta.model_source = gpu ? preset_source : "CPU step: pooled-feature MLP, no ballast";
+    meta.model_source = gpu ? bench_preset_source : "CPU step: pooled-feature MLP, no ballast";
     meta.batch = o->batch;
     meta.img_h = meta.img_w = o->size;
     meta.hidden = o->hidden;

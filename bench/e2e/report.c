@@ -82,6 +82,24 @@ void report_summarise(run_result *r)
         r->nvml_util_min = umin;
         r->pcie_rx_mbps_mean = nrx ? rx / (double)nrx : -1.0;
     }
+    double sm = 0.0, tensor = 0.0, dram = 0.0;
+    size_t ngpm = 0;
+    r->gpu_mem_used_max_mib = -1.0;
+    for (size_t i = 0; i < r->nnvml; i++) {
+        const nvml_sample *s = &r->nvml[i];
+        if (s->mem_used_mib > r->gpu_mem_used_max_mib)
+            r->gpu_mem_used_max_mib = s->mem_used_mib;
+        if (s->sm_active_pct >= 0 && s->tensor_active_pct >= 0 && s->dram_bw_pct >= 0) {
+            sm += s->sm_active_pct;
+            tensor += s->tensor_active_pct;
+            dram += s->dram_bw_pct;
+            ngpm++;
+        }
+    }
+    r->gpm_ok = ngpm > 0;
+    r->sm_active_mean = ngpm ? sm / (double)ngpm : 0.0;
+    r->tensor_active_mean = ngpm ? tensor / (double)ngpm : 0.0;
+    r->dram_bw_mean = ngpm ? dram / (double)ngpm : 0.0;
     r->loader_cores = r->wall_s > 0 ? r->loader_cpu_s / r->wall_s : 0.0;
     r->server_cores = r->wall_s > 0 ? r->server_cpu_s / r->wall_s : 0.0;
 }
@@ -132,9 +150,16 @@ static int close_checked(FILE *f, int rc)
     return rc;
 }
 
+static double stream_idle_pct(const run_result *r)
+{
+    double idle = 100.0 * (1.0 - r->gpu_busy);
+    return idle > 0 ? idle : 0.0;
+}
+
 static const char summary_header[] =
     "source,device,model,status,batch,warmup_batches,batches,images,total_images,wall_s,"
-    "images_per_s,step_ms_mean,gpu_busy,nvml_util_mean,nvml_util_min,pcie_rx_mbps_mean,"
+    "images_per_s,step_ms_mean,gpu_busy,stream_idle_pct,nvml_util_mean,nvml_util_min,"
+    "pcie_rx_mbps_mean,sm_active_pct,tensor_active_pct,dram_bw_util_pct,gpu_mem_used_max_mib,"
     "wait_mean_ms,wait_p50_ms,wait_p99_ms,wait_max_ms,loader_cpu_s,loader_cores,server_cpu_s,"
     "server_cores,loss_first,loss_last,bad_samples,bad_labels\n";
 
@@ -144,12 +169,21 @@ static void write_summary_csv(FILE *f, const bench_meta *m, const run_result *r)
             r->status ? feed_err_name(r->status) : "ok", m->batch,
             (unsigned long long)r->warmup_batches, (unsigned long long)r->batches,
             (unsigned long long)r->images, (unsigned long long)r->total_images);
-    fprintf(f, "%.6g,%.6g,%.6g,%.6g,", r->wall_s, r->images_per_s, r->step_ms_mean, r->gpu_busy);
+    fprintf(f, "%.6g,%.6g,%.6g,%.6g,%.6g,", r->wall_s, r->images_per_s, r->step_ms_mean,
+            r->gpu_busy, stream_idle_pct(r));
     csv_num(f, r->nvml_ok, r->nvml_util_mean);
     fputc(',', f);
     csv_num(f, r->nvml_ok, r->nvml_util_min);
     fputc(',', f);
     csv_num(f, r->nvml_ok && r->pcie_rx_mbps_mean >= 0, r->pcie_rx_mbps_mean);
+    fputc(',', f);
+    csv_num(f, r->gpm_ok, r->sm_active_mean);
+    fputc(',', f);
+    csv_num(f, r->gpm_ok, r->tensor_active_mean);
+    fputc(',', f);
+    csv_num(f, r->gpm_ok, r->dram_bw_mean);
+    fputc(',', f);
+    csv_num(f, r->gpu_mem_used_max_mib >= 0, r->gpu_mem_used_max_mib);
     fprintf(f, ",%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,", r->wait_mean_ms, r->wait_p50_ms, r->wait_p99_ms,
             r->wait_max_ms, r->loader_cpu_s, r->loader_cores);
     csv_num(f, r->server_cpu_known, r->server_cpu_s);
@@ -213,6 +247,11 @@ static void write_meta_json(FILE *f, const bench_meta *m)
         fputs("null", f);
     else
         json_str(f, m->nvml_why);
+    fprintf(f, ",\n    \"gpm\": %s,\n    \"gpm_absent_reason\": ", m->gpm_ok ? "true" : "false");
+    if (m->gpm_ok)
+        fputs("null", f);
+    else
+        json_str(f, m->gpm_why);
     fputs("\n  },\n", f);
 }
 
@@ -236,6 +275,14 @@ static void write_run_json(FILE *f, const bench_meta *m, const run_result *r, bo
     json_num(f, r->nvml_ok, r->nvml_util_min);
     fputs(", \"pcie_rx_mbps_mean\": ", f);
     json_num(f, r->nvml_ok && r->pcie_rx_mbps_mean >= 0, r->pcie_rx_mbps_mean);
+    fprintf(f, ",\n     \"stream_idle_pct\": %.6g, \"sm_active_pct\": ", stream_idle_pct(r));
+    json_num(f, r->gpm_ok, r->sm_active_mean);
+    fputs(", \"tensor_active_pct\": ", f);
+    json_num(f, r->gpm_ok, r->tensor_active_mean);
+    fputs(", \"dram_bw_util_pct\": ", f);
+    json_num(f, r->gpm_ok, r->dram_bw_mean);
+    fputs(", \"gpu_mem_used_max_mib\": ", f);
+    json_num(f, r->gpu_mem_used_max_mib >= 0, r->gpu_mem_used_max_mib);
     fprintf(f,
             ",\n     \"wait_mean_ms\": %.6g, \"wait_p50_ms\": %.6g, \"wait_p99_ms\": %.6g,"
             " \"wait_max_ms\": %.6g,\n     \"loader_cpu_s\": %.6g, \"loader_cores\": %.6g,"
@@ -298,12 +345,22 @@ int report_write(const char *dir, const bench_meta *m, const run_result *runs, s
     f = open_in(dir, "nvml.csv", err, err_cap);
     if (!f)
         return FEED_EIO;
-    fputs("source,t_s,gpu_util,mem_util,pcie_rx_mbps\n", f);
+    fputs("source,t_s,gpu_util,mem_util,pcie_rx_mbps,mem_used_mib,sm_active_pct,"
+          "tensor_active_pct,dram_bw_util_pct\n",
+          f);
     for (size_t i = 0; i < nruns; i++)
         for (size_t j = 0; j < runs[i].nnvml; j++) {
             const nvml_sample *s = &runs[i].nvml[j];
             fprintf(f, "%s,%.3f,%d,%d,", runs[i].source, s->t_s, s->gpu_util, s->mem_util);
             csv_num(f, s->pcie_rx_mbps >= 0, s->pcie_rx_mbps);
+            fputc(',', f);
+            csv_num(f, s->mem_used_mib >= 0, s->mem_used_mib);
+            fputc(',', f);
+            csv_num(f, s->sm_active_pct >= 0, s->sm_active_pct);
+            fputc(',', f);
+            csv_num(f, s->tensor_active_pct >= 0, s->tensor_active_pct);
+            fputc(',', f);
+            csv_num(f, s->dram_bw_pct >= 0, s->dram_bw_pct);
             fputc('\n', f);
         }
     rc = close_checked(f, rc);
@@ -334,17 +391,17 @@ void report_table(FILE *f, const bench_meta *m, const run_result *runs, size_t n
                 m->server_cpus ? ", cpus " : "", m->server_cpus ? m->server_cpus : "");
     fprintf(f, "\n  client: dataset %s, window %u, prefetch %u, %s", m->dataset_name, m->window,
             m->prefetch, m->ordered ? "ordered" : "unordered");
-    fprintf(f, "\n  NVML: %s\n\n", m->nvml_ok ? "sampled every 100 ms" : m->nvml_why);
+    fprintf(f, "\n  NVML: %s; GPM: %s\n\n", m->nvml_ok ? "sampled every 100 ms" : m->nvml_why,
+            m->gpm_ok ? "SM activity and DRAM bandwidth every 1 s" : m->gpm_why);
 
     bool sim = strcmp(m->device_kind, "sim") == 0;
     const char *busy = m->step.on_gpu ? "gpu busy" : (sim ? "sim busy" : "cpu step");
-    fprintf(f, "%-7s %9s %7s %8s %6s %9s %9s %9s %9s %7s %7s %15s\n", "source", "images/s",
-            "x sync", busy, "nvml", "pcie MB/s", "wait p50",
+    fprintf(f, "%-7s %9s %7s %8s %6s %6s %6s %7s %9s %9s %9s %9s %7s %7s %15s\n", "source",
+            "images/s", "x sync", busy, "nvml", "SM", "DRAM", "GPU mem", "pcie MB/s", "wait p50",
             "wait p99", "wait max", "loader", "server", "loss start->end");
-    fprintf(f, "%-7s %9s %7s %8s %6s %9s %9s %9s %9s %7s %7s %15s\n", "", "", "",
-            m->step.on_gpu ? "(events)" : (sim ? "(clock)" : "share"), "util%", "rx", "ms", "ms",
-            "ms", "cores",
-            "cores", "");
+    fprintf(f, "%-7s %9s %7s %8s %6s %6s %6s %7s %9s %9s %9s %9s %7s %7s %15s\n", "", "", "",
+            m->step.on_gpu ? "(events)" : (sim ? "(clock)" : "share"), "util%", "act%", "bw%",
+            "GiB", "rx", "ms", "ms", "ms", "cores", "cores", "");
     for (size_t i = 0; i < nruns; i++) {
         const run_result *r = &runs[i];
         if (r->status) {
@@ -352,6 +409,13 @@ void report_table(FILE *f, const bench_meta *m, const run_result *runs, size_t n
             continue;
         }
         char ratio[16] = "-", util[16] = "n/a", rx[16] = "n/a", server[16] = "-";
+        char sm[16] = "n/a", dram[16] = "n/a", mem[16] = "n/a";
+        if (r->gpm_ok) {
+            snprintf(sm, sizeof sm, "%.1f", r->sm_active_mean);
+            snprintf(dram, sizeof dram, "%.1f", r->dram_bw_mean);
+        }
+        if (r->gpu_mem_used_max_mib >= 0)
+            snprintf(mem, sizeof mem, "%.1f", r->gpu_mem_used_max_mib / 1024.0);
         if (sync_ips > 0)
             snprintf(ratio, sizeof ratio, "%.2f", r->images_per_s / sync_ips);
         if (r->nvml_ok)
@@ -360,14 +424,17 @@ void report_table(FILE *f, const bench_meta *m, const run_result *runs, size_t n
             snprintf(rx, sizeof rx, "%.0f", r->pcie_rx_mbps_mean);
         if (r->server_cpu_known)
             snprintf(server, sizeof server, "%.2f", r->server_cores);
-        fprintf(f, "%-7s %9.1f %7s %7.1f%% %6s %9s %9.3f %9.3f %9.3f %7.2f %7s %7.3f->%-7.3f\n",
-                r->source, r->images_per_s, ratio, 100.0 * r->gpu_busy, util, rx, r->wait_p50_ms,
-                r->wait_p99_ms, r->wait_max_ms, r->loader_cores, server, r->loss_first,
-                r->loss_last);
+        fprintf(f,
+                "%-7s %9.1f %7s %7.1f%% %6s %6s %6s %7s %9s %9.3f %9.3f %9.3f %7.2f %7s "
+                "%7.3f->%-7.3f\n",
+                r->source, r->images_per_s, ratio, 100.0 * r->gpu_busy, util, sm, dram, mem, rx,
+                r->wait_p50_ms, r->wait_p99_ms, r->wait_max_ms, r->loader_cores, server,
+                r->loss_first, r->loss_last);
     }
     if (sim)
-        fprintf(f, "\n(simulated step, rank %u of %u: no GPU; 'sim busy' is the share of wall "
-                   "time the simulated device was computing.)\n",
+        fprintf(f,
+                "\n(simulated step, rank %u of %u: no GPU; 'sim busy' is the share of wall "
+                "time the simulated device was computing.)\n",
                 m->rank, m->world ? m->world : 1);
     else if (!m->step.on_gpu)
         fprintf(f, "\n(CPU step: no GPU was used; 'cpu step share' is the step's share of wall "

@@ -2,7 +2,10 @@
  * What one feed-bench run measured, and how it is written out: summary.csv
  * and summary.json (one entry per source, with the run's settings),
  * batches.csv (the per-batch series: wait, step time, loss) and nvml.csv
- * (GPU utilisation and PCIe RX over time), plus the table on stdout.
+ * (GPU utilisation, GPM SM activity and DRAM bandwidth, memory used and PCIe
+ * RX over time), plus the table on stdout. gpu_busy is the share of wall
+ * time the step's stream was busy by CUDA events; stream_idle_pct is the
+ * rest.
  * Main thread only.
  */
 #ifndef FEED_BENCH_REPORT_H
@@ -36,6 +39,9 @@ typedef struct run_result {
     double wait_mean_ms, wait_p50_ms, wait_p99_ms, wait_max_ms;
     bool nvml_ok;
     double nvml_util_mean, nvml_util_min, pcie_rx_mbps_mean;
+    bool gpm_ok; /* GPM readings in the window: their means */
+    double sm_active_mean, tensor_active_mean, dram_bw_mean;
+    double gpu_mem_used_max_mib;       /* < 0 unknown */
     double loader_cpu_s, loader_cores; /* process CPU minus the step's, on the GPU host */
     bool server_cpu_known;
     double server_cpu_s, server_cores; /* spawned feedd processes */
@@ -76,6 +82,8 @@ typedef struct bench_meta {
     bool ordered;
     bool nvml_ok;
     char nvml_why[256];
+    bool gpm_ok;
+    char gpm_why[256];
 } bench_meta;
 
 /* q-quantile (0..1) of v (n > 0), sorting a copy in tmp (n doubles). */

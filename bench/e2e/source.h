@@ -64,9 +64,9 @@ typedef struct source_config {
     const char *const *targets;
     size_t num_targets;
     const char *dataset_name;
-    uint32_t window;   /* per server */
-    uint32_t prefetch; /* delivery slots */
-    bool ordered;      /* plan order (false: as batches arrive) */
+    uint32_t window;      /* per server */
+    uint32_t prefetch;    /* delivery slots */
+    bool ordered;         /* plan order (false: as batches arrive) */
     uint32_t rank, world; /* this client's share of each epoch (world >= 1) */
     float mean[3], std[3];
 } source_config;

@@ -141,8 +141,9 @@ int step_sim_open(const step_config *cfg, bench_step **out, char *err, size_t er
     sim_step *s = NULL;
     if (cfg->batch == 0 || cfg->num_classes == 0 || !(cfg->target_us_per_image > 0) ||
         cfg->target_us_per_image > 1e6) {
-        snprintf(err, err_cap, "simulated step: batch >= 1, classes >= 1 and a step time per "
-                               "image in (0, 1e6] us (--model or --step-us-per-image)");
+        snprintf(err, err_cap,
+                 "simulated step: batch >= 1, classes >= 1 and a step time per "
+                 "image in (0, 1e6] us (--model or --step-us-per-image)");
         goto out;
     }
     rc = FEED_ENOMEM;

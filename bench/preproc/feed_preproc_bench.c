@@ -12,8 +12,14 @@
  * sample: read the bytes (page cache for a tree, the mapping for a pack),
  * decode, crop, resize, flip, write the output. Files are read once before
  * timing so the page cache is warm, as it is for the torchvision run.
+ *
+ * --decoded-cache BYTES adds the cached mode in the same run: the server's
+ * decoded-sample cache (server/cache.c) at --cache-side, filled by one
+ * untimed pass over the data set, then timed on 1 and N threads doing what
+ * a server worker does for a cached dataset: look up; on a hit crop, resize
+ * and flip from the cached pixels; on a miss read, decode the whole image
+ * at the cache's size (kept when it fits) and make the sample from that.
  */
-#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -22,11 +28,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache.h"
+#include "config.h"
 #include "engine.h"
 #include "feed/buf.h"
 #include "feed/dataset.h"
 #include "feed/errors.h"
-#include "feed/strutil.h"
+#include "feed/opts.h"
 #include "feed/timeutil.h"
 #include "feed/transform.h"
 #include "resize.h"
@@ -36,16 +44,22 @@ typedef struct options {
     unsigned threads;
     double seconds, warmup;
     uint64_t images; /* per run; 0: run for `seconds` */
-    bool eval, reference, reference_all;
+    bool eval, no_reference, reference_all;
     uint32_t size;
+    uint64_t cache_bytes; /* --decoded-cache; 0 = no cached mode */
+    uint32_t cache_side;
     uint64_t seed;
     const char *json, *csv;
 } options;
 
+typedef enum run_path { PATH_FAST, PATH_REFERENCE, PATH_CACHED } run_path;
+
+static const char *const path_names[] = {"fast", "reference", "cached"};
+
 typedef struct run_result {
-    const char *path; /* "fast" or "reference" */
+    const char *path; /* "fast", "reference" or "cached" */
     unsigned threads;
-    uint64_t images, errors;
+    uint64_t images, errors, hits;
     double seconds;
     double read_ms, decode_ms, resize_ms, cpu_ms; /* per image, summed over threads */
 } run_result;
@@ -54,7 +68,8 @@ typedef struct shared {
     const options *opt;
     const feed_dataset *ds;
     const feed_transform *t;
-    bool reference;
+    run_path path;
+    feedd_cache *cache; /* PATH_CACHED */
     unsigned threads;
     pthread_barrier_t start;
     atomic_bool stop;
@@ -63,9 +78,40 @@ typedef struct shared {
 typedef struct worker {
     shared *sh;
     unsigned tid;
-    uint64_t images, errors, read_ns, decode_ns, resize_ns, cpu_ns;
+    uint64_t images, errors, hits, read_ns, decode_ns, resize_ns, cpu_ns;
     int fail;
 } worker;
+
+/* One sample the way feedd's worker makes it for a cached dataset (server/pool.c). */
+static feed_sample_status run_cached(worker *w, feed_engine *e, feed_buf *scratch, uint64_t i,
+                                     uint32_t epoch, uint8_t *out)
+{
+    shared *sh = w->sh;
+    feed_decoded img;
+    feed_sample_status st = FEED_SAMPLE_OK;
+    uint64_t t0 = feed_now_ns();
+    feedd_cache_entry *entry = feedd_cache_get(sh->cache, 0, i, &img);
+    if (entry) {
+        w->hits++;
+    } else {
+        const uint8_t *data;
+        size_t len;
+        if (feed_dataset_read(sh->ds, i, scratch, &data, &len) != 0)
+            return FEED_SAMPLE_IO_ERROR;
+        uint64_t t1 = feed_now_ns();
+        w->read_ns += t1 - t0;
+        st = feedd_cache_decode(sh->cache, e, 0, i, data, len, sh->opt->cache_side, &img, &entry);
+        w->decode_ns += feed_now_ns() - t1;
+    }
+    if (st == FEED_SAMPLE_OK) {
+        feed_stage_times times;
+        st = feed_engine_run_decoded(e, &img, sh->t, sh->opt->seed, epoch, i, out, &times);
+        w->resize_ns += times.resize_ns;
+    }
+    if (entry)
+        feedd_cache_release(sh->cache, entry);
+    return st;
+}
 
 static void *worker_main(void *arg)
 {
@@ -88,6 +134,11 @@ static void *worker_main(void *arg)
         uint64_t i = k % n;
         uint32_t epoch = (uint32_t)(k / n);
         k += sh->threads;
+        if (sh->path == PATH_CACHED) {
+            w->errors += run_cached(w, e, &scratch, i, epoch, out) != FEED_SAMPLE_OK;
+            w->images++;
+            continue;
+        }
         const uint8_t *data;
         size_t len;
         uint64_t t0 = feed_now_ns();
@@ -100,7 +151,7 @@ static void *worker_main(void *arg)
             continue;
         }
         feed_sample_status st;
-        if (sh->reference) {
+        if (sh->path == PATH_REFERENCE) {
             st = feed_engine_run_reference(e, data, len, sh->t, sh->opt->seed, epoch, i, out);
             w->decode_ns += feed_now_ns() - t1;
         } else {
@@ -120,9 +171,9 @@ static void *worker_main(void *arg)
 }
 
 static int run_once(const options *opt, const feed_dataset *ds, const feed_transform *t,
-                    bool reference, unsigned threads, run_result *res)
+                    run_path path, feedd_cache *cache, unsigned threads, run_result *res)
 {
-    shared sh = {.opt = opt, .ds = ds, .t = t, .reference = reference, .threads = threads};
+    shared sh = {.opt = opt, .ds = ds, .t = t, .path = path, .cache = cache, .threads = threads};
     atomic_init(&sh.stop, false);
     pthread_barrier_init(&sh.start, NULL, threads + 1);
     worker *ws = calloc(threads, sizeof *ws);
@@ -151,7 +202,7 @@ static int run_once(const options *opt, const feed_dataset *ds, const feed_trans
     pthread_barrier_destroy(&sh.start);
 
     memset(res, 0, sizeof *res);
-    res->path = reference ? "reference" : "fast";
+    res->path = path_names[path];
     res->threads = threads;
     res->seconds = secs;
     uint64_t read = 0, dec = 0, rs = 0, cpu = 0;
@@ -159,6 +210,7 @@ static int run_once(const options *opt, const feed_dataset *ds, const feed_trans
     for (unsigned i = 0; i < threads; i++) {
         res->images += ws[i].images;
         res->errors += ws[i].errors;
+        res->hits += ws[i].hits;
         read += ws[i].read_ns;
         dec += ws[i].decode_ns;
         rs += ws[i].resize_ns;
@@ -177,105 +229,65 @@ static int run_once(const options *opt, const feed_dataset *ds, const feed_trans
 
 static void usage(void)
 {
-    fprintf(stderr,
-            "usage: feed-preproc-bench DATA [--threads N] [--seconds S] [--warmup S] [--images K]\n"
-            "                          [--eval] [--size PX] [--seed N] [--no-reference]\n"
-            "                          [--reference-all] [--json FILE] [--csv FILE]\n"
-            "  DATA: an ImageFolder root or a pack file\n"
-            "  --threads N     the multi-thread run's threads (default: all cores)\n"
-            "  --seconds S     length of each run (default 5)\n"
-            "  --warmup S      untimed single-thread run first (default 1)\n"
-            "  --images K      or a fixed number of images per run\n"
-            "  --eval          eval transform (resize 8/7 x size, centre crop) instead of train\n"
-            "  --no-reference  skip the full-decode reference run\n"
-            "  --reference-all also run the reference on N threads\n");
+    fprintf(
+        stderr,
+        "usage: feed-preproc-bench DATA [--threads N] [--seconds S] [--warmup S] [--images K]\n"
+        "                          [--eval] [--size PX] [--seed N] [--no-reference]\n"
+        "                          [--reference-all] [--decoded-cache BYTES] [--cache-side PX]\n"
+        "                          [--json FILE] [--csv FILE]\n"
+        "  DATA: an ImageFolder root or a pack file\n"
+        "  --threads N     the multi-thread run's threads (default: all cores)\n"
+        "  --seconds S     length of each run (default 5)\n"
+        "  --warmup S      untimed single-thread run first (default 1)\n"
+        "  --images K      or a fixed number of images per run\n"
+        "  --eval          eval transform (resize 8/7 x size, centre crop) instead of train\n"
+        "  --no-reference  skip the full-decode reference run\n"
+        "  --reference-all also run the reference on N threads\n"
+        "  --decoded-cache BYTES  also the cached mode: feedd's decoded-sample cache of\n"
+        "                  BYTES (K/M/G), filled by an untimed pass, on 1 and N threads\n"
+        "  --cache-side PX the cache's shorter side (default 256)\n");
+}
+
+/* --decoded-cache BYTES (K/M/G suffixes, as feedd's --cache-bytes); 0 is refused. */
+static int parse_cache_bytes(void *ctx, const char *arg)
+{
+    uint64_t *out = ctx;
+    return feedd_parse_bytes(arg, out) != 0 || *out == 0;
 }
 
 /* The command line: 0, 1 for --help, -1 when it is wrong. */
 static int parse(int argc, char **argv, options *o)
 {
-    enum {
-        O_THREADS = 256,
-        O_SECONDS,
-        O_WARMUP,
-        O_IMAGES,
-        O_EVAL,
-        O_SIZE,
-        O_SEED,
-        O_NO_REFERENCE,
-        O_REFERENCE_ALL,
-        O_JSON,
-        O_CSV,
-    };
-    static const struct option longopts[] = {
-        {"threads", required_argument, NULL, O_THREADS},
-        {"seconds", required_argument, NULL, O_SECONDS},
-        {"warmup", required_argument, NULL, O_WARMUP},
-        {"images", required_argument, NULL, O_IMAGES},
-        {"eval", no_argument, NULL, O_EVAL},
-        {"size", required_argument, NULL, O_SIZE},
-        {"seed", required_argument, NULL, O_SEED},
-        {"no-reference", no_argument, NULL, O_NO_REFERENCE},
-        {"reference-all", no_argument, NULL, O_REFERENCE_ALL},
-        {"json", required_argument, NULL, O_JSON},
-        {"csv", required_argument, NULL, O_CSV},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (options){.threads = ncpu > 0 ? (unsigned)ncpu : 1,
                    .seconds = 5.0,
                    .warmup = 1.0,
-                   .reference = true,
                    .size = 224,
-                   .seed = 1};
-    int c, bad = 0, help = 0;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case O_THREADS:
-            bad |= feed_parse_u32(optarg, 1, 1024, &o->threads) != 0;
-            break;
-        case O_SECONDS:
-            bad |= feed_parse_double(optarg, 1e-3, 3600, &o->seconds) != 0;
-            break;
-        case O_WARMUP:
-            bad |= feed_parse_double(optarg, 0, 3600, &o->warmup) != 0;
-            break;
-        case O_IMAGES:
-            bad |= feed_parse_u64(optarg, 0, UINT64_MAX, &o->images) != 0;
-            break;
-        case O_EVAL:
-            o->eval = true;
-            break;
-        case O_SIZE:
-            bad |= feed_parse_u32(optarg, FEED_TRANSFORM_MIN_SIDE, FEED_TRANSFORM_MAX_SIDE,
-                                  &o->size) != 0;
-            break;
-        case O_SEED:
-            bad |= feed_parse_u64(optarg, 0, UINT64_MAX, &o->seed) != 0;
-            break;
-        case O_NO_REFERENCE:
-            o->reference = false;
-            break;
-        case O_REFERENCE_ALL:
-            o->reference_all = true;
-            break;
-        case O_JSON:
-            o->json = optarg;
-            break;
-        case O_CSV:
-            o->csv = optarg;
-            break;
-        case 'h':
-            help = 1;
-            break;
-        default:
-            bad = 1;
-            break;
-        }
-    }
-    o->data = optind + 1 == argc ? argv[optind] : NULL;
-    return bad || (!help && !o->data) ? -1 : help;
+                   .seed = 1,
+                   .cache_side = 256};
+    const feed_opt opts[] = {
+        {.name = "threads", .u32 = &o->threads, .lo = 1, .hi = 1024},
+        {.name = "seconds", .dbl = &o->seconds, .dlo = 1e-3, .dhi = 3600},
+        {.name = "warmup", .dbl = &o->warmup, .dlo = 0, .dhi = 3600},
+        {.name = "images", .u64 = &o->images, .lo = 0, .hi = UINT64_MAX},
+        {.name = "eval", .flag = &o->eval},
+        {.name = "size",
+         .u32 = &o->size,
+         .lo = FEED_TRANSFORM_MIN_SIDE,
+         .hi = FEED_TRANSFORM_MAX_SIDE},
+        {.name = "seed", .u64 = &o->seed, .lo = 0, .hi = UINT64_MAX},
+        {.name = "no-reference", .flag = &o->no_reference},
+        {.name = "reference-all", .flag = &o->reference_all},
+        {.name = "json", .str = &o->json},
+        {.name = "csv", .str = &o->csv},
+        {.name = "decoded-cache", .call = parse_cache_bytes, .ctx = &o->cache_bytes},
+        {.name = "cache-side", .u32 = &o->cache_side, .lo = 16, .hi = 4096},
+        {.name = NULL},
+    };
+    int first;
+    int pr = feed_opts_parse("feed-preproc-bench", opts, argc, argv, &first);
+    o->data = pr == 0 && first + 1 == argc ? argv[first] : NULL;
+    return pr == 0 && !o->data ? -1 : pr;
 }
 
 int main(int argc, char **argv)
@@ -329,25 +341,52 @@ int main(int argc, char **argv)
 
     /* An untimed second on one thread: code, tables and scratch warm, CPU
      * frequency settled, before the first timed run. */
-    run_result runs[4];
+    run_result runs[6];
     int nruns = 0;
     if (opt.warmup > 0) {
         options w = opt;
         w.seconds = opt.warmup;
         w.images = 0;
-        run_once(&w, ds, &t, false, 1, &runs[0]);
+        run_once(&w, ds, &t, PATH_FAST, NULL, 1, &runs[0]);
     }
     unsigned thread_counts[2] = {1, opt.threads};
     int nthreads = opt.threads > 1 ? 2 : 1;
     for (int k = 0; k < nthreads; k++) {
-        if (run_once(&opt, ds, &t, false, thread_counts[k], &runs[nruns++])) {
+        if (run_once(&opt, ds, &t, PATH_FAST, NULL, thread_counts[k], &runs[nruns++])) {
             fprintf(stderr, "feed-preproc-bench: out of memory\n");
             return 1;
         }
     }
-    if (opt.reference) {
+    if (!opt.no_reference) {
         for (int k = 0; k < (opt.reference_all ? nthreads : 1); k++)
-            if (run_once(&opt, ds, &t, true, thread_counts[k], &runs[nruns++])) {
+            if (run_once(&opt, ds, &t, PATH_REFERENCE, NULL, thread_counts[k], &runs[nruns++])) {
+                fprintf(stderr, "feed-preproc-bench: out of memory\n");
+                return 1;
+            }
+    }
+    feedd_cache *cache = NULL;
+    int cached_at = nruns;
+    uint64_t cache_used = 0;
+    if (opt.cache_bytes) {
+        if (feedd_cache_new(opt.cache_bytes, &cache) != 0 ||
+            feedd_cache_add_dataset(cache, 0, count, opt.cache_side) != 0) {
+            fprintf(stderr,
+                    "feed-preproc-bench: --decoded-cache %" PRIu64
+                    " does not hold the slot table (8 bytes a sample)\n",
+                    opt.cache_bytes);
+            return 1;
+        }
+        /* The fill: one untimed pass, every sample once, on all threads. */
+        options fill = opt;
+        fill.images = count;
+        run_result filled;
+        if (run_once(&fill, ds, &t, PATH_CACHED, cache, opt.threads, &filled)) {
+            fprintf(stderr, "feed-preproc-bench: out of memory\n");
+            return 1;
+        }
+        cache_used = feedd_cache_used(cache);
+        for (int k = 0; k < nthreads; k++)
+            if (run_once(&opt, ds, &t, PATH_CACHED, cache, thread_counts[k], &runs[nruns++])) {
                 fprintf(stderr, "feed-preproc-bench: out of memory\n");
                 return 1;
             }
@@ -369,9 +408,20 @@ int main(int argc, char **argv)
     }
     double fast1 = runs[0].images / runs[0].seconds;
     double fastn = runs[nthreads - 1].images / runs[nthreads - 1].seconds;
-    double ref1 = opt.reference ? runs[nthreads].images / runs[nthreads].seconds : 0;
-    if (opt.reference)
+    double ref1 = !opt.no_reference ? runs[nthreads].images / runs[nthreads].seconds : 0;
+    if (!opt.no_reference)
         printf("fast / reference, 1 thread: %.2fx\n", fast1 / ref1);
+    double cached1 = 0, cachedn = 0, hit_rate = 0;
+    if (cache) {
+        const run_result *c1 = &runs[cached_at], *cn = &runs[cached_at + nthreads - 1];
+        cached1 = c1->images / c1->seconds;
+        cachedn = cn->images / cn->seconds;
+        hit_rate = cn->images ? (double)cn->hits / cn->images : 0;
+        printf("cached (side %u, %" PRIu64 " of %" PRIu64 " bytes held, hit rate %.3f) / fast: "
+               "%.2fx on 1 thread, %.2fx on %u\n",
+               opt.cache_side, cache_used, opt.cache_bytes, hit_rate, cached1 / fast1,
+               cachedn / fastn, thread_counts[nthreads - 1]);
+    }
 
     char line[4096];
     int n = snprintf(line, sizeof line,
@@ -379,18 +429,23 @@ int main(int argc, char **argv)
                      "\"samples\": %" PRIu64 ", \"mean_bytes\": %.0f, \"mode\": \"%s\", "
                      "\"size\": %u, \"cores\": %ld, \"kernels\": \"%s\", "
                      "\"fast_img_per_s_1t\": %.1f, \"fast_img_per_s_nt\": %.1f, \"nt\": %u, "
-                     "\"reference_img_per_s_1t\": %.1f, \"runs\": [",
+                     "\"reference_img_per_s_1t\": %.1f, \"cached_img_per_s_1t\": %.1f, "
+                     "\"cached_img_per_s_nt\": %.1f, \"cache_bytes\": %" PRIu64
+                     ", \"cache_side\": %u, \"cache_used_bytes\": %" PRIu64
+                     ", \"cached_hit_rate\": %.4f, \"runs\": [",
                      opt.data, feed_dataset_format(ds), count, (double)bytes / count,
                      opt.eval ? "eval" : "train", opt.size, ncpu, feed_resize_kernel_name(), fast1,
-                     fastn, thread_counts[nthreads - 1], ref1);
+                     fastn, thread_counts[nthreads - 1], ref1, cached1, cachedn, opt.cache_bytes,
+                     cache ? opt.cache_side : 0, cache_used, hit_rate);
     for (int r = 0; r < nruns && n > 0 && (size_t)n < sizeof line; r++) {
         run_result *x = &runs[r];
         n += snprintf(line + n, sizeof line - (size_t)n,
                       "%s{\"path\": \"%s\", \"threads\": %u, \"images\": %" PRIu64
-                      ", \"errors\": %" PRIu64 ", \"seconds\": %.3f, \"img_per_s\": %.1f, "
+                      ", \"errors\": %" PRIu64 ", \"hits\": %" PRIu64
+                      ", \"seconds\": %.3f, \"img_per_s\": %.1f, "
                       "\"read_ms\": %.4f, \"decode_ms\": %.4f, \"resize_ms\": %.4f, "
                       "\"cpu_ms\": %.4f}",
-                      r ? ", " : "", x->path, x->threads, x->images, x->errors, x->seconds,
+                      r ? ", " : "", x->path, x->threads, x->images, x->errors, x->hits, x->seconds,
                       x->images / x->seconds, x->read_ms, x->decode_ms, x->resize_ms, x->cpu_ms);
     }
     if (n > 0 && (size_t)n < sizeof line)
@@ -421,6 +476,7 @@ int main(int argc, char **argv)
             fclose(f);
         }
     }
+    feedd_cache_free(cache);
     feed_dataset_close(ds);
     return 0;
 }

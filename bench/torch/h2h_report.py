@@ -36,9 +36,9 @@ def table(rows):
         if rs[0]["source"] == "synthetic":
             ceiling[rs[0]["model"]] = med(rs, "img_per_s")
     lines = ["| configuration | windows | images/s median (range) | % of ceiling | NVML util % | "
-             "SM active % | DRAM BW % | stream idle % | wait p50 / p99 / max ms | host cores | "
-             "GPU mem MiB |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "SM active % | DRAM BW % | stream idle % | wait p50 / p99 / max ms | "
+             "stream gap p50 / p99 / max ms | host cores | GPU mem MiB |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     summary = {}
     for label, rs in by.items():
         ips = [r["img_per_s"] for r in rs]
@@ -51,6 +51,8 @@ def table(rows):
             f"{fmt(med(rs, 'sm_active_pct'))} | {fmt(med(rs, 'dram_bw_util_pct'))} | "
             f"{fmt(med(rs, 'stream_idle_pct'))} | {fmt(med(rs, 'wait_p50_ms'), '.2f')} / "
             f"{fmt(med(rs, 'wait_p99_ms'), '.2f')} / {fmt(med(rs, 'wait_max_ms'), '.1f')} | "
+            f"{fmt(med(rs, 'gap_p50_ms'), '.2f')} / {fmt(med(rs, 'gap_p99_ms'), '.2f')} / "
+            f"{fmt(med(rs, 'gap_max_ms'), '.1f')} | "
             f"{fmt(med(rs, 'host_cores'))} | {fmt(med(rs, 'mem_used_mib'), '.0f')} |")
     unavailable = {k: v for r in rows for k, v in (r.get("unavailable") or {}).items()}
     for k, v in unavailable.items():

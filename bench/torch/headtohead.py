@@ -20,6 +20,16 @@ activity / occupancy / tensor / DRAM bandwidth, GPU memory, host cores used
 per window goes to --json; --series writes every batch's wait and the GPU
 samples for the plots.
 
+Two waits are reported, because a loop that never synchronises runs ahead of
+the GPU: then next() also blocks while every delivery slot is still in use by
+queued steps (back-pressure from a busy GPU, not starvation).
+  wait       host time in next() (p50/p99/max);
+  stream gap what the GPU waited for each step: from the previous step's last
+             kernel to this step's first (CUDA events), per step (p50/p99/max).
+--max-inflight N bounds the steps queued ahead of the GPU, as a loop that
+reads its loss N-1 steps late does (0: unbounded, the loop above); with it,
+host wait measures data latency alone.
+
 --device cpu runs the same loop on the CPU (a smoke test; no GPU metrics).
 """
 
@@ -150,6 +160,8 @@ def main() -> int:
     ap.add_argument("--windows", type=int, default=5)
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--pids", default="", help="more processes whose CPU counts (feedd)")
+    ap.add_argument("--max-inflight", type=int, default=0,
+                    help="steps queued ahead of the GPU before the loop waits (0: unbounded)")
     ap.add_argument("--label", default="", help="configuration name for the output")
     ap.add_argument("--json", required=True, help="append one line per window")
     ap.add_argument("--series", help="write per-batch waits and GPU samples (JSON)")
@@ -177,7 +189,11 @@ def main() -> int:
     win_first_event = 0
     steps = 0
     losses: List[float] = []
+    step_done: List[object] = []  # end events of the steps still counted as in flight
     while win < args.windows:
+        if cuda and args.max_inflight > 0:
+            while len(step_done) >= args.max_inflight:
+                step_done.pop(0).synchronize()
         t0 = time.monotonic()
         x, y = next(batches)
         t1 = time.monotonic()
@@ -192,6 +208,8 @@ def main() -> int:
         if cuda:
             e1.record()
             events.append((e0, e1))
+            if args.max_inflight > 0:
+                step_done.append(e1)
         steps += 1
         if steps % 50 == 0:
             losses.append(float(loss.detach()))
@@ -223,6 +241,10 @@ def main() -> int:
                 busy = sum(a.elapsed_time(b) for a, b in ev) / 1e3
                 span = ev[0][0].elapsed_time(ev[-1][1]) / 1e3 if ev else 0.0
                 rec["stream_idle_pct"] = 100.0 * (1 - busy / span) if span > 0 else None
+                gaps = [max(0.0, a[1].elapsed_time(b[0])) for a, b in zip(ev, ev[1:])]
+                rec["gap_p50_ms"], rec["gap_p99_ms"] = pct(gaps, 0.5), pct(gaps, 0.99)
+                rec["gap_max_ms"] = max(gaps) if gaps else None
+                rec["max_inflight"] = args.max_inflight
                 rec.update(gm.window(win_t0, t_end))
                 rec["torch_max_allocated_mib"] = torch.cuda.max_memory_allocated(dev) / 2**20
                 rec["unavailable"] = gm.unavailable or None
@@ -231,6 +253,7 @@ def main() -> int:
                 f.write(json.dumps(rec) + "\n")
             print(f"{args.label or args.source} {args.model} window {win}: "
                   f"{rec['img_per_s']:.0f} img/s, wait p99 {rec['wait_p99_ms']:.2f} ms, "
+                  f"gap p99 {rec.get('gap_p99_ms') or 0:.2f} ms, "
                   f"idle {rec.get('stream_idle_pct') or 0:.1f}%, "
                   f"NVML {rec.get('nvml_util_pct') or 0:.0f}%, "
                   f"SM {rec.get('sm_active_pct') or 0:.0f}%, cores {rec['host_cores']:.1f}",

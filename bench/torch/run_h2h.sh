@@ -19,7 +19,9 @@
 #
 # Environment: REPEAT (167), WARMUP (15 s), SECONDS_PER (20 s), WINDOWS (5),
 # WORKERS (DataLoader K, 15), SWEEP_WORKERS ("8 12 15"), BATCH (256),
-# TRAIN_CPUS (0-1), SERVER_CPUS ("2-8 9-15"), SERVER_THREADS (7), DEVICE (cuda:0).
+# TRAIN_CPUS (0-1), SERVER_CPUS ("2-8 9-15"), SERVER_THREADS (7), DEVICE (cuda:0),
+# MAX_INFLIGHT (0: the loop never waits for the GPU; N: at most N steps queued),
+# WINDOW (4) and PREFETCH (6): feedclient's window_per_server and prefetch.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:?usage: run_h2h.sh OUTDIR [CONFIG...]}
@@ -32,7 +34,8 @@ export PYTHONPATH="$here/python${PYTHONPATH:+:$PYTHONPATH}"
 export FEEDCLIENT_LIBRARY=$here/lib/libfeedclient.so
 repeat=${REPEAT:-167}
 common=(--warmup "${WARMUP:-15}" --seconds "${SECONDS_PER:-20}" --windows "${WINDOWS:-5}"
-        --batch "${BATCH:-256}" --device "${DEVICE:-cuda:0}" --json "$out/h2h.jsonl")
+        --batch "${BATCH:-256}" --device "${DEVICE:-cuda:0}" --json "$out/h2h.jsonl"
+        --max-inflight "${MAX_INFLIGHT:-0}")
 work=${H2H_WORK:-/tmp/feedd-h2h}
 stamp() { echo "== $(date -u +%T) $*" >&2; }
 
@@ -108,6 +111,7 @@ for cfg in $configs; do
       start_servers
       PIN="taskset -c ${TRAIN_CPUS:-0-1}" run "$cfg" --source feedclient --model "$model" \
         --dataset "${cfg##*-}" --targets "$(IFS=,; echo "${targets[*]}")" \
+        --window "${WINDOW:-4}" --prefetch "${PREFETCH:-6}" \
         --pids "$(IFS=,; echo "${pids[*]}")" "${common[@]}"
       stop_servers ;;
     dl-sweep)

@@ -29,6 +29,12 @@ static gpr_timespec ms_from_now(uint32_t ms)
     return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
 }
 
+/* The transport reads the clock for the scheduler's events. */
+static void server_failed(loader *l, server *s, const char *why)
+{
+    sched_fail_server(l, s, why, feed_now_ns());
+}
+
 static call_ctx *call_new(loader *l, server *s, call_kind kind)
 {
     call_ctx *c = calloc(1, sizeof(*c));
@@ -223,7 +229,7 @@ static void initial_metadata_op(const loader *l, grpc_op *op)
         l->auth_md_count ? (grpc_metadata *)&l->auth_md : NULL;
 }
 
-static void start_describe(loader *l, server *s)
+static bool start_describe(loader *l, server *s)
 {
     call_ctx *c = NULL;
     Feed__V1__DescribeRequest req = FEED__V1__DESCRIBE_REQUEST__INIT;
@@ -269,11 +275,11 @@ static void start_describe(loader *l, server *s)
         goto fail;
     s->describe = c;
     s->state = SRV_DESCRIBE;
-    return;
+    return true;
 fail:
     if (c)
         call_free(c);
-    sched_fail_server(l, s, "cannot start Describe");
+    return false;
 }
 
 static void start_stream(loader *l, server *s)
@@ -308,7 +314,7 @@ static void start_stream(loader *l, server *s)
     if (start_batch(c, rops, 2, &c->t_recv))
         goto fail;
     s->stream = c;
-    /* Up only once a Batch comes back (sched_on_batch): a draining server answers Describe
+    /* Up only once a Batch comes back (sched_batch_arrived): a draining server answers Describe
      * and then refuses the stream. Backoff and the quiet flag are reset then too. */
     s->state = SRV_CONNECTING;
     s->outstanding = 0;
@@ -330,7 +336,7 @@ fail:
     else if (c)
         conn_abandon(c);
 fail_up:
-    sched_fail_server(l, s, "cannot start Stream");
+    server_failed(l, s, "cannot start Stream");
 }
 
 /* Pops the next queued message into a SEND_MESSAGE op. */
@@ -346,7 +352,7 @@ static void pump_send(call_ctx *c)
     op.op = GRPC_OP_SEND_MESSAGE;
     op.data.send_message.send_message = c->send_bb;
     if (start_batch(c, &op, 1, &c->t_send)) {
-        sched_fail_server(c->l, c->srv, "send failed");
+        server_failed(c->l, c->srv, "send failed");
         return;
     }
     c->sending = true;
@@ -386,7 +392,8 @@ static void drop_server(loader *l, server *s)
     }
 }
 
-const sched_transport conn_transport = {.send_request = send_request, .drop_server = drop_server};
+const sched_transport conn_transport = {
+    .send_request = send_request, .drop_server = drop_server, .connect = start_describe};
 
 /* Whether anything may still use s: a slot in flight to it or being landed from it (the
  * receiver landing uses s when it retakes mu), or a call still attached to it. */
@@ -457,14 +464,14 @@ static void on_describe(loader *l, call_ctx *c, bool ok)
                        d ? d : "");
         s->quiet = true;
         gpr_free(d);
-        sched_fail_server(l, s, "Describe failed");
+        server_failed(l, s, "Describe failed");
         goto out;
     }
     grpc_byte_buffer_reader rd;
     grpc_slice sl;
     bool fits = true;
     if (!grpc_byte_buffer_reader_init(&rd, c->recv_bb)) {
-        sched_fail_server(l, s, "unreadable Describe reply");
+        server_failed(l, s, "unreadable Describe reply");
         goto out;
     }
     while (fits && grpc_byte_buffer_reader_next(&rd, &sl)) {
@@ -474,7 +481,7 @@ static void on_describe(loader *l, call_ctx *c, bool ok)
     grpc_byte_buffer_reader_destroy(&rd);
     resp = fits ? feed__v1__describe_response__unpack(NULL, buf.len, buf.data) : NULL;
     if (!resp) {
-        sched_fail_server(l, s, "malformed Describe reply");
+        server_failed(l, s, "malformed Describe reply");
         goto out;
     }
     const Feed__V1__DatasetInfo *info = NULL;
@@ -492,17 +499,17 @@ static void on_describe(loader *l, call_ctx *c, bool ok)
     switch (policy_check_server(&l->cfg, l->num_samples, &pi, &window, why, sizeof(why))) {
     case POLICY_NOT_SERVED:
         l->notfound_seen = true;
-        sched_fail_server(l, s, "dataset not served");
+        server_failed(l, s, "dataset not served");
         goto out;
     case POLICY_SIZE_DIFFERS:
         client_log(l, FEED_LOG_ERROR, "server %s: %s", s->target, why);
-        sched_fail_server(l, s, "dataset size differs");
+        server_failed(l, s, "dataset size differs");
         goto out;
     case POLICY_BATCH_TOO_LARGE:
         client_log(l, FEED_LOG_ERROR, "server %s: %s", s->target, why);
         if (!l->num_samples)
             l->fatal = FEED_EINVAL;
-        sched_fail_server(l, s, "batch too large");
+        server_failed(l, s, "batch too large");
         goto out;
     case POLICY_USE:
         break;
@@ -519,6 +526,27 @@ out:
     feed_buf_free(&buf);
 }
 
+/* A Batch arrived on s's stream call `from`: mu held on entry and exit, dropped while the
+ * scheduler lands it into its slot. */
+static void receive_batch(receiver *rx, server *s, const call_ctx *from, grpc_byte_buffer *bb)
+{
+    loader *l = rx->l;
+    wire_batch_reader r;
+    if (wire_batch_reader_init(&r, bb, &rx->rbuf)) {
+        server_failed(l, s, "unreadable Batch");
+        return;
+    }
+    slot *sl = sched_batch_arrived(l, s, &r, feed_now_ns());
+    if (sl) {
+        char why[160];
+        pthread_mutex_unlock(&l->mu);
+        int rc = sched_land(l, sl, &r, &rx->arena, why, sizeof(why));
+        pthread_mutex_lock(&l->mu);
+        sched_batch_landed(l, s, from, sl, rc, why, feed_now_ns());
+    }
+    wire_batch_reader_destroy(&r);
+}
+
 static void on_stream_tag(receiver *rx, call_tag *t, bool ok)
 {
     loader *l = rx->l;
@@ -526,14 +554,14 @@ static void on_stream_tag(receiver *rx, call_tag *t, bool ok)
     switch (t->kind) {
     case TAG_START:
         if (!ok && c->srv)
-            sched_fail_server(l, c->srv, "stream start failed");
+            server_failed(l, c->srv, "stream start failed");
         break;
     case TAG_SEND:
         c->sending = false;
         grpc_byte_buffer_destroy(c->send_bb);
         c->send_bb = NULL;
         if (!ok && c->srv)
-            sched_fail_server(l, c->srv, "send failed");
+            server_failed(l, c->srv, "send failed");
         else
             pump_send(c);
         break;
@@ -542,7 +570,7 @@ static void on_stream_tag(receiver *rx, call_tag *t, bool ok)
         c->recv_bb = NULL;
         if (!ok || !bb) {
             if (c->srv)
-                sched_fail_server(l, c->srv, "stream ended");
+                server_failed(l, c->srv, "stream ended");
             if (bb)
                 grpc_byte_buffer_destroy(bb);
             break;
@@ -555,12 +583,12 @@ static void on_stream_tag(receiver *rx, call_tag *t, bool ok)
             op.op = GRPC_OP_RECV_MESSAGE;
             op.data.recv_message.recv_message = &c->recv_bb;
             if (start_batch(c, &op, 1, &c->t_recv)) {
-                sched_fail_server(l, s, "receive failed");
+                server_failed(l, s, "receive failed");
                 s = NULL;
             }
         }
         if (s)
-            sched_on_batch(rx, s, c, bb);
+            receive_batch(rx, s, c, bb);
         grpc_byte_buffer_destroy(bb);
         break;
     }
@@ -573,7 +601,7 @@ static void on_stream_tag(receiver *rx, call_tag *t, bool ok)
                        d ? d : "");
             c->srv->quiet = c->srv->quiet || c->srv->state == SRV_CONNECTING;
             gpr_free(d);
-            sched_fail_server(l, c->srv, "stream closed");
+            server_failed(l, c->srv, "stream closed");
         }
         break;
     case TAG_UNARY:
@@ -581,39 +609,11 @@ static void on_stream_tag(receiver *rx, call_tag *t, bool ok)
     }
 }
 
-/* Timers: retries, batch deadlines, DNS results, the availability clock. */
+/* Timers: DNS results, then the scheduler's clock (deadlines, retries, availability). */
 static void tick(loader *l, uint64_t now)
 {
     resolve_apply(l);
-    sched_check_deadlines(l, now);
-    bool any_up = false;
-    uint32_t up = 0, known = 0;
-    for (uint32_t i = 0; i < l->num_servers; i++) {
-        server *s = &l->servers[i];
-        if (s->removed)
-            continue;
-        known++;
-        if (s->state == SRV_UP) {
-            any_up = true;
-            up++;
-        } else if (s->state == SRV_DOWN && now >= s->retry_at_ns && !l->stop) {
-            if (s->ever_tried)
-                l->stats.retries++;
-            s->ever_tried = true;
-            start_describe(l, s);
-        }
-    }
-    if (any_up)
-        l->last_up_ns = now;
-    bool asking = false;
-    for (uint32_t i = 0; i < l->num_slots && !asking; i++) {
-        slot_state st = l->slots[i].state;
-        asking = st == SLOT_PENDING || st == SLOT_INFLIGHT || st == SLOT_LANDING;
-    }
-    if (!asking)
-        l->progress_ns = now;
-    l->stats.servers_up = up;
-    l->stats.servers_known = known;
+    sched_tick(l, now);
 }
 
 static void *io_main(void *arg)
@@ -658,7 +658,7 @@ static void *io_main(void *arg)
             l->last_tick_ns = now;
             tick(l, now);
         }
-        sched_dispatch(l, true);
+        sched_dispatch(l, true, now);
         pthread_cond_broadcast(&l->cond);
     }
     pthread_cond_broadcast(&l->cond);

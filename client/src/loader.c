@@ -252,7 +252,7 @@ int feed_loader_open(const feed_loader_config *caller_cfg, feed_loader **out)
         rc = sched_build_plans(l, cfg->epoch, cfg->start_batch, false, &plan, &ahead);
     if (!rc) {
         sched_reset_epoch(l, cfg->epoch, cfg->start_batch, false, &plan, &ahead);
-        sched_dispatch(l, false);
+        sched_dispatch(l, false, feed_now_ns());
     }
     pthread_mutex_unlock(&l->mu);
     if (rc)
@@ -295,93 +295,21 @@ void feed_loader_close(feed_loader *l)
     free(l);
 }
 
-static slot *ready_slot(loader *l)
-{
-    slot *best = NULL;
-    for (uint32_t i = 0; i < l->num_slots; i++) {
-        slot *sl = &l->slots[i];
-        /* A prefetched batch of the next epoch waits for set_epoch. */
-        if (sl->state != SLOT_READY || sl->epoch != l->epoch)
-            continue;
-        if (l->cfg.ordered) {
-            if (sl->batch_number == l->next_deliver)
-                return sl;
-        } else if (!best || sl->ready_seq < best->ready_seq) {
-            best = sl;
-        }
-    }
-    return best;
-}
-
-static bool any_up(const loader *l)
-{
-    for (uint32_t i = 0; i < l->num_servers; i++) {
-        if (!l->servers[i].removed && l->servers[i].state == SRV_UP)
-            return true;
-    }
-    return false;
-}
-
 int feed_loader_next(feed_loader *l, feed_batch **out)
 {
     if (!l || !out)
         return FEED_EINVAL;
     *out = NULL;
-    uint64_t t0 = feed_now_ns();
-    uint64_t timeout = (uint64_t)l->cfg.unavailable_timeout_ms * 1000000u;
-    uint64_t progress_timeout = timeout;
-    if (l->cfg.batch_deadline_ms > l->cfg.unavailable_timeout_ms)
-        progress_timeout = (uint64_t)l->cfg.batch_deadline_ms * 1000000u;
-    int rc = 0;
+    uint64_t t0 = feed_now_ns(), wait;
     slot *sl = NULL;
+    int rc;
     pthread_mutex_lock(&l->mu);
-    if (l->handed >= l->cfg.prefetch) {
-        rc = FEED_ESTATE;
-        goto out;
+    while ((rc = sched_next(l, t0, feed_now_ns(), &sl, &wait)) == SCHED_WAIT)
+        wait_ns(l, wait < 100000000u ? wait : 100000000u);
+    if (rc == 0) {
+        *out = &sl->batch;
+        rc = sl->result;
     }
-    for (;;) {
-        if (l->delivered == l->to_deliver) {
-            rc = FEED_EEOF;
-            goto out;
-        }
-        sl = ready_slot(l);
-        if (sl)
-            break;
-        if (l->fatal) {
-            rc = l->fatal;
-            goto out;
-        }
-        /* Unavailable: no server up for the timeout, or servers that come up
-         * but deliver nothing (one that fails every stream) for as long. */
-        uint64_t now = feed_now_ns();
-        uint64_t down_for = now - l->last_up_ns;
-        uint64_t stuck_for = now - l->progress_ns;
-        if ((!any_up(l) && down_for >= timeout) || stuck_for >= progress_timeout) {
-            rc = FEED_EUNAVAILABLE;
-            goto out;
-        }
-        uint64_t step = any_up(l) ? progress_timeout - stuck_for : timeout - down_for;
-        wait_ns(l, step < 100000000u ? step : 100000000u);
-    }
-    sl->state = SLOT_HANDED;
-    l->handed++;
-    l->delivered++;
-    if (l->cfg.ordered)
-        l->next_deliver++;
-    uint64_t waited = feed_now_ns() - t0;
-    sl->batch.wait_ns = waited;
-    l->stats.batches++;
-    l->stats.samples += sl->n;
-    for (uint32_t i = 0; i < sl->n; i++)
-        if (sl->status[i] != FEED_SAMPLE_OK)
-            l->stats.sample_errors[sl->status[i]]++;
-    l->stats.wait_ns_total += waited;
-    if (waited > l->stats.wait_ns_max)
-        l->stats.wait_ns_max = waited;
-    sched_dispatch(l, false);
-    *out = &sl->batch;
-    rc = sl->result;
-out:
     pthread_mutex_unlock(&l->mu);
     return rc;
 }
@@ -408,9 +336,7 @@ int feed_loader_release(feed_loader *l, feed_batch *b, void *stream)
     rc = 0;
     if (sl->gpu)
         rc = client_gpu_slot_release(sl->gpu, stream);
-    sl->state = SLOT_FREE;
-    l->handed--;
-    sched_dispatch(l, false);
+    sched_release(l, sl, feed_now_ns());
 out:
     pthread_mutex_unlock(&l->mu);
     return rc;
@@ -452,7 +378,7 @@ int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch)
         wait_ns(l, 10000000u);
     }
     sched_reset_epoch(l, epoch, start_batch, keep, &plan, &ahead);
-    sched_dispatch(l, false);
+    sched_dispatch(l, false, feed_now_ns());
     pthread_mutex_unlock(&l->mu);
 out:
     return rc;

@@ -64,6 +64,9 @@ typedef struct sched_transport {
                          const uint64_t *indices, uint32_t n);
     /* s failed: cancel its calls (their remaining tags free them) and drop its channel. */
     void (*drop_server)(loader *l, server *s);
+    /* s is down and due for a retry: start Describe (then a stream) on a fresh channel, moving
+     * s to SRV_DESCRIBE; false if that cannot start (the scheduler then fails s again). */
+    bool (*connect)(loader *l, server *s);
 } sched_transport;
 
 #define LOG_QUEUE_CAP 64u
@@ -264,15 +267,37 @@ void client_log(loader *l, int level, const char *fmt, ...) __attribute__((forma
 int logq_start(loader *l); /* before any other thread; 0 or FEED_ENOMEM */
 void logq_stop(loader *l); /* delivers what is queued, joins the log thread; after every other */
 
-/* sched.c — with mu held, except where said. */
+/* sched.c — with mu held, except where said; `now` is feed_now_ns() as the caller read it. */
 /* Fills slots and sends requests. With may_grow (the loader's own threads only) it may drop and
  * retake mu to allocate a slot: callers must not rely on state across it. */
-void sched_dispatch(loader *l, bool may_grow);
-void sched_fail_server(loader *l, server *s, const char *why);
-void sched_check_deadlines(loader *l, uint64_t now);
-/* A receiver thread, mu held on entry and exit (dropped while landing); bb
- * arrived on s's stream call `from`. */
-void sched_on_batch(receiver *rx, server *s, const call_ctx *from, grpc_byte_buffer *bb);
+void sched_dispatch(loader *l, bool may_grow, uint64_t now);
+/* s failed: its batches in flight are re-issued, it is retried after its backoff. */
+void sched_fail_server(loader *l, server *s, const char *why, uint64_t now);
+/* The clock (every CLIENT_TICK_MS on a receiver): batch deadlines, retries of servers that are
+ * down (transport connect), the availability clock that next() reads, servers in stats. */
+void sched_tick(loader *l, uint64_t now);
+/* A Batch arrived on s's live stream, as reader r (wire.h) that has read nothing yet. Reads up
+ * to its batch_id; returns the slot it answers, now SLOT_LANDING, or NULL when it is dropped
+ * (no live request: a late duplicate) or was malformed (s failed). */
+slot *sched_batch_arrived(loader *l, server *s, wire_batch_reader *r, uint64_t now);
+/* mu NOT held (the slot is LANDING, nobody else touches it): reads the rest of r into sl,
+ * checks it and lands it (policy, normalise or GPU copy). 0, or FEED_EPROTO / FEED_ECORRUPT
+ * with why[why_cap] saying what was wrong, or FEED_ECUDA. arena: the caller's scratch. */
+int sched_land(loader *l, slot *sl, wire_batch_reader *r, wire_arena *arena, char *why,
+               size_t why_cap);
+/* sched_land's result rc, mu retaken: sl is READY, or re-issued; a protocol error fails s
+ * unless its live stream is no longer `from` (failed meanwhile). */
+void sched_batch_landed(loader *l, server *s, const call_ctx *from, slot *sl, int rc,
+                        const char *why, uint64_t now);
+/* next() at `now`, for a call that began at `since`: 0 with *out the batch's slot, now HANDED
+ * and counted in stats (its result, 0 or FEED_EBADSAMPLE, in (*out)->result); FEED_ESTATE
+ * (the caller holds prefetch batches already), FEED_EEOF, the fatal error, FEED_EUNAVAILABLE
+ * (no server up for unavailable_timeout_ms, or nothing landed for the longer of that and
+ * batch_deadline_ms); or SCHED_WAIT: nothing yet, ask again on a change or after *wait_ns. */
+#define SCHED_WAIT 1
+int sched_next(loader *l, uint64_t since, uint64_t now, slot **out, uint64_t *wait_ns);
+/* release() of sl, a HANDED slot whose device copy the caller has released: it is free. */
+void sched_release(loader *l, slot *sl, uint64_t now);
 void sched_free_slots(loader *l);
 /* Whether set_epoch(epoch, start_batch) continues into the prefetched epoch
  * (epoch + 1 of the current one, from batch 0) instead of dropping everything.

@@ -18,6 +18,7 @@
 
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "feed/timeutil.h"
 #include "loader_impl.h"
 
 int resolve_parse(const char *target, char *host, size_t host_cap, char *port, size_t port_cap)
@@ -220,7 +221,7 @@ void resolve_apply(loader *l)
             server *s = &l->servers[k];
             if (s->dns_target != d->cfg_index || s->seen || s->removed)
                 continue;
-            sched_fail_server(l, s, "address left DNS");
+            sched_fail_server(l, s, "address left DNS", feed_now_ns());
             s->removed = true;
             client_log(l, FEED_LOG_INFO, "server %s removed (no longer in DNS)", s->target);
         }

@@ -1,9 +1,12 @@
 /*
  * Scheduling: delivery slots, which batch goes to which server, failover,
- * and landing a received batch into its slot. No I/O: requests go out and
- * failed servers' calls are dropped through l->transport (conn.c's gRPC one,
- * or tests/client/test_client_sched.c's scripted one). Everything here runs with the
- * loader's mu held (see loader_impl.h), except the body of land(), which a
+ * retries, and landing a received batch into its slot. No I/O and no clock:
+ * its inputs are calls (a Batch arrived, as a wire.c reader; a server failed;
+ * a clock tick; next() and release(); set_epoch), each with the time passed
+ * in, and requests go out, connections are retried and failed
+ * servers' calls are dropped through l->transport (conn.c's gRPC one, or
+ * tests/client/test_client_sched.c's scripted one). Everything here runs with
+ * the loader's mu held (see loader_impl.h), except sched_land, which a
  * receiver thread runs unlocked on a slot in SLOT_LANDING, and the plan
  * building of set_epoch (training thread, sched_build_plans).
  *
@@ -26,7 +29,6 @@
 
 #include "feed/errors.h"
 #include "feed/log.h"
-#include "feed/timeutil.h"
 #include "loader_impl.h"
 #include "normalize.h"
 #include "policy.h"
@@ -239,7 +241,7 @@ static bool fill_slots(loader *l)
     return wanted && l->num_slots < cap && !l->growing;
 }
 
-void sched_dispatch(loader *l, bool may_grow)
+void sched_dispatch(loader *l, bool may_grow, uint64_t now)
 {
     if (l->stop || !l->plan.samples || l->fatal)
         return;
@@ -260,14 +262,14 @@ void sched_dispatch(loader *l, bool may_grow)
         sl->state = SLOT_INFLIGHT;
         /* The server's deadline clock runs from now if it had nothing to do. */
         if (s->outstanding++ == 0)
-            s->progress_ns = feed_now_ns();
+            s->progress_ns = now;
         if (!l->transport->send_request(l, s, id, sl->epoch, sl->indices, sl->n))
-            sched_fail_server(l, s, "send queue refused a request");
+            sched_fail_server(l, s, "send queue refused a request", now);
     }
 }
 
 /* counted: a failover in stats and a warning, else a debug line (a server that never served). */
-static void fail_server(loader *l, server *s, const char *why, bool counted)
+static void fail_server(loader *l, server *s, const char *why, bool counted, uint64_t now)
 {
     uint32_t moved = 0;
     l->transport->drop_server(l, s);
@@ -290,20 +292,20 @@ static void fail_server(loader *l, server *s, const char *why, bool counted)
     }
     s->state = SRV_DOWN;
     s->outstanding = 0;
-    s->retry_at_ns = feed_now_ns() + (uint64_t)s->backoff_ms * 1000000u;
+    s->retry_at_ns = now + (uint64_t)s->backoff_ms * 1000000u;
     s->backoff_ms =
         s->backoff_ms * 2 > CLIENT_BACKOFF_MAX_MS ? CLIENT_BACKOFF_MAX_MS : s->backoff_ms * 2;
 }
 
-void sched_fail_server(loader *l, server *s, const char *why)
+void sched_fail_server(loader *l, server *s, const char *why, uint64_t now)
 {
-    fail_server(l, s, why, s->state == SRV_UP);
+    fail_server(l, s, why, s->state == SRV_UP, now);
 }
 
 /* A server is stalled when it owes replies and has sent none for batch_deadline_ms. Not the age
  * of each batch: a busy server with a deep window keeps batches queued longer than one batch
  * takes, and that is load, not failure. */
-void sched_check_deadlines(loader *l, uint64_t now)
+static void check_deadlines(loader *l, uint64_t now)
 {
     uint64_t limit = (uint64_t)l->cfg.batch_deadline_ms * 1000000u;
     for (uint32_t i = 0; i < l->num_servers; i++) {
@@ -311,8 +313,42 @@ void sched_check_deadlines(loader *l, uint64_t now)
         /* Counted even before its first batch: it took work and went silent, which a
          * server that refuses streams (draining) does not. */
         if (!s->removed && s->stream && s->outstanding && now - s->progress_ns > limit)
-            fail_server(l, s, "no reply within the batch deadline", true);
+            fail_server(l, s, "no reply within the batch deadline", true, now);
     }
+}
+
+void sched_tick(loader *l, uint64_t now)
+{
+    check_deadlines(l, now);
+    bool any_up = false;
+    uint32_t up = 0, known = 0;
+    for (uint32_t i = 0; i < l->num_servers; i++) {
+        server *s = &l->servers[i];
+        if (s->removed)
+            continue;
+        known++;
+        if (s->state == SRV_UP) {
+            any_up = true;
+            up++;
+        } else if (s->state == SRV_DOWN && now >= s->retry_at_ns && !l->stop) {
+            if (s->ever_tried)
+                l->stats.retries++;
+            s->ever_tried = true;
+            if (!l->transport->connect(l, s))
+                sched_fail_server(l, s, "cannot start Describe", now);
+        }
+    }
+    if (any_up)
+        l->last_up_ns = now;
+    bool asking = false;
+    for (uint32_t i = 0; i < l->num_slots && !asking; i++) {
+        slot_state st = l->slots[i].state;
+        asking = st == SLOT_PENDING || st == SLOT_INFLIGHT || st == SLOT_LANDING;
+    }
+    if (!asking)
+        l->progress_ns = now;
+    l->stats.servers_up = up;
+    l->stats.servers_known = known;
 }
 
 /*
@@ -374,24 +410,18 @@ static slot *find_request(loader *l, const server *s, uint64_t id)
     return NULL;
 }
 
-void sched_on_batch(receiver *rx, server *s, const call_ctx *from, grpc_byte_buffer *bb)
+slot *sched_batch_arrived(loader *l, server *s, wire_batch_reader *r, uint64_t now)
 {
-    loader *l = rx->l;
-    wire_batch_reader r;
-    if (wire_batch_reader_init(&r, bb, &rx->rbuf)) {
-        sched_fail_server(l, s, "unreadable Batch");
-        return;
-    }
     /* Only the fields before data are read under mu: batch_id comes first. */
-    int rc = wire_batch_reader_id(&r);
+    int rc = wire_batch_reader_id(r);
     if (rc) {
-        sched_fail_server(l, s,
-                          rc == FEED_ETOOBIG ? "Batch beyond the size cap" : "malformed Batch");
-        goto out;
+        sched_fail_server(
+            l, s, rc == FEED_ETOOBIG ? "Batch beyond the size cap" : "malformed Batch", now);
+        return NULL;
     }
     if (s->outstanding)
         s->outstanding--;
-    s->progress_ns = feed_now_ns();
+    s->progress_ns = now;
     if (s->state == SRV_CONNECTING) {
         /* It serves batches, not only Describe: now it gets a full window. */
         s->state = SRV_UP;
@@ -399,14 +429,20 @@ void sched_on_batch(receiver *rx, server *s, const call_ctx *from, grpc_byte_buf
         s->quiet = false;
         client_log(l, FEED_LOG_INFO, "server %s up (window %u)", s->target, s->window);
     }
-    slot *sl = find_request(l, s, r.id);
+    slot *sl = find_request(l, s, r->id);
     if (!sl) {
         client_log(l, FEED_LOG_DEBUG, "server %s: dropping reply %llu (no live request)", s->target,
-                   (unsigned long long)r.id);
-        goto out;
+                   (unsigned long long)r->id);
+        return NULL;
     }
     sl->state = SLOT_LANDING;
-    wire_expect e = {.batch_id = r.id,
+    return sl;
+}
+
+int sched_land(loader *l, slot *sl, wire_batch_reader *r, wire_arena *arena, char *why,
+               size_t why_cap)
+{
+    wire_expect e = {.batch_id = r->id,
                      .epoch = sl->epoch,
                      .indices = sl->indices,
                      .n = sl->n,
@@ -414,28 +450,30 @@ void sched_on_batch(receiver *rx, server *s, const call_ctx *from, grpc_byte_buf
                      .w = l->cfg.transform.out_w,
                      .num_classes = l->num_classes};
     size_t raw_bytes = sample_bytes(l) * sl->n;
-    char why[160] = "malformed Batch";
-
-    pthread_mutex_unlock(&l->mu);
+    snprintf(why, why_cap, "malformed Batch");
     /* The slot's previous batch may still be on its way to the GPU from this pinned memory. */
-    rc = sl->gpu ? client_gpu_slot_host_wait(sl->gpu) : 0;
+    int rc = sl->gpu ? client_gpu_slot_host_wait(sl->gpu) : 0;
     if (rc == 0)
-        rc = wire_batch_reader_finish(&r, sl->raw, raw_bytes);
+        rc = wire_batch_reader_finish(r, sl->raw, raw_bytes);
     if (rc == 0) {
         Feed__V1__Batch *b;
-        rc = wire_unpack_batch(&rx->arena, &r, sl->raw, raw_bytes, &e, &b, why, sizeof(why));
+        rc = wire_unpack_batch(arena, r, sl->raw, raw_bytes, &e, &b, why, why_cap);
         if (rc == 0)
             rc = land(l, sl, b);
     }
-    pthread_mutex_lock(&l->mu);
+    return rc;
+}
 
+void sched_batch_landed(loader *l, server *s, const call_ctx *from, slot *sl, int rc,
+                        const char *why, uint64_t now)
+{
     if (rc == 0) {
         sl->state = SLOT_READY;
         sl->ready_seq = ++l->ready_seq;
-        l->progress_ns = feed_now_ns();
+        l->progress_ns = now;
         s->batches++;
-        l->stats.bytes_received += raw_bytes;
-        goto out;
+        l->stats.bytes_received += sample_bytes(l) * sl->n;
+        return;
     }
     sl->state = SLOT_PENDING;
     sl->server = NULL;
@@ -449,10 +487,8 @@ void sched_on_batch(receiver *rx, server *s, const call_ctx *from, grpc_byte_buf
     } else if (s->stream == from) {
         /* Not if another receiver already failed (and maybe reconnected) it meanwhile. */
         client_log(l, FEED_LOG_WARN, "server %s: %s", s->target, why);
-        sched_fail_server(l, s, "protocol error");
+        sched_fail_server(l, s, "protocol error", now);
     }
-out:
-    wire_batch_reader_destroy(&r);
 }
 
 bool sched_keeps_ahead(const loader *l, uint32_t epoch, uint64_t start_batch)
@@ -518,4 +554,73 @@ void sched_reset_epoch(loader *l, uint32_t epoch, uint64_t start_batch, bool kee
     l->next_deliver = start_batch;
     l->delivered = 0;
     l->to_deliver = l->plan.batches - start_batch;
+}
+
+static slot *ready_slot(loader *l)
+{
+    slot *best = NULL;
+    for (uint32_t i = 0; i < l->num_slots; i++) {
+        slot *sl = &l->slots[i];
+        /* A prefetched batch of the next epoch waits for set_epoch. */
+        if (sl->state != SLOT_READY || sl->epoch != l->epoch)
+            continue;
+        if (l->cfg.ordered) {
+            if (sl->batch_number == l->next_deliver)
+                return sl;
+        } else if (!best || sl->ready_seq < best->ready_seq) {
+            best = sl;
+        }
+    }
+    return best;
+}
+
+int sched_next(loader *l, uint64_t since, uint64_t now, slot **out, uint64_t *wait_ns)
+{
+    uint64_t timeout = (uint64_t)l->cfg.unavailable_timeout_ms * 1000000u;
+    uint64_t progress_timeout = timeout;
+    if (l->cfg.batch_deadline_ms > l->cfg.unavailable_timeout_ms)
+        progress_timeout = (uint64_t)l->cfg.batch_deadline_ms * 1000000u;
+    if (l->handed >= l->cfg.prefetch)
+        return FEED_ESTATE;
+    if (l->delivered == l->to_deliver)
+        return FEED_EEOF;
+    slot *sl = ready_slot(l);
+    if (!sl) {
+        if (l->fatal)
+            return l->fatal;
+        /* Unavailable: no server up for the timeout, or servers that come up
+         * but deliver nothing (one that fails every stream) for as long. */
+        bool up = servers_up(l) > 0;
+        uint64_t down_for = now - l->last_up_ns;
+        uint64_t stuck_for = now - l->progress_ns;
+        if ((!up && down_for >= timeout) || stuck_for >= progress_timeout)
+            return FEED_EUNAVAILABLE;
+        *wait_ns = up ? progress_timeout - stuck_for : timeout - down_for;
+        return SCHED_WAIT;
+    }
+    sl->state = SLOT_HANDED;
+    l->handed++;
+    l->delivered++;
+    if (l->cfg.ordered)
+        l->next_deliver++;
+    uint64_t waited = now - since;
+    sl->batch.wait_ns = waited;
+    l->stats.batches++;
+    l->stats.samples += sl->n;
+    for (uint32_t i = 0; i < sl->n; i++)
+        if (sl->status[i] != FEED_SAMPLE_OK)
+            l->stats.sample_errors[sl->status[i]]++;
+    l->stats.wait_ns_total += waited;
+    if (waited > l->stats.wait_ns_max)
+        l->stats.wait_ns_max = waited;
+    sched_dispatch(l, false, now);
+    *out = sl;
+    return 0;
+}
+
+void sched_release(loader *l, slot *sl, uint64_t now)
+{
+    sl->state = SLOT_FREE;
+    l->handed--;
+    sched_dispatch(l, false, now);
 }

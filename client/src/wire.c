@@ -61,17 +61,27 @@ void wire_arena_reset(wire_arena *a, void *target, size_t target_size)
     a->target_taken = 0;
 }
 
-/* Makes the current slice non-empty; false at the end of the message. */
+/* Makes the current span non-empty; false at the end of the message. */
 static bool rd_fill(wire_batch_reader *r)
 {
-    while (!r->have_cur || r->off == GRPC_SLICE_LENGTH(r->cur)) {
-        if (r->have_cur) {
-            grpc_slice_unref(r->cur);
-            r->have_cur = false;
+    while (r->off == r->cur_len) {
+        if (r->have_slice) {
+            grpc_slice_unref(r->slice);
+            r->have_slice = false;
         }
-        if (!grpc_byte_buffer_reader_next(&r->rd, &r->cur))
-            return false;
-        r->have_cur = true;
+        if (!r->grpc) {
+            if (!r->flat)
+                return false;
+            r->cur = r->flat;
+            r->cur_len = r->flat_len;
+            r->flat = NULL;
+        } else {
+            if (!grpc_byte_buffer_reader_next(&r->rd, &r->slice))
+                return false;
+            r->have_slice = true;
+            r->cur = GRPC_SLICE_START_PTR(r->slice);
+            r->cur_len = GRPC_SLICE_LENGTH(r->slice);
+        }
         r->off = 0;
     }
     return true;
@@ -83,9 +93,9 @@ static int rd_bytes(wire_batch_reader *r, uint64_t n, uint8_t *dst, feed_buf *ec
     while (n) {
         if (!rd_fill(r))
             return FEED_EPROTO;
-        size_t avail = GRPC_SLICE_LENGTH(r->cur) - r->off;
+        size_t avail = r->cur_len - r->off;
         size_t k = n < avail ? (size_t)n : avail;
-        const uint8_t *p = GRPC_SLICE_START_PTR(r->cur) + r->off;
+        const uint8_t *p = r->cur + r->off;
         if (dst) {
             memcpy(dst, p, k);
             *crc = feed_crc32c(*crc, dst, k);
@@ -105,7 +115,7 @@ static int rd_varint(wire_batch_reader *r, uint64_t *v, feed_buf *echo)
     for (unsigned shift = 0; shift < 64; shift += 7) {
         if (!rd_fill(r))
             return FEED_EPROTO;
-        uint8_t byte = GRPC_SLICE_START_PTR(r->cur)[r->off++];
+        uint8_t byte = r->cur[r->off++];
         if (echo && feed_buf_append(echo, &byte, 1))
             return FEED_ETOOBIG;
         x |= (uint64_t)(byte & 0x7F) << shift;
@@ -167,7 +177,18 @@ int wire_batch_reader_init(wire_batch_reader *r, grpc_byte_buffer *bb, feed_buf 
     memset(r, 0, sizeof(*r));
     r->rest = rest;
     rest->len = 0;
-    return grpc_byte_buffer_reader_init(&r->rd, bb) ? 0 : FEED_EPROTO;
+    r->grpc = grpc_byte_buffer_reader_init(&r->rd, bb) != 0;
+    return r->grpc ? 0 : FEED_EPROTO;
+}
+
+void wire_batch_reader_init_bytes(wire_batch_reader *r, const uint8_t *msg, size_t len,
+                                  feed_buf *rest)
+{
+    memset(r, 0, sizeof(*r));
+    r->rest = rest;
+    rest->len = 0;
+    r->flat = len ? msg : NULL;
+    r->flat_len = len;
 }
 
 int wire_batch_reader_id(wire_batch_reader *r)
@@ -192,10 +213,12 @@ int wire_batch_reader_finish(wire_batch_reader *r, uint8_t *dst, size_t dst_len)
 
 void wire_batch_reader_destroy(wire_batch_reader *r)
 {
-    if (r->have_cur)
-        grpc_slice_unref(r->cur);
-    r->have_cur = false;
-    grpc_byte_buffer_reader_destroy(&r->rd);
+    if (r->have_slice)
+        grpc_slice_unref(r->slice);
+    r->have_slice = false;
+    if (r->grpc)
+        grpc_byte_buffer_reader_destroy(&r->rd);
+    r->grpc = false;
 }
 
 void *wire_pack_request(const wire_open *open, uint64_t batch_id, uint32_t epoch,

@@ -41,18 +41,24 @@ void wire_arena_free(wire_arena *a);
 void wire_arena_reset(wire_arena *a, void *target, size_t target_size);
 
 /*
- * Reads a serialized Batch straight from a gRPC byte buffer's slices, so its
- * pixels are copied once: from the network slices into the slot, with the
- * CRC32C computed on the way while the bytes are hot. Every other field is
- * copied unchanged into `rest`, which then unpacks (protobuf-c) as a Batch
- * without data. Should data come before batch_id (no serializer we know does
- * that), it goes into rest like any field. Owned by one thread.
+ * Reads a serialized Batch straight from where it arrived, so its pixels are
+ * copied once: from the network slices (or one flat buffer) into the slot,
+ * with the CRC32C computed on the way while the bytes are hot. Every other
+ * field is copied unchanged into `rest`, which then unpacks (protobuf-c) as a
+ * Batch without data. Should data come before batch_id (no serializer we know
+ * does that), it goes into rest like any field. This is the scheduler's view
+ * of an arrived Batch (sched.c): the transport makes one over a gRPC byte
+ * buffer, a test over bytes it packed. Owned by one thread.
  */
 typedef struct wire_batch_reader {
+    bool grpc; /* reading rd's slices, else the one span in flat */
     grpc_byte_buffer_reader rd;
-    grpc_slice cur;
-    size_t off;
-    bool have_cur;
+    grpc_slice slice; /* the slice cur points into, while have_slice */
+    bool have_slice;
+    const uint8_t *flat;
+    size_t flat_len;
+    const uint8_t *cur; /* the span being read: cur[off..cur_len) */
+    size_t cur_len, off;
     feed_buf *rest;
     bool have_id;
     uint64_t id;      /* batch_id; 0 if the message has none */
@@ -61,8 +67,11 @@ typedef struct wire_batch_reader {
     uint32_t data_crc; /* CRC32C of data, when data_direct */
 } wire_batch_reader;
 
-/* rest is emptied; 0 or FEED_EPROTO (unreadable buffer). */
+/* rest is emptied; 0 or FEED_EPROTO (unreadable buffer). bb must outlive r. */
 int wire_batch_reader_init(wire_batch_reader *r, grpc_byte_buffer *bb, feed_buf *rest);
+/* The same over len bytes at msg, which must outlive r. */
+void wire_batch_reader_init_bytes(wire_batch_reader *r, const uint8_t *msg, size_t len,
+                                  feed_buf *rest);
 /* Reads up to and including batch_id. 0, FEED_EPROTO or FEED_ETOOBIG (rest's limit). */
 int wire_batch_reader_id(wire_batch_reader *r);
 /* Reads the rest; data of exactly dst_len bytes goes to dst, other sizes are FEED_EPROTO. */

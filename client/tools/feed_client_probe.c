@@ -12,7 +12,6 @@
  * and the client side is what is measured); --step-us sleeps that long per
  * batch to stand in for a training step.
  */
-#include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +21,7 @@
 #include <unistd.h>
 
 #include "feed/client.h"
+#include "feed/opts.h"
 #include "feed/strutil.h"
 #include "feed/timeutil.h"
 
@@ -83,109 +83,95 @@ static int pick(const char *name, const char *const *names)
     return -1;
 }
 
+typedef struct target_list {
+    const char *targets[MAX_TARGETS];
+    size_t n;
+} target_list;
+
+static int add_target(void *ctx, const char *arg)
+{
+    target_list *t = ctx;
+    if (t->n == MAX_TARGETS)
+        return -1;
+    t->targets[t->n++] = arg;
+    return 0;
+}
+
+static int set_device(void *ctx, const char *arg)
+{
+    int *device = ctx;
+    uint32_t u;
+    if (!strcmp(arg, "host")) {
+        *device = FEED_DEVICE_HOST;
+        return 0;
+    }
+    if (feed_parse_u32(arg, 0, 1024, &u))
+        return -1;
+    *device = (int)u;
+    return 0;
+}
+
+static int set_dtype(void *ctx, const char *arg)
+{
+    static const char *const names[] = {"u8", "fp16", "bf16", "fp32", NULL};
+    static const feed_dtype values[] = {FEED_DTYPE_UINT8, FEED_DTYPE_FP16, FEED_DTYPE_BF16,
+                                        FEED_DTYPE_FP32};
+    int k = pick(arg, names);
+    if (k < 0)
+        return -1;
+    *(feed_dtype *)ctx = values[k];
+    return 0;
+}
+
+static int set_layout(void *ctx, const char *arg)
+{
+    static const char *const names[] = {"nchw", "nhwc", NULL};
+    int k = pick(arg, names);
+    if (k < 0)
+        return -1;
+    *(feed_layout *)ctx = k == 1 ? FEED_LAYOUT_NHWC : FEED_LAYOUT_NCHW;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    enum { O_TARGET = 256, O_DATASET, O_BATCH, O_SIZE, O_BATCHES, O_WINDOW, O_PREFETCH,
-           O_DEVICE, O_DTYPE, O_LAYOUT, O_SAME, O_STEP, O_HELP };
-    static const struct option opts[] = {
-        {"target", required_argument, NULL, O_TARGET},
-        {"dataset", required_argument, NULL, O_DATASET},
-        {"batch", required_argument, NULL, O_BATCH},
-        {"size", required_argument, NULL, O_SIZE},
-        {"batches", required_argument, NULL, O_BATCHES},
-        {"window", required_argument, NULL, O_WINDOW},
-        {"prefetch", required_argument, NULL, O_PREFETCH},
-        {"device", required_argument, NULL, O_DEVICE},
-        {"dtype", required_argument, NULL, O_DTYPE},
-        {"layout", required_argument, NULL, O_LAYOUT},
-        {"same-epoch", no_argument, NULL, O_SAME},
-        {"step-us", required_argument, NULL, O_STEP},
-        {"help", no_argument, NULL, O_HELP},
-        {NULL, 0, NULL, 0},
-    };
-    static const char *const dtypes[] = {"u8", "fp16", "bf16", "fp32", NULL};
-    static const feed_dtype dtype_of[] = {FEED_DTYPE_UINT8, FEED_DTYPE_FP16, FEED_DTYPE_BF16,
-                                          FEED_DTYPE_FP32};
-    static const char *const layouts[] = {"nchw", "nhwc", NULL};
-    const char *targets[MAX_TARGETS];
-    size_t nt = 0;
+    target_list tl = {.n = 0};
     feed_loader_config c;
     feed_loader_config_default(&c);
     c.device = FEED_DEVICE_HOST;
     c.log_fn = log_stderr;
     uint64_t want = 200, step_us = 0;
-    int same_epoch = 0, opt, k;
-    uint32_t u;
-    bool bad = false;
-    while (!bad && (opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (opt) {
-        case O_TARGET:
-            bad = nt == MAX_TARGETS;
-            if (!bad)
-                targets[nt++] = optarg;
-            break;
-        case O_DATASET:
-            c.dataset = optarg;
-            break;
-        case O_BATCH:
-            bad = feed_parse_u32(optarg, 1, UINT32_MAX, &c.batch_size) != 0;
-            break;
-        case O_SIZE:
-            bad = feed_parse_u32(optarg, 1, UINT32_MAX, &u) != 0;
-            c.transform.out_h = c.transform.out_w = u;
-            break;
-        case O_BATCHES:
-            bad = feed_parse_u64(optarg, 1, MAX_SAMPLES, &want) != 0;
-            break;
-        case O_WINDOW:
-            bad = feed_parse_u32(optarg, 1, UINT32_MAX, &c.window_per_server) != 0;
-            break;
-        case O_PREFETCH:
-            bad = feed_parse_u32(optarg, 1, UINT32_MAX, &c.prefetch) != 0;
-            break;
-        case O_DEVICE:
-            if (!strcmp(optarg, "host"))
-                c.device = FEED_DEVICE_HOST;
-            else
-                bad = feed_parse_u32(optarg, 0, 1024, &u) != 0;
-            if (!bad && strcmp(optarg, "host") != 0)
-                c.device = (int)u;
-            break;
-        case O_DTYPE:
-            k = pick(optarg, dtypes);
-            bad = k < 0;
-            if (!bad)
-                c.dtype = dtype_of[k];
-            break;
-        case O_LAYOUT:
-            k = pick(optarg, layouts);
-            bad = k < 0;
-            c.layout = k == 1 ? FEED_LAYOUT_NHWC : FEED_LAYOUT_NCHW;
-            break;
-        case O_SAME:
-            same_epoch = 1;
-            break;
-        case O_STEP:
-            bad = feed_parse_u64(optarg, 0, 60000000u, &step_us) != 0;
-            break;
-        case O_HELP:
-            return usage(stdout, 0);
-        default:
-            bad = true;
-        }
-    }
-    if (bad || optind != argc) {
-        if (bad && optind > 0 && optind <= argc)
-            fprintf(stderr, "feed-client-probe: bad value or option near '%s'\n",
-                    argv[optind - 1]);
+    uint32_t size = 0;
+    bool same_epoch = false;
+    const feed_opt opts[] = {
+        {.name = "target", .call = add_target, .ctx = &tl},
+        {.name = "dataset", .str = &c.dataset},
+        {.name = "batch", .u32 = &c.batch_size, .lo = 1, .hi = UINT32_MAX},
+        {.name = "size", .u32 = &size, .lo = 1, .hi = UINT32_MAX},
+        {.name = "batches", .u64 = &want, .lo = 1, .hi = MAX_SAMPLES},
+        {.name = "window", .u32 = &c.window_per_server, .lo = 1, .hi = UINT32_MAX},
+        {.name = "prefetch", .u32 = &c.prefetch, .lo = 1, .hi = UINT32_MAX},
+        {.name = "device", .call = set_device, .ctx = &c.device},
+        {.name = "dtype", .call = set_dtype, .ctx = &c.dtype},
+        {.name = "layout", .call = set_layout, .ctx = &c.layout},
+        {.name = "same-epoch", .flag = &same_epoch},
+        {.name = "step-us", .u64 = &step_us, .lo = 0, .hi = 60000000u},
+        {.name = NULL},
+    };
+    int first;
+    int pr = feed_opts_parse("feed-client-probe", opts, argc, argv, &first);
+    if (pr == 1)
+        return usage(stdout, 0);
+    if (pr || first != argc)
         return usage(stderr, 2);
-    }
-    if (!nt || !c.dataset) {
+    if (size)
+        c.transform.out_h = c.transform.out_w = size;
+    if (!tl.n || !c.dataset) {
         fprintf(stderr, "feed-client-probe: --target and --dataset are required\n");
         return usage(stderr, 2);
     }
-    c.targets = targets;
-    c.num_targets = nt;
+    c.targets = tl.targets;
+    c.num_targets = tl.n;
 
     feed_loader *l = NULL;
     int rc = feed_loader_open(&c, &l);

@@ -4,10 +4,12 @@
  * a time; it keeps one libjpeg decompressor and grow-only scratch, so a warm
  * engine allocates nothing of its own per image.
  *
- * One file on purpose (~940 lines): the fast path, the full-decode reference
- * and the libjpeg error and warning mapping share the decompressor's setup,
- * its error manager and the header limit checks; apart, each would need the
- * others' internals in a header.
+ * One file on purpose (~1,130 lines): the fast path, the decoded path (the
+ * cache's whole-image decode and the sample from it), the full-decode
+ * reference and the libjpeg error and warning mapping share the
+ * decompressor's setup, its error manager, the table reset and the header
+ * limit checks (read_header); apart, each would need the others' internals
+ * in a header.
  *
  * Fast path, in order:
  *   1. cheap checks on the bytes (empty, size limit, SOI);
@@ -139,6 +141,8 @@ struct feed_engine {
     size_t vrows_cap;
     feed_resize_axis hx, vy;
     uint8_t *ref_full; /* the reference path's whole image; freed at the end of the run */
+    uint8_t *decoded;  /* feed_engine_decode's output when its caller gives no buffer */
+    size_t decoded_cap;
 
     /* The decompressor's table slots point here, refilled before every image
      * (reset_tables): libjpeg keeps tables across images otherwise. */
@@ -419,6 +423,7 @@ void feed_engine_free(feed_engine *e)
     free(e->ring);
     free(e->vrows);
     free(e->ref_full);
+    free(e->decoded);
     feed_resize_axis_free(&e->hx);
     feed_resize_axis_free(&e->vy);
     free(e);
@@ -543,8 +548,8 @@ static void cmyk_to_rgbx(uint8_t *row, uint32_t n, bool inverted)
 
 /* ---- the run --------------------------------------------------------------------------- */
 
-static feed_sample_status precheck(feed_engine *e, const uint8_t *jpeg, size_t len,
-                                   const feed_transform *t, const uint8_t *out)
+static feed_sample_status precheck_transform(feed_engine *e, const feed_transform *t,
+                                             const uint8_t *out)
 {
     char why[160];
     if (!t || !out) {
@@ -555,6 +560,11 @@ static feed_sample_status precheck(feed_engine *e, const uint8_t *jpeg, size_t l
         set_msg(e, FEED_SAMPLE_UNSUPPORTED, "invalid transform: %s", why);
         return FEED_SAMPLE_UNSUPPORTED;
     }
+    return FEED_SAMPLE_OK;
+}
+
+static feed_sample_status precheck_bytes(feed_engine *e, const uint8_t *jpeg, size_t len)
+{
     if (len == 0 || !jpeg) {
         set_msg(e, FEED_SAMPLE_EMPTY, "zero bytes");
         return FEED_SAMPLE_EMPTY;
@@ -570,6 +580,13 @@ static feed_sample_status precheck(feed_engine *e, const uint8_t *jpeg, size_t l
         return FEED_SAMPLE_NOT_JPEG;
     }
     return FEED_SAMPLE_OK;
+}
+
+static feed_sample_status precheck(feed_engine *e, const uint8_t *jpeg, size_t len,
+                                   const feed_transform *t, const uint8_t *out)
+{
+    feed_sample_status st = precheck_transform(e, t, out);
+    return st != FEED_SAMPLE_OK ? st : precheck_bytes(e, jpeg, len);
 }
 
 /* Coefficient buffer a multi-scan image needs: every block of every component. */
@@ -652,6 +669,20 @@ static feed_sample_status check_header(feed_engine *e, bool *cmyk)
 }
 
 /*
+ * Every path's start: this image's own tables only, the header read and
+ * checked (limits, colour space: *cmyk). Not FEED_SAMPLE_OK: e->status set,
+ * the caller fails now.
+ */
+static feed_sample_status read_header(feed_engine *e, const uint8_t *jpeg, size_t len, bool *cmyk)
+{
+    reset_tables(e);
+    jpeg_mem_src(&e->dec, jpeg, (unsigned long)len);
+    jpeg_read_header(&e->dec, TRUE);
+    e->status = check_header(e, cmyk);
+    return e->status;
+}
+
+/*
  * The source box the output is resized from: train's crop (torchvision crops,
  * then resizes, so nothing outside the crop counts) or eval's exact
  * fractional box (torchvision resizes the whole image, then crops, so the
@@ -685,6 +716,46 @@ static unsigned pick_denom(const feed_crop_box *c, const feed_transform *t)
         if (c->w >= (uint64_t)t->out_w * denom && c->h >= (uint64_t)t->out_h * denom)
             return denom;
     return 1;
+}
+
+/*
+ * The source box mapped onto an image scaled by `scale` from the plan's
+ * coordinates, of avail_w x avail_h pixels: the box in scaled pixels, and the
+ * whole scaled pixels [c0, c1) x [r0, r1) that cover it (with the filter's
+ * reach around it for eval).
+ */
+typedef struct window {
+    double bx0, bx1, by0, by1;
+    uint32_t c0, c1, r0, r1;
+} window;
+
+static void map_window(const feed_transform *t, uint32_t src_w, uint32_t src_h,
+                       const feed_sample_plan *plan, double scale, uint32_t avail_w,
+                       uint32_t avail_h, window *w)
+{
+    double box[4];
+    bool reach = source_box(t, src_w, src_h, plan, box);
+    w->bx0 = box[0] * scale;
+    w->bx1 = fmin(box[2] * scale, (double)avail_w);
+    w->by0 = box[1] * scale;
+    w->by1 = fmin(box[3] * scale, (double)avail_h);
+    double mx = reach ? filter_reach(w->bx1 - w->bx0, t->out_w) : 0.0;
+    double my = reach ? filter_reach(w->by1 - w->by0, t->out_h) : 0.0;
+    w->c0 = (uint32_t)fmax(floor(w->bx0 - mx), 0.0);
+    w->c1 = (uint32_t)fmin(ceil(w->bx1 + mx), (double)avail_w);
+    w->r0 = (uint32_t)fmax(floor(w->by0 - my), 0.0);
+    w->r1 = (uint32_t)fmin(ceil(w->by1 + my), (double)avail_h);
+}
+
+/* Plan both resize axes from a window. 0 or FEED_ENOMEM. */
+static int plan_axes(feed_engine *e, const feed_transform *t, const window *w, bool flip)
+{
+    if (feed_resize_axis_plan(&e->hx, w->bx0 - w->c0, w->bx1 - w->c0, w->c1 - w->c0, t->out_w,
+                              flip) ||
+        feed_resize_axis_plan(&e->vy, w->by0 - w->r0, w->by1 - w->r0, w->r1 - w->r0, t->out_h,
+                              false))
+        return FEED_ENOMEM;
+    return 0;
 }
 
 /*
@@ -732,11 +803,7 @@ static feed_sample_status run_fast(feed_engine *e, const uint8_t *jpeg, size_t l
     uint64_t t_start = feed_now_ns(), resize_ns = 0;
     bool cmyk;
 
-    reset_tables(e);
-    jpeg_mem_src(d, jpeg, (unsigned long)len);
-    jpeg_read_header(d, TRUE);
-    e->status = check_header(e, &cmyk);
-    if (e->status != FEED_SAMPLE_OK)
+    if (read_header(e, jpeg, len, &cmyk) != FEED_SAMPLE_OK)
         return fail_now(e, out, out_bytes, times);
 
     feed_sample_plan plan;
@@ -749,25 +816,16 @@ static feed_sample_status run_fast(feed_engine *e, const uint8_t *jpeg, size_t l
     if (e->status != FEED_SAMPLE_OK)
         return fail_now(e, out, out_bytes, times);
 
-    /* The box in scaled pixels, and the whole scaled pixels that cover it
-     * (with the filter's reach around it for eval). */
-    double box[4];
-    bool reach = source_box(t, d->image_width, d->image_height, &plan, box);
-    double bx0 = box[0] / denom, bx1 = box[2] / denom;
-    double by0 = box[1] / denom, by1 = box[3] / denom;
-    double mx = reach ? filter_reach(bx1 - bx0, t->out_w) : 0.0;
-    double my = reach ? filter_reach(by1 - by0, t->out_h) : 0.0;
-    uint32_t c0 = (uint32_t)fmax(floor(bx0 - mx), 0.0);
-    uint32_t c1 = (uint32_t)fmin(ceil(bx1 + mx), (double)d->output_width);
-    uint32_t r0 = (uint32_t)fmax(floor(by0 - my), 0.0);
-    uint32_t r1 = (uint32_t)fmin(ceil(by1 + my), (double)d->output_height);
+    window win;
+    map_window(t, d->image_width, d->image_height, &plan, 1.0 / denom, d->output_width,
+               d->output_height, &win);
+    uint32_t c0 = win.c0, c1 = win.c1, r0 = win.r0, r1 = win.r1;
 
     JDIMENSION xoff = c0, cw = c1 - c0;
     jpeg_crop_scanline(d, &xoff, &cw);
     uint32_t inner = c0 - xoff; /* crop_scanline moved the left edge to an iMCU boundary */
 
-    if (feed_resize_axis_plan(&e->hx, bx0 - c0, bx1 - c0, c1 - c0, t->out_w, plan.flip) ||
-        feed_resize_axis_plan(&e->vy, by0 - r0, by1 - r0, r1 - r0, t->out_h, false))
+    if (plan_axes(e, t, &win, plan.flip))
         goto nomem;
     size_t row_stride = (((size_t)cw + FEED_RESIZE_HSLACK(&e->hx)) * 4 + 63) & ~(size_t)63;
     if (grow(&e->rows, &e->rows_cap, row_stride * BATCH_ROWS + 64 + ROW_SKEW))
@@ -851,6 +909,151 @@ feed_sample_status feed_engine_run(feed_engine *e, const uint8_t *jpeg, size_t l
     return run_fast(e, jpeg, len, t, seed, epoch, sample_index, out, out_bytes, times);
 }
 
+/* ---- the decoded path ------------------------------------------------------------------ */
+
+unsigned feed_decoded_scale(uint32_t w, uint32_t h, uint32_t min_side)
+{
+    uint64_t shorter = w < h ? w : h;
+    for (unsigned n = 1; n < 8; n++)
+        if ((shorter * n + 7) / 8 >= min_side)
+            return n;
+    return 8;
+}
+
+/* RGBX (as decoded) to RGB, n pixels. */
+static void rgbx_to_rgb(const uint8_t *src, uint32_t n, uint8_t *dst)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        dst[3 * (size_t)i] = src[4 * (size_t)i];
+        dst[3 * (size_t)i + 1] = src[4 * (size_t)i + 1];
+        dst[3 * (size_t)i + 2] = src[4 * (size_t)i + 2];
+    }
+}
+
+/* RGB to RGBX, n pixels (the horizontal pass reads 4 bytes a pixel). */
+static void rgb_to_rgbx(const uint8_t *src, uint32_t n, uint8_t *dst)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        dst[4 * (size_t)i] = src[3 * (size_t)i];
+        dst[4 * (size_t)i + 1] = src[3 * (size_t)i + 1];
+        dst[4 * (size_t)i + 2] = src[3 * (size_t)i + 2];
+        dst[4 * (size_t)i + 3] = 0;
+    }
+}
+
+/* The body of feed_engine_decode, under its setjmp. */
+static feed_sample_status run_decode(feed_engine *e, const uint8_t *jpeg, size_t len,
+                                     uint32_t min_side, feed_decoded_alloc alloc, void *ctx,
+                                     feed_decoded *img)
+{
+    struct jpeg_decompress_struct *d = &e->dec;
+    bool cmyk;
+    if (read_header(e, jpeg, len, &cmyk) != FEED_SAMPLE_OK)
+        return fail_now(e, NULL, 0, NULL);
+    unsigned num = feed_decoded_scale(d->image_width, d->image_height, min_side);
+    d->scale_num = num;
+    d->scale_denom = 8;
+    jpeg_start_decompress(d);
+    e->status = check_quant_tables(e);
+    if (e->status != FEED_SAMPLE_OK)
+        return fail_now(e, NULL, 0, NULL);
+    uint32_t w = d->output_width, h = d->output_height;
+    *img = (feed_decoded){.width = w,
+                          .height = h,
+                          .src_width = d->image_width,
+                          .src_height = d->image_height,
+                          .scale_num = num};
+    size_t rgb_stride = (size_t)w * 3, bytes = rgb_stride * h;
+    uint8_t *dst = alloc ? alloc(ctx, img, bytes) : NULL;
+    if (!dst) {
+        if (grow(&e->decoded, &e->decoded_cap, bytes))
+            goto nomem;
+        dst = e->decoded;
+    }
+    size_t row_stride = ((size_t)w * 4 + 63) & ~(size_t)63;
+    if (grow(&e->rows, &e->rows_cap, row_stride * BATCH_ROWS + 64 + ROW_SKEW))
+        goto nomem;
+    uint8_t *first = skewed(e->rows);
+    for (int i = 0; i < BATCH_ROWS; i++)
+        e->rowptr[i] = first + (size_t)i * row_stride;
+    while (d->output_scanline < h) {
+        uint32_t y = d->output_scanline;
+        uint32_t want = h - y < BATCH_ROWS ? h - y : BATCH_ROWS;
+        JDIMENSION got = jpeg_read_scanlines(d, e->rowptr, want);
+        if (got == 0) {
+            e->status = FEED_SAMPLE_CORRUPT;
+            set_msg(e, e->status, "decoder stopped at row %u", y);
+            return fail_now(e, NULL, 0, NULL);
+        }
+        for (JDIMENSION i = 0; i < got; i++) {
+            if (cmyk)
+                cmyk_to_rgbx(e->rowptr[i], w, d->saw_Adobe_marker);
+            rgbx_to_rgb(e->rowptr[i], w, dst + (size_t)(y + i) * rgb_stride);
+        }
+    }
+    jpeg_finish_decompress(d);
+    img->pixels = dst;
+    return FEED_SAMPLE_OK;
+
+nomem:
+    e->status = FEED_SAMPLE_TOO_LARGE;
+    set_msg(e, e->status, "out of memory for the decoded image");
+    return fail_now(e, NULL, 0, NULL);
+}
+
+feed_sample_status feed_engine_decode(feed_engine *e, const uint8_t *jpeg, size_t len,
+                                      uint32_t min_side, feed_decoded_alloc alloc, void *ctx,
+                                      feed_decoded *img)
+{
+    e->msg[0] = '\0';
+    e->status = precheck_bytes(e, jpeg, len);
+    if (e->status != FEED_SAMPLE_OK)
+        return e->status;
+    if (setjmp(e->err.jump))
+        return fail_now(e, NULL, 0, NULL);
+    return run_decode(e, jpeg, len, min_side, alloc, ctx, img);
+}
+
+feed_sample_status feed_engine_run_decoded(feed_engine *e, const feed_decoded *img,
+                                           const feed_transform *t, uint64_t seed, uint32_t epoch,
+                                           uint64_t sample_index, uint8_t *out,
+                                           feed_stage_times *times)
+{
+    uint64_t t_start = feed_now_ns();
+    e->msg[0] = '\0';
+    if (times)
+        times->decode_ns = times->resize_ns = 0;
+    e->status = precheck_transform(e, t, out);
+    if (e->status != FEED_SAMPLE_OK) {
+        zero_refused(t, out);
+        return e->status;
+    }
+    feed_sample_plan plan;
+    feed_plan_sample(t, img->src_width, img->src_height, seed, epoch, sample_index, &plan);
+    window win;
+    map_window(t, img->src_width, img->src_height, &plan, img->scale_num / 8.0, img->width,
+               img->height, &win);
+    uint32_t cw = win.c1 - win.c0;
+    pipeline pipe;
+    if (plan_axes(e, t, &win, plan.flip) ||
+        grow(&e->rows, &e->rows_cap, ((size_t)cw + FEED_RESIZE_HSLACK(&e->hx)) * 4) ||
+        pipeline_init(&pipe, e, out)) {
+        e->status = FEED_SAMPLE_TOO_LARGE;
+        set_msg(e, e->status, "out of memory for scratch buffers");
+        memset(out, 0, (size_t)t->out_h * t->out_w * 3);
+        return e->status;
+    }
+    size_t stride = (size_t)img->width * 3;
+    const uint8_t *src = img->pixels + (size_t)win.c0 * 3;
+    for (uint32_t y = win.r0; y < win.r1; y++) {
+        rgb_to_rgbx(src + (size_t)y * stride, cw, e->rows);
+        pipeline_push(&pipe, e->rows);
+    }
+    if (times)
+        times->resize_ns = feed_now_ns() - t_start;
+    return FEED_SAMPLE_OK;
+}
+
 /* ---- the reference --------------------------------------------------------------------- */
 
 static feed_sample_status run_reference(feed_engine *e, const uint8_t *jpeg, size_t len,
@@ -859,11 +1062,7 @@ static feed_sample_status run_reference(feed_engine *e, const uint8_t *jpeg, siz
 {
     struct jpeg_decompress_struct *d = &e->dec;
     bool cmyk;
-    reset_tables(e);
-    jpeg_mem_src(d, jpeg, (unsigned long)len);
-    jpeg_read_header(d, TRUE);
-    e->status = check_header(e, &cmyk);
-    if (e->status != FEED_SAMPLE_OK)
+    if (read_header(e, jpeg, len, &cmyk) != FEED_SAMPLE_OK)
         return fail_now(e, out, out_bytes, NULL);
     feed_sample_plan plan;
     feed_plan_sample(t, d->image_width, d->image_height, seed, epoch, sample_index, &plan);

@@ -23,7 +23,6 @@
  * thread; a few hundred images take about a second.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdint.h>
@@ -35,7 +34,7 @@
 #include <jpeglib.h>
 
 #include "feed/rng.h"
-#include "feed/strutil.h"
+#include "feed/opts.h"
 
 #define MAX_CLASSES 1000u
 #define MAX_PER_CLASS 100000u
@@ -63,33 +62,15 @@ typedef struct class_look {
 
 static void hsv_to_rgb(double h, double s, double v, float rgb[3])
 {
+    /* Each sixth of the hue circle takes r, g, b from (v, p, q, t) in its own order. */
+    static const int pick[6][3] = {{0, 3, 1}, {2, 0, 1}, {1, 0, 3},
+                                   {1, 2, 0}, {3, 1, 0}, {0, 1, 2}};
     h = (h - floor(h)) * 6.0;
     int i = (int)h;
-    double f = h - i, p = v * (1 - s), q = v * (1 - s * f), t = v * (1 - s * (1 - f));
-    double r, g, b;
-    switch (i % 6) {
-    case 0:
-        r = v, g = t, b = p;
-        break;
-    case 1:
-        r = q, g = v, b = p;
-        break;
-    case 2:
-        r = p, g = v, b = t;
-        break;
-    case 3:
-        r = p, g = q, b = v;
-        break;
-    case 4:
-        r = t, g = p, b = v;
-        break;
-    default:
-        r = v, g = p, b = q;
-        break;
-    }
-    rgb[0] = (float)(r * 255.0);
-    rgb[1] = (float)(g * 255.0);
-    rgb[2] = (float)(b * 255.0);
+    double f = h - i;
+    const double vpqt[4] = {v, v * (1 - s), v * (1 - s * f), v * (1 - s * (1 - f))};
+    for (int k = 0; k < 3; k++)
+        rgb[k] = (float)(vpqt[pick[i % 6][k]] * 255.0);
 }
 
 static void make_look(uint32_t c, uint32_t classes, class_look *lk)
@@ -238,39 +219,24 @@ static int make_dir(const char *path)
     return -1;
 }
 
-/* The command line; 0, or -1 after printing the usage. */
+/* The command line; 0, or after printing the usage 1 (--help) or -1 (wrong). */
 static int parse_args(int argc, char **argv, const char **out_dir, uint32_t *classes,
                       uint32_t *per_class, uint32_t *seed)
 {
-    enum { O_CLASSES = 256, O_PER_CLASS, O_SEED };
-    static const struct option longopts[] = {
-        {"classes", required_argument, NULL, O_CLASSES},
-        {"per-class", required_argument, NULL, O_PER_CLASS},
-        {"seed", required_argument, NULL, O_SEED},
-        {NULL, 0, NULL, 0},
+    const feed_opt opts[] = {
+        {.name = "classes", .u32 = classes, .lo = 1, .hi = MAX_CLASSES},
+        {.name = "per-class", .u32 = per_class, .lo = 1, .hi = MAX_PER_CLASS},
+        {.name = "seed", .u32 = seed, .lo = 0, .hi = UINT32_MAX},
+        {.name = NULL},
     };
-    int c, bad = 0;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case O_CLASSES:
-            bad |= feed_parse_u32(optarg, 1, MAX_CLASSES, classes) != 0;
-            break;
-        case O_PER_CLASS:
-            bad |= feed_parse_u32(optarg, 1, MAX_PER_CLASS, per_class) != 0;
-            break;
-        case O_SEED:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, seed) != 0;
-            break;
-        default:
-            bad = 1;
-            break;
-        }
-    }
-    *out_dir = optind + 1 == argc ? argv[optind] : NULL;
-    bad |= !*out_dir || strlen(*out_dir) > 3000;
-    if (bad)
+    int first;
+    int pr = feed_opts_parse("feed-gen-dataset", opts, argc, argv, &first);
+    *out_dir = pr == 0 && first + 1 == argc ? argv[first] : NULL;
+    if (pr == 0 && (!*out_dir || strlen(*out_dir) > 3000))
+        pr = -1;
+    if (pr)
         usage();
-    return bad ? -1 : 0;
+    return pr;
 }
 
 int main(int argc, char **argv)
@@ -282,8 +248,11 @@ int main(int argc, char **argv)
     float lut[LUT_SIZE];
     char path[4096];
 
-    if (parse_args(argc, argv, &out_dir, &classes, &per_class, &seed))
+    int pr = parse_args(argc, argv, &out_dir, &classes, &per_class, &seed);
+    if (pr) {
+        rc = pr > 0 ? 0 : 1;
         goto out;
+    }
     px = malloc((size_t)MAX_SIDE * (size_t)MAX_SIDE * 3);
     if (!px) {
         fprintf(stderr, "feed-gen-dataset: out of memory\n");

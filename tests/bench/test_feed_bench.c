@@ -162,11 +162,30 @@ static void test_three_sources_deliver_everything(void **state)
 
     char *csv = slurp(out, "summary.csv");
     assert_non_null(csv);
-    static const char *const fields[] = {
-        "source",       "device",       "status",      "batches",        "images",
-        "total_images", "images_per_s", "gpu_busy",    "nvml_util_mean", "pcie_rx_mbps_mean",
-        "wait_p50_ms",  "wait_p99_ms",  "wait_max_ms", "loader_cores",   "server_cores",
-        "loss_first",   "loss_last",    "bad_samples", "bad_labels"};
+    static const char *const fields[] = {"source",
+                                         "device",
+                                         "status",
+                                         "batches",
+                                         "images",
+                                         "total_images",
+                                         "images_per_s",
+                                         "gpu_busy",
+                                         "nvml_util_mean",
+                                         "pcie_rx_mbps_mean",
+                                         "wait_p50_ms",
+                                         "wait_p99_ms",
+                                         "wait_max_ms",
+                                         "loader_cores",
+                                         "server_cores",
+                                         "loss_first",
+                                         "loss_last",
+                                         "bad_samples",
+                                         "bad_labels",
+                                         "stream_idle_pct",
+                                         "sm_active_pct",
+                                         "dram_bw_util_pct",
+                                         "tensor_active_pct",
+                                         "gpu_mem_used_max_mib"};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         if (column(csv, fields[i]) < 0)
             fail_msg("summary.csv lacks column %s", fields[i]);
@@ -174,7 +193,8 @@ static void test_three_sources_deliver_everything(void **state)
     int c_src = column(csv, "source"), c_dev = column(csv, "device"), c_st = column(csv, "status"),
         c_img = column(csv, "images"), c_tot = column(csv, "total_images"),
         c_bs = column(csv, "bad_samples"), c_bl = column(csv, "bad_labels"),
-        c_nv = column(csv, "nvml_util_mean"), c_loss = column(csv, "loss_first");
+        c_nv = column(csv, "nvml_util_mean"), c_loss = column(csv, "loss_first"),
+        c_sm = column(csv, "sm_active_pct"), c_mem = column(csv, "gpu_mem_used_max_mib");
     const char *want[] = {"sync", "local", "remote"};
     const char *line = strchr(csv, '\n') + 1;
     for (int i = 0; i < 3; i++) {
@@ -196,6 +216,10 @@ static void test_three_sources_deliver_everything(void **state)
         assert_int_equal(atoi(buf), 0);
         field(line, c_nv, buf, sizeof buf);
         assert_string_equal(buf, ""); /* no GPU: no NVML number, nothing made up */
+        field(line, c_sm, buf, sizeof buf);
+        assert_string_equal(buf, "");
+        field(line, c_mem, buf, sizeof buf);
+        assert_string_equal(buf, "");
         field(line, c_loss, buf, sizeof buf);
         assert_true(atof(buf) > 0.0); /* a real cross-entropy over 3 classes */
         line = strchr(line, '\n');
@@ -208,6 +232,8 @@ static void test_three_sources_deliver_everything(void **state)
     assert_non_null(json);
     assert_non_null(strstr(json, "\"device\": \"cpu\""));
     assert_non_null(strstr(json, "\"nvml_absent_reason\": \"no GPU (CPU step)\""));
+    assert_non_null(strstr(json, "\"gpm_absent_reason\": \"no GPU (CPU step)\""));
+    assert_non_null(strstr(json, "\"sm_active_pct\": null"));
     assert_non_null(strstr(json, "\"source\": \"remote\""));
     assert_non_null(strstr(json, "\"wait_p99_ms\""));
     assert_non_null(strstr(json, "\"images\": 12,"));
@@ -242,7 +268,8 @@ static void test_three_sources_deliver_everything(void **state)
 
     char *nvml = slurp(out, "nvml.csv");
     assert_non_null(nvml);
-    assert_non_null(strstr(nvml, "source,t_s,gpu_util"));
+    assert_non_null(
+        strstr(nvml, "source,t_s,gpu_util,mem_util,pcie_rx_mbps,mem_used_mib,sm_active_pct"));
     free(nvml);
 }
 
@@ -341,12 +368,11 @@ static void test_simulated_ranks_share_a_server(void **state)
         snprintf(logs[r], sizeof logs[r], "%s/sim%d.log", work, r);
         snprintf(outs[r], sizeof outs[r], "%s/sim%d", work, r);
         snprintf(ranks[r], sizeof ranks[r], "%d", r);
-        const char *argv[] = {bench_bin, "--device", "none",  "--model",   "resnet18",
-                              "--source", "remote",  "--servers", target,   "--dataset",
-                              "imagenet", "--data",  data,     "--out",     outs[r],
-                              "--batch",  "4",       "--steps", "3",        "--seconds",
-                              "0",        "--warmup", "1",     "--rank",    ranks[r],
-                              "--world",  "2",       NULL};
+        const char *argv[] = {bench_bin, "--device",  "none",  "--model",   "resnet18", "--source",
+                              "remote",  "--servers", target,  "--dataset", "imagenet", "--data",
+                              data,      "--out",     outs[r], "--batch",   "4",        "--steps",
+                              "3",       "--seconds", "0",     "--warmup",  "1",        "--rank",
+                              ranks[r],  "--world",   "2",     NULL};
         rc[r] = run_argv(argv, logs[r]);
         if (rc[r] != 0)
             dump(logs[r]);
@@ -365,7 +391,7 @@ static void test_simulated_ranks_share_a_server(void **state)
         assert_non_null(strstr(json, "\"images\": 12,"));
         free(json);
     }
-    const char *argv[] = {bench_bin, "--device", "none",  "--source", "sync,remote",
+    const char *argv[] = {bench_bin, "--device", "none",   "--source", "sync,remote",
                           "--world", "2",        "--rank", "0",        NULL};
     assert_int_equal(run_argv(argv, logs[0]), 2); /* only the remote source splits epochs */
 }

@@ -1,14 +1,24 @@
 /*
  * The client's scheduler (sched.c) driven by scripted events, with no
- * sockets, no threads and no sleeps: a scripted transport (sched_transport)
- * records every request the scheduler sends and every server it drops, and
- * the test plays the servers' side by handing Batch messages to
- * sched_on_batch in whatever order the case needs. Cases: replies in reverse
- * order delivered in plan order (the reorder window), every sample exactly
- * once; a failover that re-issues the failed server's batches and drops its
- * late duplicates; the batch deadline failing the server that owes and not
- * the one that does not; prefetch across the epoch boundary kept by
- * set_epoch(e + 1, 0); a transport that refuses a request.
+ * sockets, no threads, no sleeps and no clock: a scripted transport
+ * (sched_transport) records every request the scheduler sends, every server
+ * it drops and every reconnect it asks for; the test plays the servers' side
+ * by handing packed Batch messages (wire.c readers over bytes) to
+ * sched_batch_arrived / sched_land / sched_batch_landed in whatever order
+ * the case needs, plays the training loop through sched_next / sched_release,
+ * and passes the time of every event itself (that scripted world is
+ * sched_script.c). Cases: replies in reverse order
+ * delivered in plan order (the reorder window), every sample exactly once; a
+ * failover that re-issues the failed server's batches and drops its late
+ * duplicates; the batch deadline failing the server that owes and not the one
+ * that does not, and not a server whose deep window queues requests far
+ * longer than the deadline while it keeps answering; a stall, its retry after
+ * the backoff and the server's return, each at the exact tick; a server failed
+ * while two of its batches are landing; a protocol error on the live stream;
+ * next() turning unavailable at the exact time (no server up, or one up that
+ * lands nothing) and refusing a caller that holds prefetch batches; prefetch
+ * across the epoch boundary kept by set_epoch(e + 1, 0); a transport that
+ * refuses a request.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,235 +30,10 @@
 
 #include <cmocka.h>
 
-#include "feed.pb-c.h"
 #include "feed/client.h"
-#include "feed/crc32c.h"
 #include "feed/errors.h"
-#include "feed/timeutil.h"
 #include "loader_impl.h"
-#include "plan.h"
-
-#define SIDE 8u
-#define CLASSES 4u
-#define MAXREQ 256u
-#define MAXN 16u
-
-typedef struct sent {
-    uint32_t server;
-    uint64_t id;
-    uint32_t epoch;
-    uint32_t n;
-    uint64_t idx[MAXN];
-} sent;
-
-/* What the scripted transport saw. */
-static struct {
-    sent req[MAXREQ];
-    uint32_t nreq;
-    uint32_t dropped[4];
-    bool refuse;
-} g;
-
-static bool script_send(loader *l, server *s, uint64_t id, uint32_t epoch, const uint64_t *idx,
-                        uint32_t n)
-{
-    if (g.refuse)
-        return false;
-    assert_true(g.nreq < MAXREQ && n <= MAXN);
-    sent *r = &g.req[g.nreq++];
-    r->server = (uint32_t)(s - l->servers);
-    r->id = id;
-    r->epoch = epoch;
-    r->n = n;
-    memcpy(r->idx, idx, n * sizeof(*idx));
-    return true;
-}
-
-static void script_drop(loader *l, server *s)
-{
-    g.dropped[s - l->servers]++;
-}
-
-static const sched_transport script = {.send_request = script_send, .drop_server = script_drop};
-
-static call_ctx g_streams[4]; /* stand-ins for the servers' live Stream calls */
-static receiver g_rx;
-
-static loader *make_loader(uint64_t samples, uint32_t batch, uint32_t nservers, uint32_t window,
-                           uint32_t prefetch)
-{
-    memset(&g, 0, sizeof g);
-    loader *l = calloc(1, sizeof(*l));
-    assert_non_null(l);
-    feed_loader_config_default(&l->cfg);
-    l->cfg.batch_size = batch;
-    l->cfg.transform.out_h = l->cfg.transform.out_w = SIDE;
-    l->cfg.dtype = FEED_DTYPE_UINT8;
-    l->cfg.layout = FEED_LAYOUT_NHWC;
-    l->cfg.device = FEED_DEVICE_HOST;
-    l->cfg.window_per_server = window;
-    l->cfg.prefetch = prefetch;
-    l->cfg.seed = 7;
-    l->cfg.batch_deadline_ms = 1000;
-    l->transport = &script;
-    l->num_samples = samples;
-    l->num_classes = CLASSES;
-    l->out_bytes = (size_t)batch * SIDE * SIDE * 3;
-    l->max_message = l->out_bytes + (size_t)batch * 512 + 65536;
-    pthread_mutex_init(&l->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&l->cond, &ca);
-    pthread_condattr_destroy(&ca);
-    for (uint32_t i = 0; i < nservers; i++) {
-        server *s = &l->servers[i];
-        snprintf(s->target, sizeof s->target, "script:%u", i);
-        s->dns_target = -1;
-        s->state = SRV_UP;
-        s->stream = &g_streams[i];
-        s->window = window;
-        s->backoff_ms = CLIENT_BACKOFF_FIRST_MS;
-    }
-    l->num_servers = nservers;
-    l->last_up_ns = l->progress_ns = feed_now_ns();
-    client_plan plan, ahead;
-    assert_int_equal(sched_build_plans(l, 0, 0, false, &plan, &ahead), 0);
-    sched_reset_epoch(l, 0, 0, false, &plan, &ahead);
-    g_rx.l = l;
-    feed_buf_init(&g_rx.rbuf, l->max_message);
-    assert_int_equal(wire_arena_init(&g_rx.arena, 65536 + (size_t)batch * 1024), 0);
-    return l;
-}
-
-static void free_loader(loader *l)
-{
-    sched_free_slots(l);
-    client_plan_free(&l->plan);
-    client_plan_free(&l->ahead);
-    wire_arena_free(&g_rx.arena);
-    feed_buf_free(&g_rx.rbuf);
-    pthread_cond_destroy(&l->cond);
-    pthread_mutex_destroy(&l->mu);
-    free(l);
-}
-
-/* What a receiver does after every event. */
-static void dispatch(loader *l)
-{
-    pthread_mutex_lock(&l->mu);
-    sched_dispatch(l, true);
-    pthread_mutex_unlock(&l->mu);
-}
-
-/* The server's reply to request r: pixels filled with a byte derived from the first index. */
-static void reply_from(loader *l, uint32_t server_index, const call_ctx *from, const sent *r)
-{
-    Feed__V1__Batch b = FEED__V1__BATCH__INIT;
-    size_t bytes = (size_t)r->n * SIDE * SIDE * 3;
-    uint8_t *px = malloc(bytes);
-    uint32_t labels[MAXN];
-    Feed__V1__SampleStatus st[MAXN];
-    assert_non_null(px);
-    memset(px, (int)(r->idx[0] & 0xff), bytes);
-    for (uint32_t i = 0; i < r->n; i++) {
-        labels[i] = (uint32_t)(r->idx[i] % CLASSES);
-        st[i] = FEED__V1__SAMPLE_STATUS__SAMPLE_OK;
-    }
-    b.batch_id = r->id;
-    b.epoch = r->epoch;
-    b.n_indices = r->n;
-    b.indices = (uint64_t *)r->idx;
-    b.n_labels = r->n;
-    b.labels = labels;
-    b.n_status = r->n;
-    b.status = st;
-    b.height = b.width = SIDE;
-    b.channels = 3;
-    b.data.len = bytes;
-    b.data.data = px;
-    b.crc32c = feed_crc32c(0, px, bytes);
-    size_t len = feed__v1__batch__get_packed_size(&b);
-    uint8_t *msg = malloc(len);
-    assert_non_null(msg);
-    feed__v1__batch__pack(&b, msg);
-    grpc_slice sl = grpc_slice_from_copied_buffer((const char *)msg, len);
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
-    grpc_slice_unref(sl);
-    pthread_mutex_lock(&l->mu);
-    sched_on_batch(&g_rx, &l->servers[server_index], from, bb);
-    pthread_mutex_unlock(&l->mu);
-    grpc_byte_buffer_destroy(bb);
-    free(msg);
-    free(px);
-}
-
-static void reply(loader *l, const sent *r)
-{
-    reply_from(l, r->server, l->servers[r->server].stream, r);
-}
-
-static slot_state state_of(loader *l, uint64_t id);
-
-/* Answers every request of `epoch` still in flight, newest or oldest first, dispatching after
- * each reply as a receiver does (the freed window takes more requests), until none is left. */
-static uint32_t answer_epoch(loader *l, uint32_t epoch, bool newest_first)
-{
-    uint32_t answered = 0;
-    for (;;) {
-        int pick = -1;
-        for (uint32_t i = 0; i < g.nreq; i++) {
-            if (g.req[i].epoch != epoch || state_of(l, g.req[i].id) != SLOT_INFLIGHT)
-                continue;
-            if (pick < 0 || newest_first)
-                pick = (int)i;
-        }
-        if (pick < 0)
-            return answered;
-        reply(l, &g.req[pick]);
-        answered++;
-        dispatch(l);
-    }
-}
-
-static slot_state state_of(loader *l, uint64_t id)
-{
-    for (uint32_t i = 0; i < l->num_slots; i++)
-        if (l->slots[i].request_id == id)
-            return l->slots[i].state;
-    return SLOT_FREE;
-}
-
-/* Takes the rest of the epoch, answering what is in flight newest first before each next():
- * plan order from `first`, indices as planned, pixels of the right reply; then FEED_EEOF. */
-static void expect_epoch(loader *l, uint32_t epoch, uint64_t first)
-{
-    client_plan p;
-    assert_int_equal(client_plan_build(&p, l->num_samples, l->cfg.seed, epoch, 0, 1,
-                                       l->cfg.batch_size, false),
-                     0);
-    for (uint64_t k = first; k < p.batches; k++) {
-        answer_epoch(l, epoch, true);
-        feed_batch *b = NULL;
-        assert_int_equal(feed_loader_next(l, &b), 0);
-        const uint32_t *want;
-        uint32_t n;
-        client_plan_batch(&p, k, &want, &n);
-        assert_int_equal(b->batch_number, k);
-        assert_int_equal(b->epoch, epoch);
-        assert_int_equal(b->n, n);
-        for (uint32_t i = 0; i < n; i++) {
-            assert_int_equal(b->indices[i], want[i]);
-            assert_int_equal(b->labels[i], want[i] % CLASSES);
-        }
-        assert_int_equal(((const uint8_t *)b->data)[0], want[0] & 0xff);
-        assert_int_equal(feed_loader_release(l, b, NULL), 0);
-        dispatch(l);
-    }
-    feed_batch *b = NULL;
-    assert_int_equal(feed_loader_next(l, &b), FEED_EEOF);
-    client_plan_free(&p);
-}
+#include "sched_script.h"
 
 static void test_reverse_replies_in_plan_order(void **state)
 {
@@ -283,10 +68,7 @@ static void test_failover_reissues_and_drops_late_duplicates(void **state)
     assert_int_equal(nowed, 2);
     const call_ctx *old_stream = l->servers[0].stream;
 
-    pthread_mutex_lock(&l->mu);
-    l->servers[0].state = SRV_UP;
-    sched_fail_server(l, &l->servers[0], "scripted failure");
-    pthread_mutex_unlock(&l->mu);
+    fail_server(l, 0);
     assert_int_equal(g.dropped[0], 1);
     assert_int_equal(l->servers[0].state, SRV_DOWN);
     assert_int_equal(l->stats.failovers, 1);
@@ -319,16 +101,226 @@ static void test_deadline_fails_only_the_server_that_owes(void **state)
             reply(l, &g.req[i]);
     assert_int_equal(l->servers[1].outstanding, 0);
     assert_int_equal(l->servers[0].outstanding, 2);
-    uint64_t late = feed_now_ns() + (uint64_t)l->cfg.batch_deadline_ms * 1000000u + 1000000u;
-    pthread_mutex_lock(&l->mu);
-    sched_check_deadlines(l, late);
-    pthread_mutex_unlock(&l->mu);
+    g.now += (uint64_t)l->cfg.batch_deadline_ms * MS + MS;
+    tick(l);
     assert_int_equal(l->servers[0].state, SRV_DOWN);
     assert_int_equal(l->servers[1].state, SRV_UP);
     assert_int_equal(g.dropped[0], 1);
     assert_int_equal(g.dropped[1], 0);
     assert_int_equal(l->stats.failovers, 1);
     assert_int_equal(l->stats.reissued, 2);
+    free_loader(l);
+}
+
+/* One server with the whole epoch in its window answers one batch every 900 ms: the last
+ * request waits 57 s, far past the 1 s deadline, but the server is never silent for 1 s, so
+ * nothing fails and nothing is re-issued (the deadline counts silence, not queueing). */
+static void test_deep_window_is_not_a_stall(void **state)
+{
+    (void)state;
+    loader *l = make_loader(128, 2, 1, CLIENT_MAX_WINDOW, 2);
+    dispatch(l);
+    assert_int_equal(g.nreq, CLIENT_MAX_WINDOW);
+    for (;;) {
+        int oldest = -1;
+        for (uint32_t i = 0; i < g.nreq && oldest < 0; i++)
+            if (g.req[i].epoch == 0 && state_of(l, g.req[i].id) == SLOT_INFLIGHT)
+                oldest = (int)i;
+        if (oldest < 0)
+            break;
+        g.now += 900 * MS;
+        tick(l);
+        reply(l, &g.req[oldest]);
+        dispatch(l);
+    }
+    assert_true(g.now - T0 >= 57000 * MS);
+    assert_int_equal(l->stats.failovers, 0);
+    assert_int_equal(l->stats.reissued, 0);
+    assert_int_equal(g.dropped[0], 0);
+    expect_epoch(l, 0, 0);
+    free_loader(l);
+}
+
+static void test_stall_retry_and_return_by_the_clock(void **state)
+{
+    (void)state;
+    loader *l = make_loader(40, 8, 2, 2, 2);
+    dispatch(l); /* T0: two requests to each server */
+    assert_int_equal(sent_to(0, 0), 2);
+    assert_int_equal(sent_to(1, 0), 2);
+
+    /* Server 1 answers one at T0 + 600 ms; server 0 answers nothing. */
+    g.now = T0 + 600 * MS;
+    for (uint32_t i = 0; i < g.nreq; i++)
+        if (g.req[i].server == 1) {
+            reply(l, &g.req[i]);
+            break;
+        }
+    dispatch(l);
+    /* Exactly the deadline is not past it. */
+    g.now = T0 + 1000 * MS;
+    tick(l);
+    assert_int_equal(l->stats.failovers, 0);
+    assert_int_equal(l->last_up_ns, g.now);
+    /* One nanosecond later server 0 has owed for longer than the deadline; server 1 replied
+     * 400 ms ago, so it is fine though it owes too. */
+    g.now += 1;
+    tick(l);
+    uint64_t failed_at = g.now;
+    assert_int_equal(l->servers[0].state, SRV_DOWN);
+    assert_int_equal(l->servers[1].state, SRV_UP);
+    assert_int_equal(l->stats.failovers, 1);
+    assert_int_equal(l->stats.reissued, 2);
+    assert_int_equal(g.dropped[0], 1);
+    assert_int_equal(l->servers[0].retry_at_ns, failed_at + CLIENT_BACKOFF_FIRST_MS * MS);
+    assert_int_equal(l->servers[0].backoff_ms, 2 * CLIENT_BACKOFF_FIRST_MS);
+
+    /* The retry comes at the end of the backoff, not a tick earlier. */
+    g.now = failed_at + CLIENT_BACKOFF_FIRST_MS * MS - 1;
+    tick(l);
+    assert_int_equal(g.connects[0], 0);
+    g.now += 1;
+    tick(l);
+    assert_int_equal(g.connects[0], 1);
+    assert_int_equal(g.connects[1], 0);
+    assert_int_equal(l->stats.retries, 1);
+
+    /* Back with a new stream: one batch as a probe, then a full window once it answers. */
+    reconnect(l, 0);
+    uint32_t mark = g.nreq;
+    dispatch(l);
+    assert_int_equal(sent_to(0, mark), 1);
+    g.now += 10 * MS;
+    for (uint32_t i = mark; i < g.nreq; i++)
+        if (g.req[i].server == 0)
+            reply(l, &g.req[i]);
+    assert_int_equal(l->servers[0].state, SRV_UP);
+    assert_int_equal(l->servers[0].backoff_ms, CLIENT_BACKOFF_FIRST_MS);
+    expect_epoch(l, 0, 0);
+    assert_int_equal(l->stats.failovers, 1);
+    free_loader(l);
+}
+
+static void test_server_fails_while_its_batches_land(void **state)
+{
+    (void)state;
+    loader *l = make_loader(40, 8, 2, 2, 2);
+    dispatch(l);
+    sent owed[2];
+    uint32_t nowed = 0;
+    for (uint32_t i = 0; i < g.nreq && nowed < 2; i++)
+        if (g.req[i].server == 0)
+            owed[nowed++] = g.req[i];
+    assert_int_equal(nowed, 2);
+    const call_ctx *from = l->servers[0].stream;
+    /* Two receivers take server 0's two replies; the second claims the wrong epoch. */
+    arrival good, bad;
+    arrive(l, &good, 0, from, &owed[0], owed[0].epoch);
+    arrive(l, &bad, 0, from, &owed[1], owed[1].epoch + 1);
+    assert_non_null(good.sl);
+    assert_non_null(bad.sl);
+    assert_int_equal(good.sl->state, SLOT_LANDING);
+    /* Meanwhile a third sees the stream end: nothing in flight to re-issue, both are landing. */
+    fail_server(l, 0);
+    assert_int_equal(l->stats.failovers, 1);
+    assert_int_equal(l->stats.reissued, 0);
+    /* The good one counts; the bad one is re-issued without failing server 0 a second time. */
+    assert_int_equal(land(l, &good), 0);
+    assert_int_equal(state_of(l, owed[0].id), SLOT_READY);
+    assert_int_equal(land(l, &bad), FEED_EPROTO);
+    assert_int_equal(state_of(l, owed[1].id), SLOT_PENDING);
+    assert_int_equal(l->stats.reissued, 1);
+    assert_int_equal(l->stats.failovers, 1);
+    assert_int_equal(g.dropped[0], 1);
+    uint32_t mark = g.nreq;
+    answer_epoch(l, 0, false);
+    assert_int_equal(sent_to(0, mark), 0);
+    expect_epoch(l, 0, 0);
+    free_loader(l);
+}
+
+static void test_protocol_error_fails_the_live_stream(void **state)
+{
+    (void)state;
+    loader *l = make_loader(40, 8, 1, 2, 2);
+    dispatch(l);
+    arrival a;
+    arrive(l, &a, 0, l->servers[0].stream, &g.req[0], g.req[0].epoch + 1);
+    assert_int_equal(land(l, &a), FEED_EPROTO);
+    assert_int_equal(l->servers[0].state, SRV_DOWN);
+    assert_int_equal(g.dropped[0], 1);
+    assert_int_equal(l->stats.failovers, 1);
+    /* The bad batch and the one still in flight: both wait for a server. */
+    assert_int_equal(l->stats.reissued, 2);
+    free_loader(l);
+}
+
+/* No server up: next() waits exactly until the last time one was up plus the unavailable
+ * timeout, then says FEED_EUNAVAILABLE, and says it again at once. */
+static void test_unavailable_by_the_clock(void **state)
+{
+    (void)state;
+    loader *l = make_loader(40, 8, 1, 2, 2);
+    l->cfg.unavailable_timeout_ms = 2000;
+    l->cfg.batch_deadline_ms = 5000; /* so the clock that counts is the down one */
+    dispatch(l);
+    g.now += 10 * MS;
+    tick(l); /* up: the availability clock reads T0 + 10 ms */
+    fail_server(l, 0);
+    feed_batch *b;
+    uint64_t wait = 0;
+    g.now += 500 * MS;
+    assert_int_equal(next_at(l, &b, &wait), SCHED_WAIT);
+    assert_int_equal(wait, 1500 * MS);
+    g.now = T0 + 10 * MS + 2000 * MS - 1;
+    tick(l); /* down: the clock stays */
+    assert_int_equal(next_at(l, &b, &wait), SCHED_WAIT);
+    assert_int_equal(wait, 1);
+    g.now += 1;
+    assert_int_equal(next_at(l, &b, NULL), FEED_EUNAVAILABLE);
+    assert_int_equal(next_at(l, &b, NULL), FEED_EUNAVAILABLE);
+    assert_null(b);
+    free_loader(l);
+}
+
+/* A server that is up and takes requests but lands nothing: unavailable once nothing has
+ * landed for the longer of the two timeouts, though a server is up all along. */
+static void test_stuck_up_server_by_the_clock(void **state)
+{
+    (void)state;
+    loader *l = make_loader(40, 8, 1, 2, 2);
+    l->cfg.unavailable_timeout_ms = 2000;
+    l->cfg.batch_deadline_ms = 3000;
+    dispatch(l);
+    feed_batch *b;
+    uint64_t wait = 0;
+    g.now += 2999 * MS;
+    assert_int_equal(next_at(l, &b, &wait), SCHED_WAIT);
+    assert_int_equal(wait, MS);
+    g.now += MS;
+    assert_int_equal(next_at(l, &b, NULL), FEED_EUNAVAILABLE);
+    /* A batch that lands puts it right: delivered in plan order from the first. */
+    reply(l, &g.req[0]);
+    assert_int_equal(next_at(l, &b, NULL), 0);
+    assert_int_equal(b->batch_number, 0);
+    free_loader(l);
+}
+
+/* The caller may hold `prefetch` batches; one more next() is a misuse, not a wait. */
+static void test_next_beyond_prefetch(void **state)
+{
+    (void)state;
+    loader *l = make_loader(40, 8, 1, 4, 2);
+    dispatch(l);
+    answer_epoch(l, 0, false);
+    feed_batch *b0, *b1, *b2;
+    assert_int_equal(next_at(l, &b0, NULL), 0);
+    assert_int_equal(next_at(l, &b1, NULL), 0);
+    assert_int_equal(next_at(l, &b2, NULL), FEED_ESTATE);
+    release_at(l, b0);
+    assert_int_equal(next_at(l, &b2, NULL), 0);
+    assert_int_equal(b2->batch_number, 2);
+    assert_int_equal(l->stats.batches, 3);
     free_loader(l);
 }
 
@@ -345,7 +337,7 @@ static void test_prefetch_across_the_epoch_is_kept(void **state)
     }
     dispatch(l);
     expect_epoch(l, 0, 0);
-    assert_int_equal(feed_loader_set_epoch(l, 1, 0), 0);
+    set_epoch_at(l, 1, 0);
     dispatch(l);
     for (uint32_t i = 4; i < g.nreq; i++)
         assert_int_equal(g.req[i].epoch, 2); /* only the next prefetch; epoch 1 is kept */
@@ -371,6 +363,13 @@ int main(void)
         cmocka_unit_test(test_reverse_replies_in_plan_order),
         cmocka_unit_test(test_failover_reissues_and_drops_late_duplicates),
         cmocka_unit_test(test_deadline_fails_only_the_server_that_owes),
+        cmocka_unit_test(test_deep_window_is_not_a_stall),
+        cmocka_unit_test(test_stall_retry_and_return_by_the_clock),
+        cmocka_unit_test(test_server_fails_while_its_batches_land),
+        cmocka_unit_test(test_protocol_error_fails_the_live_stream),
+        cmocka_unit_test(test_unavailable_by_the_clock),
+        cmocka_unit_test(test_stuck_up_server_by_the_clock),
+        cmocka_unit_test(test_next_beyond_prefetch),
         cmocka_unit_test(test_prefetch_across_the_epoch_is_kept),
         cmocka_unit_test(test_refused_request_fails_the_server),
     };

@@ -1,10 +1,9 @@
 /*
  * Unit tests for libfeedclient's pure parts, no sockets: the epoch plan
  * (permutation, rank split, batches, determinism), fp16/bf16 rounding and
- * host normalisation against norm_ref.h, the Batch reader over gRPC slices
- * (pixels straight into the slot, any slicing, truncations, fields out of
- * order), the Batch checks, the bump allocator, config validation, and
- * applying DNS results to the server table (entries of vanished addresses reused).
+ * host normalisation against norm_ref.h, config validation, applying DNS
+ * results to the server table (entries of vanished addresses reused), and
+ * the server and bad-sample policies. The Batch reader is test_client_wire.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,7 +16,6 @@
 #include <cmocka.h>
 
 #include "feed/client.h"
-#include "feed/crc32c.h"
 #include "feed/errors.h"
 #include "feed/rng.h"
 #include "norm_ref.h"
@@ -25,7 +23,6 @@
 #include "plan.h"
 #include "policy.h"
 #include "loader_impl.h"
-#include "wire.h"
 
 /* Independent Fisher-Yates over 64-bit indices, straight from the RNG contract. */
 static uint64_t *ref_perm(uint64_t n, uint64_t seed, uint32_t epoch)
@@ -224,196 +221,6 @@ static void test_normalize_host_all(void **state)
     assert_float_equal(v, (1.0f - 0.456f) / 0.224f, 1e-6);
     free(raw);
     free(out);
-}
-
-/* A packed Batch for batch_id/indices with n samples of h x w. */
-static uint8_t *pack_batch(uint64_t id, const uint64_t *idx, uint32_t n, uint32_t h, uint32_t w,
-                           uint8_t fill, int corrupt_crc, size_t *len)
-{
-    Feed__V1__Batch b = FEED__V1__BATCH__INIT;
-    size_t bytes = (size_t)n * h * w * 3;
-    uint8_t *px = malloc(bytes);
-    uint32_t labels[8];
-    Feed__V1__SampleStatus st[8];
-    assert_true(n <= 8);
-    memset(px, fill, bytes);
-    for (uint32_t i = 0; i < n; i++) {
-        labels[i] = i;
-        st[i] = FEED__V1__SAMPLE_STATUS__SAMPLE_OK;
-    }
-    b.batch_id = id;
-    b.epoch = 2;
-    b.n_indices = n;
-    b.indices = (uint64_t *)idx;
-    b.n_labels = n;
-    b.labels = labels;
-    b.n_status = n;
-    b.status = st;
-    b.height = h;
-    b.width = w;
-    b.channels = 3;
-    b.data.len = bytes;
-    b.data.data = px;
-    b.crc32c = feed_crc32c(0, px, bytes) ^ (corrupt_crc ? 1u : 0u);
-    *len = feed__v1__batch__get_packed_size(&b);
-    uint8_t *buf = malloc(*len);
-    feed__v1__batch__pack(&b, buf);
-    free(px);
-    return buf;
-}
-
-/* The packed message cut into slices of `piece` bytes, as gRPC would hand it over. */
-static grpc_byte_buffer *sliced(const uint8_t *msg, size_t len, size_t piece)
-{
-    grpc_slice sl[4096];
-    size_t n = 0;
-    for (size_t off = 0; off < len; off += piece) {
-        size_t k = len - off < piece ? len - off : piece;
-        assert_true(n < 4096);
-        sl[n++] = grpc_slice_from_copied_buffer((const char *)msg + off, k);
-    }
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(sl, n);
-    for (size_t i = 0; i < n; i++)
-        grpc_slice_unref(sl[i]);
-    return bb;
-}
-
-static void test_wire_batch(void **state)
-{
-    (void)state;
-    grpc_init();
-    const uint64_t idx[3] = {5, 9, 1};
-    const size_t raw = 3 * 4 * 6 * 3;
-    size_t len;
-    uint8_t *msg = pack_batch(0x123456789ull, idx, 3, 4, 6, 0x5A, 0, &len);
-    wire_arena a;
-    feed_buf rest;
-    feed_buf_init(&rest, 1 << 20);
-    assert_int_equal(wire_arena_init(&a, 65536), 0);
-    uint8_t *dst = calloc(1, raw);
-    wire_expect e = {.batch_id = 0x123456789ull,
-                     .epoch = 2,
-                     .indices = idx,
-                     .n = 3,
-                     .h = 4,
-                     .w = 6,
-                     .num_classes = 10};
-    char why[128];
-    /* Any slicing: batch_id found, pixels straight into dst with their CRC, rest unpacks. */
-    const size_t pieces[] = {1, 2, 3, 7, 64, 100000};
-    for (size_t pi = 0; pi < sizeof pieces / sizeof pieces[0]; pi++) {
-        grpc_byte_buffer *bb = sliced(msg, len, pieces[pi]);
-        wire_batch_reader r;
-        memset(dst, 0, raw);
-        assert_int_equal(wire_batch_reader_init(&r, bb, &rest), 0);
-        assert_int_equal(wire_batch_reader_id(&r), 0);
-        assert_int_equal(r.id, 0x123456789ull);
-        assert_int_equal(wire_batch_reader_finish(&r, dst, raw), 0);
-        assert_true(r.data_direct);
-        assert_int_equal(r.data_crc, feed_crc32c(0, dst, raw));
-        assert_int_equal(dst[0], 0x5A);
-        assert_int_equal(dst[raw - 1], 0x5A);
-        assert_true(rest.len < len - raw + 1);
-        wire_arena_reset(&a, NULL, 0);
-        Feed__V1__Batch *b = feed__v1__batch__unpack(&a.pa, rest.len, rest.data);
-        assert_non_null(b);
-        assert_int_equal(b->data.len, 0);
-        b->data.data = dst;
-        b->data.len = r.data_len;
-        assert_int_equal(wire_check_batch(b, &e, &r.data_crc, why, sizeof why), 0);
-        wire_batch_reader_destroy(&r);
-        grpc_byte_buffer_destroy(bb);
-    }
-    /* Wrong data size for the slot, and every truncation, fail cleanly. */
-    grpc_byte_buffer *bb = sliced(msg, len, 5);
-    wire_batch_reader r;
-    assert_int_equal(wire_batch_reader_init(&r, bb, &rest), 0);
-    assert_int_equal(wire_batch_reader_id(&r), 0);
-    assert_int_equal(wire_batch_reader_finish(&r, dst, raw - 1), FEED_EPROTO);
-    wire_batch_reader_destroy(&r);
-    grpc_byte_buffer_destroy(bb);
-    for (size_t cut = 1; cut < len; cut += 37) {
-        bb = sliced(msg, len - cut, 11);
-        assert_int_equal(wire_batch_reader_init(&r, bb, &rest), 0);
-        /* Never reads past the end (ASan build); a cut inside the pixels is an error. */
-        int rc = wire_batch_reader_id(&r);
-        if (rc == 0)
-            rc = wire_batch_reader_finish(&r, dst, raw);
-        if (len - cut < raw)
-            assert_int_equal(rc, FEED_EPROTO);
-        wire_batch_reader_destroy(&r);
-        grpc_byte_buffer_destroy(bb);
-    }
-    const uint8_t garbage[] = {0x0F, 0xFF};
-    bb = sliced(garbage, sizeof garbage, 1);
-    assert_int_equal(wire_batch_reader_init(&r, bb, &rest), 0);
-    assert_int_equal(wire_batch_reader_id(&r), FEED_EPROTO);
-    wire_batch_reader_destroy(&r);
-    grpc_byte_buffer_destroy(bb);
-    free(msg);
-
-    /* batch_id after the data (legal protobuf): data stays in rest, unpack lands it in dst. */
-    uint8_t *noid = pack_batch(0, idx, 3, 4, 6, 0x33, 0, &len);
-    uint8_t *late = malloc(len + 2);
-    memcpy(late, noid, len);
-    late[len] = 0x08; /* field 1, varint */
-    late[len + 1] = 0x07;
-    bb = sliced(late, len + 2, 9);
-    assert_int_equal(wire_batch_reader_init(&r, bb, &rest), 0);
-    assert_int_equal(wire_batch_reader_id(&r), 0);
-    assert_int_equal(r.id, 7);
-    assert_int_equal(wire_batch_reader_finish(&r, dst, raw), 0);
-    assert_false(r.data_direct);
-    memset(dst, 0, raw);
-    wire_arena_reset(&a, dst, raw);
-    Feed__V1__Batch *b = feed__v1__batch__unpack(&a.pa, rest.len, rest.data);
-    assert_non_null(b);
-    assert_ptr_equal(b->data.data, dst);
-    assert_int_equal(dst[0], 0x33);
-    e.batch_id = 7;
-    assert_int_equal(wire_check_batch(b, &e, NULL, why, sizeof why), 0);
-    e.h = 5;
-    assert_int_equal(wire_check_batch(b, &e, NULL, why, sizeof why), FEED_EPROTO);
-    e.h = 4;
-    const uint64_t other[3] = {5, 9, 2};
-    e.indices = other;
-    assert_int_equal(wire_check_batch(b, &e, NULL, why, sizeof why), FEED_EPROTO);
-    assert_non_null(strstr(why, "indices"));
-    e.indices = idx;
-    e.num_classes = 2; /* label 2 is out of range */
-    assert_int_equal(wire_check_batch(b, &e, NULL, why, sizeof why), FEED_EPROTO);
-    e.num_classes = 10;
-    uint32_t wrong = b->crc32c ^ 1u;
-    assert_int_equal(wire_check_batch(b, &e, &wrong, why, sizeof why), FEED_ECORRUPT);
-    /* More SampleErrors than samples: refused (a hostile server could size
-     * the errors array to take the slot the pixels land in). */
-    size_t n_errors = b->n_errors;
-    b->n_errors = e.n + 1;
-    assert_int_equal(wire_check_batch(b, &e, NULL, why, sizeof why), FEED_EPROTO);
-    assert_non_null(strstr(why, "sample count"));
-    b->n_errors = n_errors;
-    wire_batch_reader_destroy(&r);
-    grpc_byte_buffer_destroy(bb);
-    free(noid);
-    free(late);
-
-    /* A corrupt CRC on the wire is told apart from a malformed batch. */
-    msg = pack_batch(7, idx, 3, 4, 6, 0x11, 1, &len);
-    wire_arena_reset(&a, dst, raw);
-    b = feed__v1__batch__unpack(&a.pa, len, msg);
-    assert_non_null(b);
-    assert_int_equal(wire_check_batch(b, &e, NULL, why, sizeof why), FEED_ECORRUPT);
-    free(msg);
-
-    /* A message larger than the arena and not matching the target fails to unpack. */
-    msg = pack_batch(8, idx, 3, 128, 128, 0, 0, &len);
-    wire_arena_reset(&a, dst, raw);
-    assert_null(feed__v1__batch__unpack(&a.pa, len, msg));
-    free(msg);
-    free(dst);
-    feed_buf_free(&rest);
-    wire_arena_free(&a);
-    grpc_shutdown();
 }
 
 static void test_config_validation(void **state)
@@ -659,8 +466,8 @@ static void test_bad_sample_policy(void **state)
 {
     (void)state;
     enum { N = 6, SB = 4 };
-    uint8_t status[N] = {FEED_SAMPLE_CORRUPT, FEED_SAMPLE_OK,    FEED_SAMPLE_EMPTY,
-                         FEED_SAMPLE_EMPTY,   FEED_SAMPLE_OK,    FEED_SAMPLE_TRUNCATED};
+    uint8_t status[N] = {FEED_SAMPLE_CORRUPT, FEED_SAMPLE_OK, FEED_SAMPLE_EMPTY,
+                         FEED_SAMPLE_EMPTY,   FEED_SAMPLE_OK, FEED_SAMPLE_TRUNCATED};
     uint8_t raw[N * SB];
     int64_t labels[N];
     for (int i = 0; i < N; i++) {
@@ -668,9 +475,8 @@ static void test_bad_sample_policy(void **state)
         labels[i] = 10 + i;
     }
     uint32_t sub = 99;
-    assert_int_equal(policy_bad_samples(FEED_BAD_SAMPLE_SUBSTITUTE, N, status, labels, raw, SB,
-                                        &sub),
-                     0);
+    assert_int_equal(
+        policy_bad_samples(FEED_BAD_SAMPLE_SUBSTITUTE, N, status, labels, raw, SB, &sub), 0);
     assert_int_equal(sub, 4);
     const int want[N] = {1, 1, 4, 4, 4, 1}; /* 5 wraps around to 0, bad, then 1 */
     for (int i = 0; i < N; i++) {
@@ -681,9 +487,9 @@ static void test_bad_sample_policy(void **state)
                      FEED_EBADSAMPLE);
     assert_int_equal(sub, 0);
     uint8_t all_bad[2] = {FEED_SAMPLE_IO_ERROR, FEED_SAMPLE_CORRUPT};
-    assert_int_equal(policy_bad_samples(FEED_BAD_SAMPLE_SUBSTITUTE, 2, all_bad, labels, raw, SB,
-                                        &sub),
-                     FEED_EBADSAMPLE);
+    assert_int_equal(
+        policy_bad_samples(FEED_BAD_SAMPLE_SUBSTITUTE, 2, all_bad, labels, raw, SB, &sub),
+        FEED_EBADSAMPLE);
     uint8_t good[2] = {FEED_SAMPLE_OK, FEED_SAMPLE_OK};
     assert_int_equal(policy_bad_samples(FEED_BAD_SAMPLE_FAIL, 2, good, labels, raw, SB, &sub), 0);
     assert_int_equal(sub, 0);
@@ -719,8 +525,8 @@ static void test_server_policy(void **state)
     policy_server_info small = {.served = true, .num_samples = 1000, .max_batch_size = 32};
     assert_int_equal(policy_check_server(&c, 0, &small, &window, why, sizeof why),
                      POLICY_BATCH_TOO_LARGE);
-    policy_server_info few_bytes = {.served = true, .num_samples = 1000,
-                                    .max_batch_bytes = 64ull * 224 * 224 * 3 - 1};
+    policy_server_info few_bytes = {
+        .served = true, .num_samples = 1000, .max_batch_bytes = 64ull * 224 * 224 * 3 - 1};
     assert_int_equal(policy_check_server(&c, 0, &few_bytes, &window, why, sizeof why),
                      POLICY_BATCH_TOO_LARGE);
     few_bytes.max_batch_bytes++;
@@ -733,10 +539,9 @@ int main(void)
         cmocka_unit_test(test_plan_single_rank),  cmocka_unit_test(test_plan_determinism),
         cmocka_unit_test(test_plan_ranks),        cmocka_unit_test(test_plan_invalid),
         cmocka_unit_test(test_f16_bf16_rounding), cmocka_unit_test(test_normalize_host_all),
-        cmocka_unit_test(test_wire_batch),        cmocka_unit_test(test_config_validation),
-        cmocka_unit_test(test_resolve_parse),     cmocka_unit_test(test_resolve_apply),
-        cmocka_unit_test(test_resolve_reuse),     cmocka_unit_test(test_bad_sample_policy),
-        cmocka_unit_test(test_server_policy),
+        cmocka_unit_test(test_config_validation), cmocka_unit_test(test_resolve_parse),
+        cmocka_unit_test(test_resolve_apply),     cmocka_unit_test(test_resolve_reuse),
+        cmocka_unit_test(test_bad_sample_policy), cmocka_unit_test(test_server_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1089,7 +1089,7 @@ static void test_config_file(void **state)
     snprintf(path, sizeof path, "%s/feedd.conf", tmp_root);
     int n = snprintf(text, sizeof text,
                      "# test config\nthreads = 1\nmax-batch = 5\nmax-window = 3 # trailing\n"
-                     "dataset = cfg=%s\ncache-bytes = 8M\n",
+                     "dataset = cfg=%s,cache=64\ncache-bytes = 8M\n",
                      good_dir);
     assert_int_equal(feed_test_write_file(path, text, (size_t)n), 0);
     feed_test_server s2;
@@ -1106,7 +1106,7 @@ static void test_config_file(void **state)
     assert_string_equal(r->datasets[0]->name, "cfg");
     feed__v1__describe_response__free_unpacked(r, NULL);
 
-    /* Cache mode: the same request twice gives the same bytes, the second from the cache. */
+    /* A cached dataset: the same request twice gives the same bytes, the second from the cache. */
     Feed__V1__TransformSpec spec = train_spec(48);
     Feed__V1__SessionOpen open;
     make_open(&open, &spec, "cfg", 99, 1);

@@ -1,8 +1,7 @@
 /*
  * Unit tests of feedd's parts: the configuration table (bounds, defaults,
- * file + command line), the sample cache (bounded, evicts, keys by every
- * field), the worker pool's round-robin fairness across streams, and the
- * gRPC service in this process with failures injected into its
+ * file + command line, a dataset's cache option), the worker pool's round-robin fairness across
+ * streams, and the gRPC service in this process with failures injected into its
  * grpc_call_start_batch and pthread_create calls, and the Batch packer's
  * bytes against protobuf-c's own encoding.
  */
@@ -21,7 +20,6 @@
 
 #include <cmocka.h>
 
-#include "cache.h"
 #include "config.h"
 #include "crc_combine.h"
 #include "feed/crc32c.h"
@@ -68,6 +66,35 @@ static void test_config_defaults_and_bounds(void **state)
     assert_int_equal(cfg.max_batch, 7);
     assert_int_equal(cfg.log_level, 3);
     assert_int_equal(cfg.cache_bytes, 64 << 10);
+    assert_int_equal(cfg.datasets[0].cache_side, 0);
+
+    /* cache=SIDE on a dataset: the last ",cache=" ends the path, so paths may hold commas. */
+    const char *ca[] = {"feedd",         "--dataset=x=/a,b,cache=256",
+                        "--dataset",     "y=/c,d",
+                        "--dataset",     "z=/e,cache=off",
+                        "--cache-bytes", "1M"};
+    assert_int_equal(parse(err, sizeof err, &cfg, 8, ca), 0);
+    assert_string_equal(cfg.datasets[0].path, "/a,b");
+    assert_int_equal(cfg.datasets[0].cache_side, 256);
+    assert_string_equal(cfg.datasets[1].path, "/c,d");
+    assert_int_equal(cfg.datasets[1].cache_side, 0);
+    assert_string_equal(cfg.datasets[2].path, "/e");
+    assert_int_equal(cfg.datasets[2].cache_side, 0);
+    const char *cbad[][3] = {
+        {"feedd", "--dataset", "x=/a,cache=8"},
+        {"feedd", "--dataset", "x=/a,cache=big"},
+        {"feedd", "--dataset", "x=,cache=256"},
+    };
+    for (size_t i = 0; i < sizeof cbad / sizeof cbad[0]; i++) {
+        const char *args[5] = {cbad[i][0], cbad[i][1], cbad[i][2], "--cache-bytes", "1M"};
+        err[0] = '\0';
+        assert_int_equal(parse(err, sizeof err, &cfg, 5, args), FEED_EINVAL);
+        if (!strstr(err, "dataset"))
+            fail_msg("cache case %zu: '%s' does not name dataset", i, err);
+    }
+    const char *nobytes[] = {"feedd", "--dataset", "x=/a,cache=256"};
+    assert_int_equal(parse(err, sizeof err, &cfg, 3, nobytes), FEED_EINVAL);
+    assert_non_null(strstr(err, "needs --cache-bytes"));
 
     const char *bad[][3] = {
         {"feedd", "--max-batch", "0"},      {"feedd", "--max-batch", "70000"},
@@ -145,48 +172,6 @@ static void test_config_file_and_example(void **state)
     assert_int_equal(cfg.max_memory, 1ull << 30);
     assert_int_equal(cfg.drain_timeout_ms, 10000);
     feed_test_rmtree(dir);
-}
-
-static void test_cache_bounded_lru(void **state)
-{
-    (void)state;
-    feedd_cache *c = NULL;
-    const size_t len = 1000;
-    /* 16 shards x 4 KiB: each shard holds 3 entries of ~1 KiB. */
-    assert_int_equal(feedd_cache_new(16 * 4096, &c), 0);
-    feed_transform t, t2;
-    feed_transform_default_train(&t);
-    t2 = t;
-    t2.flip_prob = 0.0;
-    uint8_t in[1000], out[1000];
-    for (uint64_t i = 0; i < 500; i++) {
-        memset(in, (int)(i & 0xff), len);
-        feedd_cache_key k = {0, 1, 7, i, &t};
-        feedd_cache_put(c, &k, in, len, (uint32_t)i);
-    }
-    assert_true(atomic_load(&feedd_m.cache_bytes) <= 16 * 4096);
-    assert_true(atomic_load(&feedd_m.cache_evictions) > 0);
-    /* The most recent one is there; every field of the key matters. */
-    feedd_cache_key k = {0, 1, 7, 499, &t};
-    uint32_t crc = 0;
-    assert_true(feedd_cache_get(c, &k, out, len, &crc));
-    assert_int_equal(out[0], 499 & 0xff);
-    assert_int_equal(crc, 499);
-    feedd_cache_key other[] = {
-        {1, 1, 7, 499, &t}, {0, 2, 7, 499, &t}, {0, 1, 8, 499, &t}, {0, 1, 7, 499, &t2}};
-    for (size_t i = 0; i < 4; i++)
-        assert_false(feedd_cache_get(c, &other[i], out, len, &crc));
-    assert_false(feedd_cache_get(c, &k, out, len - 1, &crc)); /* size must match */
-    /* The oldest were evicted. */
-    feedd_cache_key old = {0, 1, 7, 0, &t};
-    assert_false(feedd_cache_get(c, &old, out, len, &crc));
-    /* An entry larger than a shard is not kept. */
-    static uint8_t big[8192];
-    feedd_cache_key kb = {0, 1, 7, 100000, &t};
-    feedd_cache_put(c, &kb, big, sizeof big, 0);
-    assert_false(feedd_cache_get(c, &kb, big, sizeof big, &crc));
-    feedd_cache_free(c);
-    assert_int_equal(atomic_load(&feedd_m.cache_bytes), 0);
 }
 
 /* Combining per-block CRCs equals one pass over the whole, for any block length. */
@@ -733,7 +718,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_defaults_and_bounds),
         cmocka_unit_test(test_config_file_and_example),
-        cmocka_unit_test(test_cache_bounded_lru),
         cmocka_unit_test(test_crc_combine),
         cmocka_unit_test(test_pool_round_robin),
         cmocka_unit_test(test_pool_cancel_claimed),

@@ -285,6 +285,23 @@ static void test_allocation_and_send_failures(void **state)
     assert_int_equal(sm.outstanding, 0);
 }
 
+/*
+ * The stall checker reads the clock before it takes a stream's lock; a send
+ * that starts in between is younger than that reading. Found on the GPU
+ * machine: such a send read as pending for 2^64 ns ("no progress for
+ * 18446744073709 ms") and a healthy stream was cancelled.
+ */
+static void test_send_started_after_the_clock_reading(void **state)
+{
+    (void)state;
+    uint64_t now = 5000000000ull;
+    assert_int_equal(feedd_sm_send_pending_ms(now + 1, now), 0);
+    assert_int_equal(feedd_sm_send_pending_ms(now + 999999999ull, now), 0);
+    assert_int_equal(feedd_sm_send_pending_ms(now, now), 0);
+    assert_int_equal(feedd_sm_send_pending_ms(now - 30000000000ull / 10, now), 3000);
+    assert_int_equal(feedd_sm_send_pending_ms(0, now), 5000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -298,6 +315,7 @@ int main(void)
         cmocka_unit_test(test_cancel_while_waiting_for_memory),
         cmocka_unit_test(test_failure_waits_for_the_send_in_flight),
         cmocka_unit_test(test_allocation_and_send_failures),
+        cmocka_unit_test(test_send_started_after_the_clock_reading),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

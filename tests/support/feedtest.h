@@ -61,6 +61,17 @@ int feed_test_server_signal(feed_test_server *s, int sig);
 /* Wait up to timeout_ms for the process to exit; sets exit_status. FEED_ETIMEDOUT if it did not. */
 int feed_test_server_wait(feed_test_server *s, int timeout_ms);
 
+/*
+ * A port on 127.0.0.1 for a feedd that starts later (--listen 127.0.0.1:PORT), reserved until
+ * feed_test_port_release: a socket bound to it with SO_REUSEADDR and not listening. Nothing
+ * else gets the port meanwhile (bind(0) and connect()'s ephemeral ports skip a bound one),
+ * connections to it are refused until feedd listens, and feedd, which binds with
+ * SO_REUSEADDR too, can listen on it while the reservation is held. *fd gets the socket.
+ */
+int feed_test_port_reserve(int *fd, int *port);
+/* Closes a reservation's socket (fd < 0: nothing) and sets *fd to -1. */
+void feed_test_port_release(int *fd);
+
 /* user + system CPU of a process in nanoseconds, from /proc/PID/stat; 0 when unreadable. */
 uint64_t feed_test_proc_cpu_ns(pid_t pid);
 /* Parse a CPU list ("0-3,8,10-11") into a bitmask of up to 1024 CPUs; 0 or FEED_EINVAL. */

@@ -1,14 +1,17 @@
 /*
  * Spawning and stopping real feedd processes (fork/exec) for the tests,
  * feed-bench and feed-wire-bench, with optional CPU pinning and log file,
- * a process's CPU time, and the temp-dir helpers they need. feedd writes its port files atomically
+ * a process's CPU time, ports reserved for a feedd that starts later, and the temp-dir
+ * helpers they need. feedd writes its port files atomically
  * (temp + rename), so a file that exists holds a whole number.
  */
 #include "feedtest.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,6 +19,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -351,4 +355,29 @@ void feed_test_server_kill(feed_test_server *s)
         s->pid = -1;
     }
     cleanup_workdir(s);
+}
+
+int feed_test_port_reserve(int *fd, int *port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int one = 1;
+    *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (*fd < 0)
+        return FEED_EIO;
+    if (setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(*fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(*fd, (struct sockaddr *)&a, &len) != 0) {
+        feed_test_port_release(fd);
+        return FEED_EIO;
+    }
+    *port = ntohs(a.sin_port);
+    return 0;
+}
+
+void feed_test_port_release(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
 }

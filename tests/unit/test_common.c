@@ -14,6 +14,7 @@
 #include "feed/crc32c.h"
 #include "feed/errors.h"
 #include "feed/list.h"
+#include "feed/opts.h"
 #include "feed/rng.h"
 #include "feed/strutil.h"
 
@@ -302,6 +303,80 @@ static void test_list(void **state)
     assert_null(l.last);
 }
 
+static int opts_keep_even(void *ctx, const char *arg)
+{
+    uint32_t v;
+    if (feed_parse_u32(arg, 0, 100, &v) || v % 2)
+        return -1;
+    *(uint32_t *)ctx = v;
+    return 0;
+}
+
+typedef struct opts_seen {
+    bool flag;
+    uint32_t u32, even;
+    uint64_t u64;
+    double dbl;
+    const char *str;
+} opts_seen;
+
+/* Parses the NULL-terminated args (after a program name) into *seen. */
+static int opts_run(const char *const *args, opts_seen *seen, int *first)
+{
+    char *argv[16];
+    int argc = 0;
+    argv[argc++] = (char *)"prog";
+    for (; args[argc - 1]; argc++)
+        argv[argc] = (char *)args[argc - 1];
+    argv[argc] = NULL;
+    memset(seen, 0, sizeof(*seen));
+    const feed_opt opts[] = {
+        {.name = "flag", .flag = &seen->flag},
+        {.name = "u32", .u32 = &seen->u32, .lo = 1, .hi = 10},
+        {.name = "u64", .u64 = &seen->u64, .lo = 0, .hi = UINT64_MAX},
+        {.name = "dbl", .dbl = &seen->dbl, .dlo = 0.5, .dhi = 2},
+        {.name = "str", .str = &seen->str},
+        {.name = "even", .call = opts_keep_even, .ctx = &seen->even},
+        {.name = NULL},
+    };
+    return feed_opts_parse("prog", opts, argc, argv, first);
+}
+
+static void test_opts(void **state)
+{
+    (void)state;
+    opts_seen s;
+    int first = -1;
+    const char *all[] = {"--flag", "--u32", "10",    "--u64=18446744073709551615",
+                         "--dbl",  "0.5",   "--str", "x y",
+                         "--even", "42",    "a",     "b",
+                         NULL};
+    assert_int_equal(opts_run(all, &s, &first), 0);
+    assert_true(s.flag);
+    assert_int_equal(s.u32, 10);
+    assert_true(s.u64 == UINT64_MAX);
+    assert_true(s.dbl == 0.5);
+    assert_string_equal(s.str, "x y");
+    assert_int_equal(s.even, 42);
+    assert_int_equal(first, 11); /* "a" */
+    /* Parsing again starts over. */
+    const char *none[] = {"c", NULL};
+    assert_int_equal(opts_run(none, &s, &first), 0);
+    assert_false(s.flag);
+    assert_int_equal(first, 1);
+    const char *help[] = {"--u32", "2", "--help", NULL};
+    assert_int_equal(opts_run(help, &s, &first), 1);
+    const char *h[] = {"-h", NULL};
+    assert_int_equal(opts_run(h, &s, &first), 1);
+    /* Out of bounds, not a number, refused by its call, unknown, a missing argument. */
+    const char *bad[][3] = {{"--u32", "11", NULL},  {"--u32", "0", NULL},  {"--dbl", "3", NULL},
+                            {"--u64", "-1", NULL},  {"--u32", "1x", NULL}, {"--even", "3", NULL},
+                            {"--nope", NULL, NULL}, {"--u32", NULL, NULL}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(opts_run(bad[i], &s, &first), -1);
+    assert_int_equal(s.u32, 0); /* a refused value is not stored */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -318,6 +393,7 @@ int main(void)
         cmocka_unit_test(test_set_err),
         cmocka_unit_test(test_utf8_valid),
         cmocka_unit_test(test_list),
+        cmocka_unit_test(test_opts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -71,8 +71,11 @@ async function main() {
     execFileSync(gen, [ds, '--classes', '3', '--per-class', '5', '--seed', '9']);
     const { classes, labels } = expectedLabels(ds);
     const portFile = path.join(tmp, 'port');
+    // The dataset is served from the decoded-sample cache: Describe says so, and the
+    // batches below (56 px, under the cached 64) are made from it.
     proc = spawn(feedd, ['--listen', '127.0.0.1:0', '--port-file', portFile, '--dataset',
-                         'd=' + ds, '--threads', '2', '--log-level', 'warn'],
+                         'd=' + ds + ',cache=64', '--cache-bytes', '16M', '--threads', '2',
+                         '--log-level', 'warn'],
                  { stdio: ['ignore', 'inherit', 'inherit'] });
     let exited = null;
     proc.on('exit', (code) => { exited = code; });
@@ -97,6 +100,7 @@ async function main() {
     check(info.datasets.length === 1 && info.datasets[0].name === 'd', 'datasets');
     check(info.datasets[0].num_samples === labels.length, 'num_samples');
     check(JSON.stringify(info.datasets[0].class_names) === JSON.stringify(classes), 'class_names');
+    check(info.datasets[0].cache_side === 64, 'cache_side');
     const notFound = await new Promise((res) =>
       feed.Describe({ dataset: 'nope' }, { deadline: deadline() }, (e) => res(e)));
     check(notFound && notFound.code === grpc.status.NOT_FOUND, 'Describe(nope) -> NOT_FOUND');

@@ -180,8 +180,11 @@ def main():
                        stdout=subprocess.DEVNULL)
         class_names, labels = expected_labels(ds)
         port_file = os.path.join(tmp, "port")
+        # Served from the decoded-sample cache: Describe says so, and the batches below
+        # (56 px, under the cached 64) are made from it.
         proc = subprocess.Popen([feedd, "--listen", "127.0.0.1:0", "--port-file", port_file,
-                                 "--dataset", "d=" + ds, "--threads", "2", "--log-level", "warn"])
+                                 "--dataset", "d=" + ds + ",cache=64", "--cache-bytes", "16M",
+                                 "--threads", "2", "--log-level", "warn"])
         for _ in range(6000):
             if os.path.exists(port_file) or proc.poll() is not None:
                 break
@@ -199,6 +202,7 @@ def main():
         check(len(info.datasets) == 1 and info.datasets[0].name == "d", "datasets")
         check(info.datasets[0].num_samples == len(labels), "num_samples")
         check(list(info.datasets[0].class_names) == class_names, "class_names")
+        check(info.datasets[0].cache_side == 64, "cache_side")
         check(info.server_threads == 2, "server_threads")
         try:
             describe(feed_pb2.DescribeRequest(dataset="nope"), timeout=30)
