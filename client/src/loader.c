@@ -45,7 +45,7 @@ void feed_loader_config_default(feed_loader_config *cfg)
     cfg->std[2] = 0.225f;
     cfg->device = 0;
     cfg->bad_sample_policy = FEED_BAD_SAMPLE_SUBSTITUTE;
-    cfg->batch_deadline_ms = 10000;
+    cfg->batch_deadline_ms = 60000;
     cfg->unavailable_timeout_ms = 30000;
     cfg->resolve_interval_ms = 5000;
 }

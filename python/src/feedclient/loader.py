@@ -238,7 +238,7 @@ class Loader:
         prefetch: int = 4,
         max_slots: int = 0,
         bad_sample_policy: str = "substitute",
-        batch_deadline: float = 10.0,
+        batch_deadline: float = 60.0,
         unavailable_timeout: float = 30.0,
         resolve_interval: float = 5.0,
         token: Optional[str] = None,
