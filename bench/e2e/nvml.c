@@ -82,6 +82,14 @@ struct nvml_monitor {
     uint64_t dropped;    /* lock */
 };
 
+/* *fn = the function name in lib, or NULL. POSIX allows converting dlsym's void * to a
+ * function pointer through memcpy. */
+static void load(void *lib, const char *name, void *fn)
+{
+    void *sym = dlsym(lib, name);
+    memcpy(fn, &sym, sizeof sym);
+}
+
 /*
  * GPM metrics between the previous reading and a new one taken now (sampler
  * thread); the new reading becomes the previous. false when no reading could
@@ -172,16 +180,11 @@ static void gpm_init(nvml_monitor *m)
 {
     nvml_return (*query)(nvml_device, nvml_gpm_support *) = NULL;
     nvml_return (*alloc)(nvml_gpm_sample *) = NULL;
-    void *sym = dlsym(m->lib, "nvmlGpmQueryDeviceSupport");
-    memcpy(&query, &sym, sizeof sym);
-    sym = dlsym(m->lib, "nvmlGpmSampleAlloc");
-    memcpy(&alloc, &sym, sizeof sym);
-    sym = dlsym(m->lib, "nvmlGpmSampleFree");
-    memcpy(&m->gpm_sample_free, &sym, sizeof sym);
-    sym = dlsym(m->lib, "nvmlGpmSampleGet");
-    memcpy(&m->gpm_sample_get, &sym, sizeof sym);
-    sym = dlsym(m->lib, "nvmlGpmMetricsGet");
-    memcpy(&m->gpm_metrics_get, &sym, sizeof sym);
+    load(m->lib, "nvmlGpmQueryDeviceSupport", &query);
+    load(m->lib, "nvmlGpmSampleAlloc", &alloc);
+    load(m->lib, "nvmlGpmSampleFree", &m->gpm_sample_free);
+    load(m->lib, "nvmlGpmSampleGet", &m->gpm_sample_get);
+    load(m->lib, "nvmlGpmMetricsGet", &m->gpm_metrics_get);
     if (!query || !alloc || !m->gpm_sample_free || !m->gpm_sample_get || !m->gpm_metrics_get) {
         snprintf(m->gpm_why, sizeof m->gpm_why, "the driver's NVML has no GPM API");
         return;
@@ -236,20 +239,12 @@ int nvml_open(const char *pci_bus_id, uint32_t period_ms, nvml_monitor **out, ch
         snprintf(why, why_cap, "libnvidia-ml.so.1 not loadable: %s", dlerror());
         goto out;
     }
-    /* POSIX allows converting dlsym's void * to a function pointer through memcpy. */
-    void *sym;
-    sym = dlsym(m->lib, "nvmlInit_v2");
-    memcpy(&init, &sym, sizeof sym);
-    sym = dlsym(m->lib, "nvmlShutdown");
-    memcpy(&m->shutdown, &sym, sizeof sym);
-    sym = dlsym(m->lib, "nvmlDeviceGetHandleByPciBusId_v2");
-    memcpy(&by_bus, &sym, sizeof sym);
-    sym = dlsym(m->lib, "nvmlDeviceGetHandleByIndex_v2");
-    memcpy(&by_index, &sym, sizeof sym);
-    sym = dlsym(m->lib, "nvmlDeviceGetUtilizationRates");
-    memcpy(&m->get_util, &sym, sizeof sym);
-    sym = dlsym(m->lib, "nvmlDeviceGetPcieThroughput");
-    memcpy(&m->get_pcie, &sym, sizeof sym);
+    load(m->lib, "nvmlInit_v2", &init);
+    load(m->lib, "nvmlShutdown", &m->shutdown);
+    load(m->lib, "nvmlDeviceGetHandleByPciBusId_v2", &by_bus);
+    load(m->lib, "nvmlDeviceGetHandleByIndex_v2", &by_index);
+    load(m->lib, "nvmlDeviceGetUtilizationRates", &m->get_util);
+    load(m->lib, "nvmlDeviceGetPcieThroughput", &m->get_pcie);
     if (!init || !m->shutdown || !by_index || !m->get_util) {
         snprintf(why, why_cap, "libnvidia-ml.so.1 lacks the functions needed");
         goto out;
@@ -269,8 +264,7 @@ int nvml_open(const char *pci_bus_id, uint32_t period_ms, nvml_monitor **out, ch
         snprintf(why, why_cap, "NVML has no handle for the GPU (error %d)", r);
         goto out;
     }
-    sym = dlsym(m->lib, "nvmlDeviceGetMemoryInfo");
-    memcpy(&m->get_mem, &sym, sizeof sym);
+    load(m->lib, "nvmlDeviceGetMemoryInfo", &m->get_mem);
     gpm_init(m);
     if (pthread_create(&m->thread, NULL, sampler_main, m) != 0) {
         snprintf(why, why_cap, "cannot start the NVML sampler thread");
