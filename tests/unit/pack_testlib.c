@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <spawn.h>
@@ -24,24 +23,15 @@
 #include "feed/crc32c.h"
 #include "feed/dataset.h"
 #include "feed/errors.h"
+#include "feedtest.h"
 #include "feed/pack.h"
 
 char g_root[512]; /* temp dir: tree in g_root/tree, packs next to it */
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 int setup_tmp(void **state)
 {
     (void)state;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_root, sizeof(g_root), "%s/feed-test-pack-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_root))
+    if (feed_test_tmpdir("feed-test-pack", g_root, sizeof g_root) != 0)
         return -1;
     char p[600];
     snprintf(p, sizeof(p), "%s/tree", g_root);
@@ -51,7 +41,7 @@ int setup_tmp(void **state)
 int teardown_tmp(void **state)
 {
     (void)state;
-    return nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return feed_test_rmtree(g_root);
 }
 
 void path_in(char *out, size_t cap, const char *rel)

@@ -6,7 +6,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,31 +22,22 @@
 #include "feed/buf.h"
 #include "feed/dataset.h"
 #include "feed/errors.h"
+#include "feedtest.h"
 #include "feed/log.h"
 #include "feedtest_skip.h"
 
 static char g_root[512];
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static int setup_tmp(void **state)
 {
     (void)state;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_root, sizeof(g_root), "%s/feed-test-dataset-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    return mkdtemp(g_root) ? 0 : -1;
+    return feed_test_tmpdir("feed-test-dataset", g_root, sizeof g_root) == 0 ? 0 : -1;
 }
 
 static int teardown_tmp(void **state)
 {
     (void)state;
-    return nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return feed_test_rmtree(g_root);
 }
 
 static void mkdir_in(const char *rel)
@@ -266,7 +256,7 @@ static void test_path_length_cap(void **state)
     assert_int_equal(feed_dataset_open(deep, NULL, &ds, err, sizeof(err)), FEED_ETOOBIG);
     assert_non_null(strstr(err, "path longer than 4095"));
     assert_null(ds);
-    /* The teardown's nftw cannot name a path this long: remove the file here. */
+    /* The teardown's tree walk cannot name a path this long: remove the file here. */
     assert_int_equal(unlinkat(cfd, file, 0), 0);
     close(cfd);
 }
