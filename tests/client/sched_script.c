@@ -29,6 +29,7 @@ static bool script_send(loader *l, server *s, uint64_t id, uint32_t epoch, const
     r->epoch = epoch;
     r->n = n;
     memcpy(r->idx, idx, n * sizeof(*idx));
+    r->at = g.now;
     return true;
 }
 
@@ -317,4 +318,81 @@ uint32_t sent_to(uint32_t server_index, uint32_t from)
     for (uint32_t i = from; i < g.nreq; i++)
         n += g.req[i].server == server_index;
     return n;
+}
+
+/* Checks that b is batch k of plan p, as the right reply made it. */
+static void check_batch(const feed_batch *b, const client_plan *p, uint32_t epoch, uint64_t k)
+{
+    const uint32_t *want;
+    uint32_t n;
+    client_plan_batch(p, k, &want, &n);
+    assert_int_equal(b->batch_number, k);
+    assert_int_equal(b->epoch, epoch);
+    assert_int_equal(b->n, n);
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(b->indices[i], want[i]);
+        assert_int_equal(b->labels[i], want[i] % CLASSES);
+    }
+    assert_int_equal(((const uint8_t *)b->data)[0], want[0] & 0xff);
+}
+
+played play_epoch(loader *l, uint32_t epoch, const uint64_t *service_ns)
+{
+    played out;
+    memset(&out, 0, sizeof out);
+    client_plan p;
+    assert_int_equal(
+        client_plan_build(&p, l->num_samples, l->cfg.seed, epoch, 0, 1, l->cfg.batch_size, false),
+        0);
+    /* Per server: the request it works on (index into g.req, or -1) and when that began. */
+    int busy[4] = {-1, -1, -1, -1};
+    uint64_t began[4] = {0};
+    static bool answered[MAXREQ];
+    memset(answered, 0, sizeof answered);
+    uint32_t first = g.nreq;
+    uint64_t start = g.now, k = 0;
+    dispatch(l);
+    while (k < p.batches) {
+        g.now += MS;
+        assert_true(g.now - start < 600000 * MS);
+        if ((g.now - start) % (CLIENT_TICK_MS * MS) == 0)
+            tick(l);
+        for (uint32_t s = 0; s < l->num_servers && s < 4; s++) {
+            if (!service_ns[s])
+                continue;
+            if (busy[s] >= 0 && g.now - began[s] >= service_ns[s]) {
+                answered[busy[s]] = true;
+                if (l->servers[s].stream)
+                    reply(l, &g.req[busy[s]]);
+                busy[s] = -1;
+                dispatch(l);
+            }
+            for (uint32_t i = 0; i < g.nreq && busy[s] < 0; i++) {
+                if (g.req[i].server == s && !answered[i]) {
+                    busy[s] = (int)i;
+                    began[s] = g.now;
+                }
+            }
+        }
+        for (;;) {
+            feed_batch *b = NULL;
+            int rc = next_at(l, &b, NULL);
+            if (rc == SCHED_WAIT)
+                break;
+            assert_int_equal(rc, 0);
+            check_batch(b, &p, epoch, k++);
+            release_at(l, b);
+            dispatch(l);
+            if (k == p.batches) {
+                out.elapsed_ns = g.now - start;
+                break;
+            }
+        }
+    }
+    feed_batch *b = NULL;
+    assert_int_equal(next_at(l, &b, NULL), FEED_EEOF);
+    for (uint32_t i = first; i < g.nreq; i++)
+        out.requests[g.req[i].server]++;
+    client_plan_free(&p);
+    return out;
 }

@@ -20,7 +20,7 @@
 
 #define SIDE 8u
 #define CLASSES 4u
-#define MAXREQ 256u
+#define MAXREQ 1024u
 #define MAXN 16u
 #define MS 1000000ull
 /* The scripted clock starts here; every event's time is T0 plus what the case says. */
@@ -32,6 +32,7 @@ typedef struct sent {
     uint32_t epoch;
     uint32_t n;
     uint64_t idx[MAXN];
+    uint64_t at; /* g.now when it was sent */
 } sent;
 
 /* What the scripted transport saw, and the scripted clock. */
@@ -101,5 +102,18 @@ void expect_epoch(loader *l, uint32_t epoch, uint64_t first);
 void reconnect(loader *l, uint32_t server_index);
 /* Requests sent to server_index from g.req[from] on. */
 uint32_t sent_to(uint32_t server_index, uint32_t from);
+
+/* What play_epoch saw. */
+typedef struct played {
+    uint64_t elapsed_ns; /* from the start to the epoch's last batch handed out */
+    uint32_t requests[4]; /* requests each server received during the epoch */
+} played;
+/* Plays one epoch of `epoch` (planned, nothing in flight) from batch 0 against servers that
+ * each answer their requests one at a time in the order sent, taking service_ns[i] for each
+ * (0: server i answers nothing), and a training loop that takes every batch as soon as next()
+ * has it and releases it at once. The clock moves 1 ms a step, ticking every CLIENT_TICK_MS;
+ * the scheduler dispatches after every event. Checks plan order, indices and pixels of every
+ * batch, as expect_epoch does, and ends at FEED_EEOF. */
+played play_epoch(loader *l, uint32_t epoch, const uint64_t *service_ns);
 
 #endif

@@ -357,6 +357,39 @@ static void test_refused_request_fails_the_server(void **state)
     free_loader(l);
 }
 
+/* One epoch of 96 batches against servers that take service_ms[i] per batch (see play_epoch). */
+static played play(uint32_t nservers, uint32_t window, const uint64_t *service_ms)
+{
+    uint64_t service_ns[4] = {0};
+    for (uint32_t i = 0; i < nservers; i++)
+        service_ns[i] = service_ms[i] * MS;
+    loader *l = make_loader(96 * 8, 8, nservers, window, 4);
+    played p = play_epoch(l, 0, service_ns);
+    free_loader(l);
+    return p;
+}
+
+/* Issue 11's straggler: three servers, one ten times slower than the other two. The epoch
+ * must take at most 1/0.9 of what the two healthy servers take alone, with a small window and
+ * a deep one. */
+static void test_straggler_costs_under_a_tenth(void **state)
+{
+    (void)state;
+    const uint32_t windows[2] = {4, 16};
+    bool fast_enough = true;
+    for (uint32_t w = 0; w < 2; w++) {
+        const uint64_t healthy[2] = {10, 10}, with_slow[3] = {10, 10, 100};
+        played two = play(2, windows[w], healthy);
+        played three = play(3, windows[w], with_slow);
+        print_message("window %u: two healthy %llu ms, with the straggler %llu ms (%u requests "
+                      "to it)\n",
+                      windows[w], (unsigned long long)(two.elapsed_ns / MS),
+                      (unsigned long long)(three.elapsed_ns / MS), three.requests[2]);
+        fast_enough = fast_enough && three.elapsed_ns * 9 <= two.elapsed_ns * 10;
+    }
+    assert_true(fast_enough);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -372,6 +405,7 @@ int main(void)
         cmocka_unit_test(test_next_beyond_prefetch),
         cmocka_unit_test(test_prefetch_across_the_epoch_is_kept),
         cmocka_unit_test(test_refused_request_fails_the_server),
+        cmocka_unit_test(test_straggler_costs_under_a_tenth),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
