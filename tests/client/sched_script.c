@@ -58,6 +58,8 @@ loader *make_loader(uint64_t samples, uint32_t batch, uint32_t nservers, uint32_
 {
     memset(&g, 0, sizeof g);
     g.now = T0;
+    for (uint32_t i = 0; i < 4; i++)
+        g.busy[i] = -1;
     loader *l = calloc(1, sizeof(*l));
     assert_non_null(l);
     feed_loader_config_default(&l->cfg);
@@ -344,11 +346,6 @@ played play_epoch(loader *l, uint32_t epoch, const uint64_t *service_ns)
     assert_int_equal(
         client_plan_build(&p, l->num_samples, l->cfg.seed, epoch, 0, 1, l->cfg.batch_size, false),
         0);
-    /* Per server: the request it works on (index into g.req, or -1) and when that began. */
-    int busy[4] = {-1, -1, -1, -1};
-    uint64_t began[4] = {0};
-    static bool answered[MAXREQ];
-    memset(answered, 0, sizeof answered);
     uint32_t first = g.nreq;
     uint64_t start = g.now, k = 0;
     dispatch(l);
@@ -360,17 +357,16 @@ played play_epoch(loader *l, uint32_t epoch, const uint64_t *service_ns)
         for (uint32_t s = 0; s < l->num_servers && s < 4; s++) {
             if (!service_ns[s])
                 continue;
-            if (busy[s] >= 0 && g.now - began[s] >= service_ns[s]) {
-                answered[busy[s]] = true;
-                if (l->servers[s].stream)
-                    reply(l, &g.req[busy[s]]);
-                busy[s] = -1;
+            if (g.busy[s] >= 0 && g.now - g.began[s] >= service_ns[s]) {
+                g.answered[g.busy[s]] = true;
+                reply(l, &g.req[g.busy[s]]);
+                g.busy[s] = -1;
                 dispatch(l);
             }
-            for (uint32_t i = 0; i < g.nreq && busy[s] < 0; i++) {
-                if (g.req[i].server == s && !answered[i]) {
-                    busy[s] = (int)i;
-                    began[s] = g.now;
+            for (uint32_t i = 0; i < g.nreq && g.busy[s] < 0; i++) {
+                if (g.req[i].server == s && !g.answered[i]) {
+                    g.busy[s] = (int)i;
+                    g.began[s] = g.now;
                 }
             }
         }
@@ -393,6 +389,7 @@ played play_epoch(loader *l, uint32_t epoch, const uint64_t *service_ns)
     assert_int_equal(next_at(l, &b, NULL), FEED_EEOF);
     for (uint32_t i = first; i < g.nreq; i++)
         out.requests[g.req[i].server]++;
+    out.hedged = l->stats.hedged;
     client_plan_free(&p);
     return out;
 }

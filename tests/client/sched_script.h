@@ -43,6 +43,11 @@ typedef struct script_state {
     uint32_t connects[4];
     bool refuse;
     uint64_t now;
+    /* play_epoch's servers: requests answered, and the one each works on (-1: none) since
+     * when. Kept from one play_epoch to the next, as a server's queue is. */
+    bool answered[MAXREQ];
+    int busy[4];
+    uint64_t began[4];
 } script_state;
 extern script_state g;
 
@@ -105,10 +110,11 @@ uint32_t sent_to(uint32_t server_index, uint32_t from);
 
 /* What play_epoch saw. */
 typedef struct played {
-    uint64_t elapsed_ns; /* from the start to the epoch's last batch handed out */
+    uint64_t elapsed_ns;  /* from the start to the epoch's last batch handed out */
     uint32_t requests[4]; /* requests each server received during the epoch */
+    uint64_t hedged;      /* stats.hedged at the end */
 } played;
-/* Plays one epoch of `epoch` (planned, nothing in flight) from batch 0 against servers that
+/* Plays epoch `epoch` (set, none of it handed out yet) from batch 0 against servers that
  * each answer their requests one at a time in the order sent, taking service_ns[i] for each
  * (0: server i answers nothing), and a training loop that takes every batch as soon as next()
  * has it and releases it at once. The clock moves 1 ms a step, ticking every CLIENT_TICK_MS;
