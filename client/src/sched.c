@@ -24,11 +24,12 @@
  * full if that one would still finish it sooner, so a slow server is not fed because its window
  * is free. A server's estimate is at least how long it has been silent while owing, so one that
  * stops falls behind at once. A straggler (estimate beyond CLIENT_HEDGE_FACTOR x the median)
- * has the batches it has owed for long asked of a second server too, in plan order before new
- * work; a server left idle while batches wait gets, every CLIENT_PROBE_MS, a copy of a batch
- * in flight elsewhere, which measures it again at no cost to delivery. A slot then carries two
- * live requests (server/request_id and hedge/hedge_id): the first reply lands, the other is a
- * late duplicate, and a failure of either server leaves the other's request live.
+ * gets no new work, and the batches it has owed for long are asked of a second server too, in
+ * plan order before new work; a server left idle while batches wait gets, every
+ * CLIENT_PROBE_MS, a copy of a batch in flight elsewhere, which measures it again at no cost
+ * to delivery. A slot then carries two live requests (server/request_id and hedge/hedge_id):
+ * the first reply lands, the other is a late duplicate, and a failure of either server leaves
+ * the other's request live.
  *
  * Across an epoch boundary: once every batch of the epoch has a slot, spare
  * capacity goes to batches of epoch + 1 (l->ahead, from batch 0), so the next
@@ -231,15 +232,29 @@ static uint64_t median_service(const loader *l)
     return n ? v[(n - 1) / 2] : 0;
 }
 
+/* The estimate beyond which a server is a straggler: CLIENT_HEDGE_FACTOR x the median, at
+ * least CLIENT_HEDGE_FLOOR_MS; UINT64_MAX (none is) while no server is measured. */
+static uint64_t straggler_limit(const loader *l)
+{
+    uint64_t median = median_service(l);
+    if (!median)
+        return UINT64_MAX;
+    uint64_t limit = (uint64_t)CLIENT_HEDGE_FACTOR * median;
+    uint64_t floor = (uint64_t)CLIENT_HEDGE_FLOOR_MS * 1000000u;
+    return limit > floor ? limit : floor;
+}
+
 /*
  * The server other than `other` expected to finish a new batch first: (outstanding + 1) x its
  * estimate, the most free window among equals (so before anything is measured, the most free
- * window wins). NULL when none has a free window, or when a measured server whose window is
- * full would finish it sooner even so: the batch waits for that server.
+ * window wins). Never a straggler: what it takes lands far behind the others' and holds up
+ * delivery in plan order; it gets only copies (probe_idle_servers) until it has caught up. NULL
+ * when none has a free window, or when a measured server whose window is full would finish it
+ * sooner even so: the batch waits for that server.
  */
 static server *pick_server(loader *l, const server *other, uint64_t now)
 {
-    uint64_t fastest = fastest_service(l);
+    uint64_t fastest = fastest_service(l), limit = straggler_limit(l);
     uint64_t best_cost = 0, full_cost = UINT64_MAX;
     uint32_t best_free = 0;
     server *best = NULL;
@@ -249,7 +264,10 @@ static server *pick_server(loader *l, const server *other, uint64_t now)
             continue;
         /* A server that has not yet answered a batch gets one, as a probe (see SRV_CONNECTING). */
         uint32_t window = s->state == SRV_UP ? s->window : 1;
-        uint64_t cost = (uint64_t)(s->outstanding + 1) * service_estimate(s, fastest, now);
+        uint64_t est = service_estimate(s, fastest, now);
+        if (est > limit)
+            continue;
+        uint64_t cost = (uint64_t)(s->outstanding + 1) * est;
         if (s->outstanding >= window) {
             if (s->state == SRV_UP && s->service_ns && cost < full_cost)
                 full_cost = cost;
@@ -290,12 +308,9 @@ static slot *first_pending(loader *l)
  * owed for longer than the others take by far: it should be asked of another server too. */
 static slot *straggler_batch(loader *l, uint64_t now)
 {
-    uint64_t median = median_service(l);
-    if (!median)
+    uint64_t limit = straggler_limit(l);
+    if (limit == UINT64_MAX)
         return NULL;
-    uint64_t limit = (uint64_t)CLIENT_HEDGE_FACTOR * median;
-    if (limit < (uint64_t)CLIENT_HEDGE_FLOOR_MS * 1000000u)
-        limit = (uint64_t)CLIENT_HEDGE_FLOOR_MS * 1000000u;
     uint64_t fastest = fastest_service(l);
     slot *best = NULL;
     for (uint32_t i = 0; i < l->num_slots; i++) {
@@ -594,9 +609,16 @@ slot *sched_batch_arrived(loader *l, server *s, wire_batch_reader *r, uint64_t n
     }
     if (s->outstanding) {
         s->outstanding--;
-        /* Late duplicates count too: they took the server as long. */
+        /* Late duplicates count too: they took the server as long. Faster replies weigh more
+         * (1/2, else 1/4), so that a server that recovers catches up within a few probes; one
+         * that is slower than it looks falls behind anyway, its silence raising its estimate. */
         uint64_t took = now - s->progress_ns;
-        s->service_ns = s->service_ns ? s->service_ns - s->service_ns / 4 + took / 4 : took;
+        if (!s->service_ns)
+            s->service_ns = took;
+        else if (took < s->service_ns)
+            s->service_ns = (s->service_ns + took) / 2;
+        else
+            s->service_ns = s->service_ns - s->service_ns / 4 + took / 4;
     }
     s->progress_ns = now;
     if (s->state == SRV_CONNECTING) {
