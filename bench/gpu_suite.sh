@@ -12,7 +12,9 @@
 #            same original JPEGs
 #   wire     feed-wire-bench: one server as threads grow (wire only and with
 #            preprocessing), then several servers -> one client
-#   e2e      feed-bench sync / local / remote per model preset
+#   e2e      feed-bench sync / local / remote per model preset, RUNS times
+#            (separate processes), summarised by e2e_report.py: median and
+#            range, % of the GPU-only ceiling
 # Each stage writes OUTDIR/<stage>/; a short table of everything comes last.
 #
 # e2e layout on a 16-core host with one GPU:
@@ -26,7 +28,7 @@
 #
 # Settings by environment: MODELS ("resnet50 resnet18"), SECONDS_PER (10),
 # BATCH (256), LOADER_CPUS (0-3), LOCAL_THREADS (4), SERVER_CPUS (4-9:10-15),
-# SERVERS (2), SERVER_THREADS (6), REPEAT (40), PREPROC_SECONDS (5),
+# SERVERS (2), SERVER_THREADS (6), REPEAT (40), RUNS (5), PREPROC_SECONDS (5),
 # WIRE_SECONDS (3), FEED_BENCH_ARGS (appended to every feed-bench call).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -101,15 +103,19 @@ stage_e2e() {
   feed-pack "$tree" "$work/plain.pack" > /dev/null &&
     python3 "$here/repeat_pack.py" "$work/plain.pack" "$data" --times "${REPEAT:-40}" > /dev/null
   for m in ${MODELS:-resnet50 resnet18}; do
-    stamp "e2e: $m"
-    mkdir -p "$out/e2e/$m"
-    taskset -c "${LOADER_CPUS:-0-3}" "$bin/feed-bench" --device cuda --model "$m" --data "$data" \
-      --out "$out/e2e/$m" --batch "${BATCH:-256}" --seconds "${SECONDS_PER:-10}" \
-      --local-threads "${LOCAL_THREADS:-4}" --spawn-servers "${SERVERS:-2}" \
-      --server-threads "${SERVER_THREADS:-6}" --server-cpus "${SERVER_CPUS:-4-9:10-15}" \
-      --feedd "$bin/feedd" ${FEED_BENCH_ARGS:-} 2> "$out/e2e/$m/stderr.log" \
-      > "$out/e2e/$m/table.txt" || echo "gpu_suite: feed-bench failed for $m" >&2
-    python3 "$here/plot.py" "$out/e2e/$m" > /dev/null 2>&1 || echo "gpu_suite: plots for $m failed" >&2
+    for r in $(seq "${RUNS:-5}"); do
+      stamp "e2e: $m, run $r of ${RUNS:-5}"
+      local o=$out/e2e/$m/run$r
+      mkdir -p "$o"
+      taskset -c "${LOADER_CPUS:-0-3}" "$bin/feed-bench" --device cuda --model "$m" --data "$data" \
+        --out "$o" --batch "${BATCH:-256}" --seconds "${SECONDS_PER:-10}" \
+        --local-threads "${LOCAL_THREADS:-4}" --spawn-servers "${SERVERS:-2}" \
+        --server-threads "${SERVER_THREADS:-6}" --server-cpus "${SERVER_CPUS:-4-9:10-15}" \
+        --feedd "$bin/feedd" ${FEED_BENCH_ARGS:-} 2> "$o/stderr.log" \
+        > "$o/table.txt" || echo "gpu_suite: feed-bench failed for $m, run $r" >&2
+    done
+    python3 "$here/plot.py" "$out/e2e/$m/run1" > /dev/null 2>&1 || echo "gpu_suite: plots for $m failed" >&2
+    python3 "$here/e2e_report.py" "$out/e2e/$m" > "$out/e2e/$m/table.md" 2>&1
   done
 }
 
@@ -127,6 +133,6 @@ for s in $stages; do
     wire) echo "## wire"; cat "$out/wire/scaling.txt" "$out/wire/multi.txt" | grep -v '^#' | tail -n 20 ;;
     e2e)
       echo "## e2e"
-      for m in ${MODELS:-resnet50 resnet18}; do echo "# $m"; cat "$out/e2e/$m/table.txt"; done ;;
+      for m in ${MODELS:-resnet50 resnet18}; do echo "# $m"; cat "$out/e2e/$m/table.md"; done ;;
   esac
 done

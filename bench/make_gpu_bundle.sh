@@ -67,6 +67,7 @@ for m in _pytest pytest pluggy iniconfig packaging attr attrs py py.py; do
 done
 find "$dir/pylib" -name __pycache__ -prune -exec rm -rf {} +
 cp "$root/bench/gpu_suite.sh" "$root/bench/plot.py" "$root/bench/e2e/calibrate_presets.py" \
+   "$root/bench/e2e/e2e_report.py" \
    "$root/bench/e2e/repeat_pack.py" "$root/bench/preproc/torchvision_bench.py" \
    "$root/bench/preproc/ratio.py" "$dir/"
 if [ -d "$sample" ]; then

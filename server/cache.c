@@ -254,3 +254,35 @@ void feedd_cache_release(feedd_cache *c, feedd_cache_entry *e)
     free(e);
     uncharge(c, bytes);
 }
+
+/* feed_engine_decode's buffer: a cache entry when one fits, else the engine's scratch. */
+typedef struct reserve_ctx {
+    feedd_cache *cache;
+    uint32_t ds;
+    uint64_t index;
+    feedd_cache_entry *entry;
+} reserve_ctx;
+
+static uint8_t *reserve_entry(void *arg, const feed_decoded *dims, size_t bytes)
+{
+    (void)dims;
+    reserve_ctx *r = arg;
+    r->entry = feedd_cache_reserve(r->cache, r->ds, r->index, bytes);
+    return r->entry ? feedd_cache_pixels(r->entry) : NULL;
+}
+
+feed_sample_status feedd_cache_decode(feedd_cache *c, feed_engine *e, uint32_t ds, uint64_t index,
+                                      const uint8_t *jpeg, size_t len, uint32_t side,
+                                      feed_decoded *img, feedd_cache_entry **entry)
+{
+    reserve_ctx r = {c, ds, index, NULL};
+    feed_sample_status st = feed_engine_decode(e, jpeg, len, side, reserve_entry, &r, img);
+    if (st == FEED_SAMPLE_OK && r.entry) {
+        feedd_cache_publish(c, r.entry, img);
+    } else if (r.entry) {
+        feedd_cache_release(c, r.entry);
+        r.entry = NULL;
+    }
+    *entry = r.entry;
+    return st;
+}

@@ -86,4 +86,14 @@ void feedd_cache_publish(feedd_cache *c, feedd_cache_entry *e, const feed_decode
 /* Drop a reference; the last one frees the entry and gives its bytes back. */
 void feedd_cache_release(feedd_cache *c, feedd_cache_entry *e);
 
+/*
+ * After a miss: decode jpeg with e at the shorter side `side` into a new
+ * entry when the budget has room (published, referenced: *entry, release it
+ * after use) or else into e's scratch (*entry NULL). The image is in *img.
+ * A sample that fails to decode is not cached; the engine says why.
+ */
+feed_sample_status feedd_cache_decode(feedd_cache *c, feed_engine *e, uint32_t ds, uint64_t index,
+                                      const uint8_t *jpeg, size_t len, uint32_t side,
+                                      feed_decoded *img, feedd_cache_entry **entry);
+
 #endif

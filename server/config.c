@@ -60,6 +60,23 @@ static const key_def keys[] = {
      "Prometheus endpoint [HOST:]PORT (0 = ephemeral); off when empty"},
     {"metrics-port-file", KEY_STR, OFF(metrics_port_file), SZ(metrics_port_file), 0, 0, "",
      "write the bound metrics port here"},
+    {"metrics-token-file", KEY_STR, OFF(metrics_token_file), SZ(metrics_token_file), 0, 0, "",
+     "GET /metrics needs 'Authorization: Bearer TOKEN', TOKEN the first line of FILE (else 401)"},
+    {"tls-cert", KEY_STR, OFF(tls_cert), SZ(tls_cert), 0, 0, "",
+     "PEM certificate chain: the gRPC port speaks TLS only (needs tls-key); gRPC then accepts "
+     "connections itself, without feedd's descriptor-exhaustion guard: feedd exits with status 3 "
+     "if that port stops accepting"},
+    {"tls-key", KEY_STR, OFF(tls_key), SZ(tls_key), 0, 0, "", "PEM private key of tls-cert"},
+    {"tls-client-ca", KEY_STR, OFF(tls_client_ca), SZ(tls_client_ca), 0, 0, "",
+     "mutual TLS: require a client certificate signed by this PEM CA (needs tls-cert)"},
+    {"health-listen", KEY_STR, OFF(health_listen), SZ(health_listen), 0, 0, "",
+     "with TLS: a plaintext port [HOST:]PORT that serves grpc.health.v1.Health only, for "
+     "probes that speak no TLS (Kubernetes gRPC probes); off when empty"},
+    {"health-port-file", KEY_STR, OFF(health_port_file), SZ(health_port_file), 0, 0, "",
+     "write the bound health port here"},
+    {"auth-token-file", KEY_STR, OFF(auth_token_file), SZ(auth_token_file), 0, 0, "",
+     "every feed.v1.Feed call needs 'authorization: Bearer TOKEN' metadata, TOKEN the first "
+     "line of FILE (else UNAUTHENTICATED); grpc.health.v1.Health stays open for probes"},
     {"max-memory", KEY_BYTES, OFF(max_memory), 0, 1 << 20, 1024 * GiB, "1G",
      "all batch buffers together; a request beyond it waits for memory to free"},
     {"max-stream-memory", KEY_BYTES, OFF(max_stream_memory), 0, 1 << 20, 1024 * GiB, "128M",
@@ -420,6 +437,21 @@ int feedd_config_parse(int argc, char **argv, feedd_config *cfg, char *err, size
         cfg->max_stream_memory = cfg->max_memory;
     if (cfg->max_batch_bytes > cfg->max_stream_memory)
         cfg->max_batch_bytes = cfg->max_stream_memory;
+    if (!cfg->tls_cert[0] != !cfg->tls_key[0]) {
+        feed_set_err(err, cap, "%s: tls-cert and tls-key go together",
+                     cfg->tls_cert[0] ? "tls-key" : "tls-cert");
+        return FEED_EINVAL;
+    }
+    if (cfg->health_listen[0] && !cfg->tls_cert[0]) {
+        feed_set_err(err, cap,
+                     "health-listen: only with tls-cert; without TLS probe the gRPC "
+                     "port itself");
+        return FEED_EINVAL;
+    }
+    if (cfg->tls_client_ca[0] && !cfg->tls_cert[0]) {
+        feed_set_err(err, cap, "tls-client-ca: mutual TLS needs tls-cert and tls-key");
+        return FEED_EINVAL;
+    }
     if (cfg->n_datasets == 0) {
         feed_set_err(err, cap, "dataset: at least one --dataset NAME=PATH is needed");
         return FEED_EINVAL;

@@ -28,6 +28,14 @@ typedef struct feedd_config {
     char port_file[FEEDD_PATH_MAX];
     char metrics_listen[256]; /* "" = no metrics endpoint */
     char metrics_port_file[FEEDD_PATH_MAX];
+    /* Trust (trust.h): "" = off. */
+    char tls_cert[FEEDD_PATH_MAX];
+    char tls_key[FEEDD_PATH_MAX];
+    char tls_client_ca[FEEDD_PATH_MAX];
+    char auth_token_file[FEEDD_PATH_MAX];
+    char metrics_token_file[FEEDD_PATH_MAX];
+    char health_listen[256]; /* plaintext Health-only port beside the TLS one; "" = none */
+    char health_port_file[FEEDD_PATH_MAX];
     uint32_t threads;    /* preprocessing workers; 0 on the command line = all cores */
     uint32_t cq_threads; /* gRPC completion-queue threads; 0 = auto */
     uint64_t max_memory; /* all batch buffers together */

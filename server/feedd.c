@@ -7,8 +7,10 @@
  * drains: it finishes accepted batches, refuses new ones and cancels what is
  * left after --drain-timeout-ms; a second signal cuts the drain short. If
  * gRPC still holds cancelled calls STOP_GRACE_MS later (a client that stopped
- * reading), feedd exits without tearing down. Exit status 0 either way.
- * Main thread only.
+ * reading), feedd exits without tearing down. Exit status 0 either way. If
+ * the TLS port stops accepting for good (gRPC 1.51 after running out of
+ * descriptors), feedd drains the same way and exits with status 3, to be
+ * restarted. Main thread only.
  */
 #include <errno.h>
 #include <signal.h>
@@ -38,7 +40,11 @@
  */
 #define STOP_GRACE_MS 1000
 
-/* How often the main thread looks for streams whose sends stalled (--send-stall-ms). */
+/* Exit status when the TLS port stopped accepting (feedd_service_accepting). */
+#define EXIT_TLS_PORT_DEAD 3
+
+/* How often the main thread looks for streams whose sends stalled (--send-stall-ms)
+ * and whether the TLS port still accepts. */
 #define STALL_CHECK_MS 250
 
 /* Write "PORT\n" to path atomically (temp file + rename): readers never see half a number. */
@@ -195,12 +201,11 @@ int main(int argc, char **argv)
     feedd_metrics_set_extra(feedd_service_render_streams, svc);
     if (cfg.metrics_listen[0]) {
         int mport = 0;
-        rc = feedd_metrics_start(cfg.metrics_listen, &metrics, &mport);
-        if (rc < 0) {
-            FEED_LOGE("metrics: cannot listen on %s", cfg.metrics_listen);
+        rc = feedd_metrics_start(cfg.metrics_listen, cfg.metrics_token_file, &metrics, &mport);
+        if (rc < 0)
             goto out;
-        }
-        FEED_LOGI("metrics on port %d", mport);
+        FEED_LOGI("metrics on port %d%s", mport,
+                  cfg.metrics_token_file[0] ? ", bearer token required" : "");
         if (cfg.metrics_port_file[0] && write_port_file(cfg.metrics_port_file, mport) < 0)
             goto out;
     }
@@ -208,16 +213,34 @@ int main(int argc, char **argv)
               "cache %llu",
               FEED_VERSION, cfg.listen, port, cfg.threads, cfg.cq_threads,
               (unsigned long long)cfg.max_memory, (unsigned long long)cfg.cache_bytes);
+    FEED_LOGI("gRPC port: %s, %s; Health open to all",
+              cfg.tls_cert[0] ? cfg.tls_client_ca[0] ? "mutual TLS" : "TLS" : "plaintext",
+              cfg.auth_token_file[0] ? "bearer token required on Feed calls" : "no token");
+    int hport = feedd_service_health_port(svc);
+    if (hport)
+        FEED_LOGI("health port %d: plaintext, grpc.health.v1.Health only", hport);
+    if (hport && cfg.health_port_file[0] && write_port_file(cfg.health_port_file, hport) < 0)
+        goto out;
     if (cfg.port_file[0] && write_port_file(cfg.port_file, port) < 0)
         goto out;
 
-    siginfo_t si;
     const struct timespec tick = {0, STALL_CHECK_MS * 1000000L};
-    while (sigtimedwait(&set, &si, &tick) < 0)
+    int sig = -1;
+    while (sig < 0 && feedd_service_accepting(svc)) {
+        sig = sigtimedwait(&set, NULL, &tick);
         feedd_service_check_stalls(svc);
-    FEED_LOGI("signal %d: draining (timeout %u ms)", si.si_signo, cfg.drain_timeout_ms);
+    }
+    if (sig > 0) {
+        FEED_LOGI("signal %d: draining (timeout %u ms)", sig, cfg.drain_timeout_ms);
+        exit_code = 0;
+    } else {
+        FEED_LOGE("the TLS port accepts no more connections (gRPC gave up after an accept failed "
+                  "for want of descriptors): draining (timeout %u ms), then exiting with status "
+                  "%d so that a supervisor restarts feedd",
+                  cfg.drain_timeout_ms, EXIT_TLS_PORT_DEAD);
+        exit_code = EXIT_TLS_PORT_DEAD;
+    }
     drain(svc, &set, cfg.drain_timeout_ms);
-    exit_code = 0;
 out:
     feedd_metrics_set_extra(NULL, NULL);
     if (svc) {

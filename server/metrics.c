@@ -10,7 +10,9 @@
  * half-sent connections cannot lock a scraper out; MHD then closes it on
  * its next pass. The table of connections is guarded by mu: MHD's thread
  * adds and removes entries (connection notifications), the listener's
- * thread evicts. MHD's own log goes through a rate limit.
+ * thread evicts. MHD's own log goes through a rate limit. With a token
+ * (--metrics-token-file) every request must carry it as a bearer
+ * Authorization header; the token is read-only once the server starts.
  */
 #include "metrics.h"
 
@@ -28,6 +30,7 @@
 #include "feed/log.h"
 #include "feed/timeutil.h"
 #include "listener.h"
+#include "trust.h"
 
 feedd_metrics feedd_m;
 
@@ -59,6 +62,7 @@ typedef struct metrics_conn {
 struct feedd_metrics_server {
     struct MHD_Daemon *daemon;
     feedd_listener *listener;
+    feedd_token token;
     pthread_mutex_t mu;
     metrics_conn conns[METRICS_CONN_SLOTS]; /* guarded by mu */
     size_t pending;                         /* handed to MHD, not yet started; guarded by mu */
@@ -143,6 +147,9 @@ char *feedd_metrics_render(size_t *len)
         if (ld(&m->stream_status[c]))
             put(&t, "feedd_stream_status_total{code=\"%d\"} %llu\n", c,
                 (unsigned long long)ld(&m->stream_status[c]));
+    counter(&t, "feedd_unauthenticated_total",
+            "Feed calls refused (UNAUTHENTICATED) for want of the bearer token.",
+            ld(&m->unauthenticated));
     counter(&t, "feedd_cache_hits_total", "Decoded-sample cache lookups that found the image.",
             ld(&m->cache_hits));
     counter(&t, "feedd_cache_misses_total",
@@ -196,10 +203,18 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     (void)upload;
     (void)upload_len;
     (void)con_cls;
+    feedd_metrics_server *m = cls;
     struct MHD_Response *resp = NULL;
     unsigned code = MHD_HTTP_OK;
-    set_in_request(cls, conn, true);
-    if (strcmp(method, "GET") != 0) {
+    set_in_request(m, conn, true);
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (!feedd_token_matches(&m->token, auth ? auth : "", auth ? strlen(auth) : 0)) {
+        static const char msg[] = "this endpoint needs 'Authorization: Bearer TOKEN'\n";
+        code = MHD_HTTP_UNAUTHORIZED;
+        resp = MHD_create_response_from_buffer(sizeof msg - 1, (void *)msg, MHD_RESPMEM_PERSISTENT);
+        if (resp)
+            MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    } else if (strcmp(method, "GET") != 0) {
         static const char msg[] = "only GET\n";
         code = MHD_HTTP_METHOD_NOT_ALLOWED;
         resp = MHD_create_response_from_buffer(sizeof msg - 1, (void *)msg, MHD_RESPMEM_PERSISTENT);
@@ -317,14 +332,21 @@ static void on_log(void *cls, const char *fmt, va_list ap)
     }
 }
 
-int feedd_metrics_start(const char *addr, feedd_metrics_server **out, int *port)
+int feedd_metrics_start(const char *addr, const char *token_file, feedd_metrics_server **out,
+                        int *port)
 {
     int rc = FEED_ENOMEM;
+    char err[1200];
     *out = NULL;
     feedd_metrics_server *m = calloc(1, sizeof *m);
     if (!m)
         goto out;
     pthread_mutex_init(&m->mu, NULL);
+    rc = feedd_token_load(token_file, "metrics-token-file", &m->token, err, sizeof err);
+    if (rc != 0) {
+        FEED_LOGE("%s", rc == FEED_ENOMEM ? "metrics: out of memory" : err);
+        goto fail;
+    }
     rc = feedd_listener_open(addr, "metrics", &m->listener, port);
     if (rc != 0)
         goto fail;
@@ -335,8 +357,10 @@ int feedd_metrics_start(const char *addr, feedd_metrics_server **out, int *port)
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_CONN_SLOTS, MHD_OPTION_CONNECTION_TIMEOUT,
         METRICS_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION, on_notify, m,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, m, MHD_OPTION_END);
-    if (!m->daemon)
+    if (!m->daemon) {
+        FEED_LOGE("metrics: cannot start the HTTP server");
         goto fail;
+    }
     rc = feedd_listener_start(m->listener, on_connection, m);
     if (rc != 0)
         goto fail;
@@ -354,6 +378,7 @@ void feedd_metrics_stop(feedd_metrics_server *m)
         feedd_listener_close(m->listener);
         if (m->daemon)
             MHD_stop_daemon(m->daemon);
+        feedd_token_free(&m->token);
         pthread_mutex_destroy(&m->mu);
         free(m);
     }

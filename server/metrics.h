@@ -34,6 +34,7 @@ typedef struct feedd_metrics {
     atomic_uint_fast64_t streams_opened;
     atomic_uint_fast64_t streams_stalled; /* cancelled by send-stall-ms */
     atomic_uint_fast64_t stream_status[FEEDD_STATUS_CODES];
+    atomic_uint_fast64_t unauthenticated; /* Feed calls refused for want of the token */
     atomic_uint_fast64_t cache_hits, cache_misses, cache_evictions;
     atomic_int_fast64_t cache_bytes;  /* charged to the decoded-sample cache */
     atomic_int_fast64_t cache_budget; /* its --cache-bytes while it exists */
@@ -61,9 +62,12 @@ typedef struct feedd_metrics_server feedd_metrics_server;
 
 /*
  * Serve GET /metrics on addr ("[HOST:]PORT", port 0 = ephemeral); *port gets
- * the bound port. 0 or FEED_EINVAL / FEED_EIO.
+ * the bound port. With token_file not "", only to requests that carry
+ * "Authorization: Bearer TOKEN" (trust.h's feedd_token_load reads it; 401
+ * otherwise). 0 or FEED_EINVAL / FEED_EIO / FEED_ENOMEM, logged.
  */
-int feedd_metrics_start(const char *addr, feedd_metrics_server **out, int *port);
+int feedd_metrics_start(const char *addr, const char *token_file, feedd_metrics_server **out,
+                        int *port);
 void feedd_metrics_stop(feedd_metrics_server *m); /* accepts NULL */
 /* The exposition text (malloc'd, NUL-terminated) or NULL. */
 char *feedd_metrics_render(size_t *len);

@@ -107,22 +107,6 @@ static void count_stages(const feed_stage_times *times)
     feedd_count(&feedd_m.stage_count[FEEDD_STAGE_RESIZE], 1);
 }
 
-/* feed_engine_decode's buffer: a cache entry when one fits, else the engine's scratch. */
-typedef struct reserve_ctx {
-    feedd_cache *cache;
-    uint32_t ds;
-    uint64_t index;
-    feedd_cache_entry *entry;
-} reserve_ctx;
-
-static uint8_t *reserve_entry(void *arg, const feed_decoded *dims, size_t bytes)
-{
-    (void)dims;
-    reserve_ctx *r = arg;
-    r->entry = feedd_cache_reserve(r->cache, r->ds, r->index, bytes);
-    return r->entry ? feedd_cache_pixels(r->entry) : NULL;
-}
-
 /*
  * A sample of a cached dataset: from the cached image on a hit; on a miss,
  * decode the whole image at the cache's size (into a new entry when the
@@ -143,17 +127,13 @@ static feed_sample_status make_cached(worker *w, feedd_job *job, uint32_t pos, u
         size_t len = 0;
         if (read_sample(w, job, pos, &jpeg, &len, &st) < 0)
             return st;
-        reserve_ctx r = {cache, job->ds_id, index, NULL};
         uint64_t t0 = feed_now_ns();
-        st = feed_engine_decode(w->engine, jpeg, len, side, reserve_entry, &r, &img);
+        st = feedd_cache_decode(cache, w->engine, job->ds_id, index, jpeg, len, side, &img, &entry);
         times.decode_ns = feed_now_ns() - t0;
-        entry = r.entry;
         if (st != FEED_SAMPLE_OK) {
             memset(out, 0, job->sample_bytes);
             snprintf(job->errors[pos], sizeof job->errors[pos], "%s",
                      feed_engine_last_error(w->engine));
-        } else if (entry) {
-            feedd_cache_publish(cache, entry, &img);
         }
     }
     if (st == FEED_SAMPLE_OK) {

@@ -23,6 +23,7 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_posix.h>
 #include <grpc/grpc_security.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
 #include "feed/errors.h"
@@ -110,6 +111,27 @@ static void slot_reset(req_slot *slot)
         grpc_call_details_destroy(&slot->details);
 }
 
+/*
+ * Whether call may reach feed.v1.Feed as far as the transport goes: always
+ * without TLS; with TLS only over it, as the Health port's plaintext
+ * connections share the server.
+ */
+static bool call_over_tls(const feedd_service *svc, grpc_call *call)
+{
+    bool tls = !svc->health_listener;
+    grpc_auth_context *ctx = tls ? NULL : grpc_call_auth_context(call);
+    if (ctx) {
+        grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(
+            ctx, GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME);
+        for (const grpc_auth_property *p = grpc_auth_property_iterator_next(&it); p && !tls;
+             p = grpc_auth_property_iterator_next(&it))
+            tls = p->value_length == strlen(GRPC_SSL_TRANSPORT_SECURITY_TYPE) &&
+                  memcmp(p->value, GRPC_SSL_TRANSPORT_SECURITY_TYPE, p->value_length) == 0;
+        grpc_auth_context_release(ctx);
+    }
+    return tls;
+}
+
 /* A call accepted: hand it on, then re-arm the slot unless the server is shutting down. */
 static void dispatch(req_slot *slot)
 {
@@ -117,6 +139,21 @@ static void dispatch(req_slot *slot)
     feedd_service *svc = cqt->svc;
     grpc_call *call = slot->call;
     grpc_byte_buffer *payload = slot->payload;
+    /* Health stays open so that probes need no secret; it tells nothing about the data. */
+    if (slot->m != METHOD_HEALTH && !call_over_tls(svc, call)) {
+        feedd_count(&feedd_m.unauthenticated, 1);
+        feedd_unary_finish(svc, call, NULL, GRPC_STATUS_UNAUTHENTICATED,
+                           "this port serves grpc.health.v1.Health only; feed.v1.Feed needs TLS");
+        goto done;
+    }
+    if (slot->m != METHOD_HEALTH && !feedd_token_allows(&svc->token, &slot->md)) {
+        feedd_count(&feedd_m.unauthenticated, 1);
+        FEED_LOGD("call without the right bearer token: UNAUTHENTICATED");
+        feedd_unary_finish(svc, call, NULL, GRPC_STATUS_UNAUTHENTICATED,
+                           "this server needs 'authorization: Bearer TOKEN' metadata with its "
+                           "token");
+        goto done;
+    }
     switch (slot->m) {
     case METHOD_STREAM:
         feedd_stream_start(cqt, call);
@@ -131,6 +168,7 @@ static void dispatch(req_slot *slot)
         feedd_unary_unimplemented(svc, call, slot->details.method);
         break;
     }
+done:
     if (payload)
         grpc_byte_buffer_destroy(payload);
     slot_reset(slot);
@@ -230,19 +268,21 @@ static int make_server(feedd_service *svc)
      * No SO_REUSEPORT: a second feedd on a taken port must fail, not share it.
      * Keepalive: the server pings idle connections so a vanished client's
      * streams (and their batch memory) go within 40 s; clients may ping every
-     * 5 s (libfeedclient pings every 10 s) without being told off.
+     * 500 ms, with or without calls, without being told off (libfeedclient
+     * pings every second to find a stopped server fast).
      */
-    grpc_arg args[6];
+    grpc_arg args[7];
     args[0] = (grpc_arg){GRPC_ARG_INTEGER,
                          GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
                          {.integer = (int)cfg->max_request_bytes}};
     args[1] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = -1}};
     args[2] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_ALLOW_REUSEPORT, {.integer = 0}};
     args[3] = (grpc_arg){
-        GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, {.integer = 5000}};
+        GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, {.integer = 500}};
     args[4] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIME_MS, {.integer = 30000}};
     args[5] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIMEOUT_MS, {.integer = 10000}};
-    grpc_channel_args ca = {6, args};
+    args[6] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, {.integer = 1}};
+    grpc_channel_args ca = {7, args};
     svc->server = grpc_server_create(&ca, NULL);
     svc->n_cqts = cfg->cq_threads;
     svc->cqts = calloc(svc->n_cqts, sizeof *svc->cqts);
@@ -284,19 +324,82 @@ static void on_connection(void *arg, int fd, const struct sockaddr *addr, sockle
     feedd_service *svc = arg;
     (void)addr;
     (void)len;
-    grpc_server_add_channel_from_fd(svc->server, fd, svc->creds);
+    grpc_server_add_channel_from_fd(svc->server, fd,
+                                    svc->health_listener ? svc->health_creds : svc->creds);
 }
 
 /*
- * Listen on cfg->listen; nothing is accepted until the listener starts,
- * after grpc_server_start. 0, FEED_EINVAL, FEED_EIO or FEED_ENOMEM.
+ * Set when gRPC's own listener (the TLS port's) logs that accept4() failed:
+ * gRPC 1.51 then never accepts on that port again (listener.h). Any thread.
+ */
+static atomic_bool grpc_accept_failed;
+
+/*
+ * gRPC's log while it listens itself: forwarded to feedd's, and watched for
+ * that one line of its TCP server.
+ */
+static void on_grpc_log(gpr_log_func_args *a)
+{
+    const char *file = strrchr(a->file, '/') ? strrchr(a->file, '/') + 1 : a->file;
+    if (strcmp(file, "tcp_server_posix.cc") == 0 && strncmp(a->message, "Failed accept4", 14) == 0)
+        atomic_store(&grpc_accept_failed, true);
+    feed_log(a->severity == GPR_LOG_SEVERITY_ERROR  ? FEED_LOG_ERROR
+             : a->severity == GPR_LOG_SEVERITY_INFO ? FEED_LOG_INFO
+                                                    : FEED_LOG_DEBUG,
+             "grpc: %s (%s:%d)", a->message, file, a->line);
+}
+
+/*
+ * The TLS port: gRPC's own listener, as gRPC 1.51 takes a connection
+ * accepted elsewhere only without TLS. cfg->listen in gRPC's syntax: a
+ * missing host is 0.0.0.0, as for feedd's listener.
+ */
+static int bind_tls_port(feedd_service *svc, int *port)
+{
+    const char *listen = svc->cfg->listen;
+    char addr[sizeof svc->cfg->listen + 16];
+    const char *colon = strrchr(listen, ':');
+    snprintf(addr, sizeof addr, "%s%s%s", !colon || colon == listen ? "0.0.0.0" : "",
+             colon ? "" : ":", listen);
+    gpr_set_log_function(on_grpc_log);
+    *port = grpc_server_add_http2_port(svc->server, addr, svc->creds);
+    int rc = *port > 0 ? 0 : FEED_EIO;
+    if (rc != 0)
+        FEED_LOGE("grpc: cannot listen on %s with TLS (address taken, or tls-cert and tls-key do "
+                  "not make a valid pair)",
+                  addr);
+    if (rc == 0 && svc->cfg->health_listen[0]) {
+        svc->health_creds = grpc_insecure_server_credentials_create();
+        rc = svc->health_creds ? feedd_listener_open(svc->cfg->health_listen, "health",
+                                                     &svc->health_listener, &svc->health_port)
+                               : FEED_ENOMEM;
+    }
+    return rc;
+}
+
+/*
+ * Load the token and the credentials, listen on cfg->listen; nothing is
+ * accepted until the server (TLS) or the listener (plaintext) starts.
+ * 0, FEED_EINVAL, FEED_EIO or FEED_ENOMEM.
  */
 static int bind_port(feedd_service *svc, int *port)
 {
-    int rc = FEED_ENOMEM;
-    svc->creds = grpc_insecure_server_credentials_create();
-    if (svc->creds)
-        rc = feedd_listener_open(svc->cfg->listen, "grpc", &svc->listener, port);
+    const feedd_config *cfg = svc->cfg;
+    char err[FEEDD_PATH_MAX + 200];
+    int rc =
+        feedd_token_load(cfg->auth_token_file, "auth-token-file", &svc->token, err, sizeof err);
+    if (rc == 0)
+        rc = feedd_tls_server_credentials(cfg->tls_cert, cfg->tls_key, cfg->tls_client_ca,
+                                          &svc->creds, err, sizeof err);
+    if (rc == 0 && !svc->creds) {
+        svc->creds = grpc_insecure_server_credentials_create();
+        rc = svc->creds ? feedd_listener_open(cfg->listen, "grpc", &svc->listener, port)
+                        : FEED_ENOMEM;
+    } else if (rc == 0) {
+        rc = bind_tls_port(svc, port);
+    } else {
+        FEED_LOGE("%s", rc == FEED_ENOMEM ? "out of memory" : err);
+    }
     return rc;
 }
 
@@ -358,8 +461,9 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
         goto fail;
     grpc_server_start(svc->server);
     rc = arm_slots(svc);
-    if (rc == 0)
-        rc = feedd_listener_start(svc->listener, on_connection, svc);
+    if (rc == 0 && (svc->listener || svc->health_listener))
+        rc = feedd_listener_start(svc->listener ? svc->listener : svc->health_listener,
+                                  on_connection, svc);
     if (rc != 0)
         goto fail_started;
     atomic_store(&feedd_m.serving, 1);
@@ -372,6 +476,8 @@ fail_started:
 fail:
     feedd_listener_close(svc->listener);
     svc->listener = NULL;
+    feedd_listener_close(svc->health_listener);
+    svc->health_listener = NULL;
     if (svc->server)
         grpc_server_destroy(svc->server);
     svc->server = NULL;
@@ -390,6 +496,16 @@ void feedd_service_drain(feedd_service *svc)
     for (feed_list_node *n = svc->streams.first; n; n = n->next)
         feedd_stream_drain(FEED_LIST_ENTRY(n, stream, link));
     pthread_mutex_unlock(&svc->mu);
+}
+
+bool feedd_service_accepting(const feedd_service *svc)
+{
+    return svc->listener || !atomic_load(&grpc_accept_failed);
+}
+
+int feedd_service_health_port(const feedd_service *svc)
+{
+    return svc->health_port;
 }
 
 size_t feedd_service_open_streams(feedd_service *svc)
@@ -480,6 +596,8 @@ int feedd_service_stop(feedd_service *svc, uint32_t grace_ms)
     /* First: no connection may reach a server that shuts down. */
     feedd_listener_close(svc->listener);
     svc->listener = NULL;
+    feedd_listener_close(svc->health_listener);
+    svc->health_listener = NULL;
     if (svc->server) {
         pthread_mutex_lock(&svc->mu);
         svc->shutting_down = true;
@@ -512,6 +630,9 @@ void feedd_service_free(feedd_service *svc)
         feedd_memory_unref(svc->memory);
         if (svc->creds)
             grpc_server_credentials_release(svc->creds);
+        if (svc->health_creds)
+            grpc_server_credentials_release(svc->health_creds);
+        feedd_token_free(&svc->token);
         pthread_cond_destroy(&svc->cv);
         pthread_mutex_destroy(&svc->mu);
         free(svc);

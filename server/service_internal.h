@@ -42,6 +42,7 @@
 #include "request.h"
 #include "service.h"
 #include "stream_sm.h"
+#include "trust.h"
 
 #define STATUS_MSG_MAX 256
 #define REQ_SLOTS_PER_METHOD 2
@@ -139,7 +140,11 @@ struct feedd_service {
     feedd_pool *pool;
     grpc_server *server;
     grpc_server_credentials *creds;
-    struct feedd_listener *listener; /* accepts for server (listener.h) */
+    struct feedd_listener *listener;        /* accepts for server (listener.h); NULL with TLS */
+    grpc_server_credentials *health_creds;  /* insecure, for health_listener's connections */
+    struct feedd_listener *health_listener; /* --health-listen beside the TLS port, or NULL */
+    int health_port;
+    feedd_token token; /* what every Feed call must carry (trust.h) */
     void *methods[METHOD_COUNT];
     cq_thread *cqts;
     uint32_t n_cqts;

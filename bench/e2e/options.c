@@ -1,8 +1,6 @@
 /* feed-bench's options; see options.h. */
 #include "options.h"
 
-#include <errno.h>
-#include <getopt.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +8,7 @@
 
 #include "feed/client.h"
 #include "feed/errors.h"
-#include "feed/strutil.h"
+#include "feed/opts.h"
 #include "feed/transform.h"
 
 #define DEFAULT_DATASET_NAME "bench"
@@ -89,193 +87,70 @@ static const model_preset *find_preset(const char *name)
     return NULL;
 }
 
-static int parse_double(const char *s, double *out)
+/* --source LIST: copied, since sources are split in place later. */
+static int set_sources(void *ctx, const char *arg)
 {
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end)
-        return FEED_EINVAL;
-    *out = v;
+    bench_options *o = ctx;
+    if (strlen(arg) >= sizeof o->sources)
+        return -1;
+    snprintf(o->sources, sizeof o->sources, "%s", arg);
     return 0;
 }
 
 int bench_parse_options(int argc, char **argv, bench_options *o)
 {
-    enum {
-        O_SOURCE = 256,
-        O_DATA,
-        O_DATASET,
-        O_OUT,
-        O_DEVICE,
-        O_MODEL,
-        O_USPI,
-        O_BATCH,
-        O_STEPS,
-        O_SECONDS,
-        O_WARMUP,
-        O_LOCAL,
-        O_SERVERS,
-        O_SPAWN,
-        O_SRVTHREADS,
-        O_SRVCPUS,
-        O_FEEDD,
-        O_GEN,
-        O_WINDOW,
-        O_PREFETCH,
-        O_HIDDEN,
-        O_LR,
-        O_SEED,
-        O_SIZE,
-        O_UNORDERED,
-        O_RANK,
-        O_WORLD,
-        O_HELP
-    };
-    static const struct option longopts[] = {
-        {"source", required_argument, NULL, O_SOURCE},
-        {"data", required_argument, NULL, O_DATA},
-        {"dataset", required_argument, NULL, O_DATASET},
-        {"out", required_argument, NULL, O_OUT},
-        {"device", required_argument, NULL, O_DEVICE},
-        {"model", required_argument, NULL, O_MODEL},
-        {"us-per-image", required_argument, NULL, O_USPI},
-        {"step-us-per-image", required_argument, NULL, O_USPI},
-        {"rank", required_argument, NULL, O_RANK},
-        {"world", required_argument, NULL, O_WORLD},
-        {"batch", required_argument, NULL, O_BATCH},
-        {"steps", required_argument, NULL, O_STEPS},
-        {"seconds", required_argument, NULL, O_SECONDS},
-        {"warmup", required_argument, NULL, O_WARMUP},
-        {"local-threads", required_argument, NULL, O_LOCAL},
-        {"servers", required_argument, NULL, O_SERVERS},
-        {"spawn-servers", required_argument, NULL, O_SPAWN},
-        {"server-threads", required_argument, NULL, O_SRVTHREADS},
-        {"server-cpus", required_argument, NULL, O_SRVCPUS},
-        {"feedd", required_argument, NULL, O_FEEDD},
-        {"gen-tool", required_argument, NULL, O_GEN},
-        {"window", required_argument, NULL, O_WINDOW},
-        {"prefetch", required_argument, NULL, O_PREFETCH},
-        {"hidden", required_argument, NULL, O_HIDDEN},
-        {"lr", required_argument, NULL, O_LR},
-        {"seed", required_argument, NULL, O_SEED},
-        {"size", required_argument, NULL, O_SIZE},
-        {"unordered", no_argument, NULL, O_UNORDERED},
-        {"help", no_argument, NULL, O_HELP},
-        {NULL, 0, NULL, 0},
-    };
     memset(o, 0, sizeof *o);
     snprintf(o->sources, sizeof o->sources, "sync,local,remote");
     o->out = "out/bench";
     o->dataset_name = DEFAULT_DATASET_NAME;
     o->device = "auto";
-    o->us_per_image = -1.0;
-    o->seconds = -1.0;
-    o->warmup = UINT32_MAX;
+    o->us_per_image = -1.0; /* unset: the preset's */
+    o->seconds = -1.0;      /* unset: the step's default */
+    o->warmup = UINT32_MAX; /* unset: the step's default */
     o->lr = 0.1;
     o->seed = 1;
     o->size = 224;
     o->gen_classes = 10;
     o->gen_per_class = 64;
     o->world = 1;
-    uint32_t u = 0;
-    int c, bad = 0;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case O_SOURCE:
-            if (strlen(optarg) >= sizeof o->sources)
-                bad = 1;
-            else
-                snprintf(o->sources, sizeof o->sources, "%s", optarg);
-            break;
-        case O_DATA:
-            o->data = optarg;
-            break;
-        case O_DATASET:
-            o->dataset_name = optarg;
-            break;
-        case O_OUT:
-            o->out = optarg;
-            break;
-        case O_DEVICE:
-            o->device = optarg;
-            break;
-        case O_MODEL:
-            o->model = optarg;
-            break;
-        case O_USPI:
-            bad |= parse_double(optarg, &o->us_per_image) != 0;
-            break;
-        case O_BATCH:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->batch) != 0;
-            break;
-        case O_RANK:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->rank) != 0;
-            break;
-        case O_WORLD:
-            bad |= feed_parse_u32(optarg, 1, UINT32_MAX, &o->world) != 0;
-            break;
-        case O_STEPS:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->steps) != 0;
-            break;
-        case O_SECONDS:
-            bad |= parse_double(optarg, &o->seconds) != 0;
-            break;
-        case O_WARMUP:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->warmup) != 0;
-            break;
-        case O_LOCAL:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->local_threads) != 0;
-            break;
-        case O_SERVERS:
-            o->servers = optarg;
-            break;
-        case O_SPAWN:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->spawn) != 0;
-            break;
-        case O_SRVTHREADS:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->server_threads) != 0;
-            break;
-        case O_SRVCPUS:
-            o->server_cpus = optarg;
-            break;
-        case O_FEEDD:
-            o->feedd = optarg;
-            break;
-        case O_GEN:
-            o->gen_tool = optarg;
-            break;
-        case O_WINDOW:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->window) != 0;
-            break;
-        case O_PREFETCH:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->prefetch) != 0;
-            break;
-        case O_HIDDEN:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->hidden) != 0;
-            break;
-        case O_LR:
-            bad |= parse_double(optarg, &o->lr) != 0;
-            break;
-        case O_SEED:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &u) != 0;
-            o->seed = u;
-            break;
-        case O_SIZE:
-            bad |= feed_parse_u32(optarg, 0, UINT32_MAX, &o->size) != 0;
-            break;
-        case O_UNORDERED:
-            o->unordered = true;
-            break;
-        case O_HELP:
-            bench_usage(stdout);
-            exit(0);
-        default:
-            bad = 1;
-            break;
-        }
+    const feed_opt opts[] = {
+        {.name = "source", .call = set_sources, .ctx = o},
+        {.name = "data", .str = &o->data},
+        {.name = "dataset", .str = &o->dataset_name},
+        {.name = "out", .str = &o->out},
+        {.name = "device", .str = &o->device},
+        {.name = "model", .str = &o->model},
+        {.name = "us-per-image", .dbl = &o->us_per_image, .dlo = 0, .dhi = 1e6},
+        {.name = "step-us-per-image", .dbl = &o->us_per_image, .dlo = 0, .dhi = 1e6},
+        {.name = "rank", .u32 = &o->rank, .lo = 0, .hi = UINT32_MAX},
+        {.name = "world", .u32 = &o->world, .lo = 1, .hi = UINT32_MAX},
+        {.name = "batch", .u32 = &o->batch, .lo = 0, .hi = UINT32_MAX},
+        {.name = "steps", .u32 = &o->steps, .lo = 0, .hi = UINT32_MAX},
+        {.name = "seconds", .dbl = &o->seconds, .dlo = 0, .dhi = 1e7},
+        {.name = "warmup", .u32 = &o->warmup, .lo = 0, .hi = UINT32_MAX - 1},
+        {.name = "local-threads", .u32 = &o->local_threads, .lo = 0, .hi = UINT32_MAX},
+        {.name = "servers", .str = &o->servers},
+        {.name = "spawn-servers", .u32 = &o->spawn, .lo = 0, .hi = UINT32_MAX},
+        {.name = "server-threads", .u32 = &o->server_threads, .lo = 0, .hi = UINT32_MAX},
+        {.name = "server-cpus", .str = &o->server_cpus},
+        {.name = "feedd", .str = &o->feedd},
+        {.name = "gen-tool", .str = &o->gen_tool},
+        {.name = "window", .u32 = &o->window, .lo = 0, .hi = UINT32_MAX},
+        {.name = "prefetch", .u32 = &o->prefetch, .lo = 0, .hi = UINT32_MAX},
+        {.name = "hidden", .u32 = &o->hidden, .lo = 0, .hi = UINT32_MAX},
+        {.name = "lr", .dbl = &o->lr, .dlo = 0, .dhi = 1e6},
+        {.name = "seed", .u64 = &o->seed, .lo = 0, .hi = UINT32_MAX},
+        {.name = "size", .u32 = &o->size, .lo = 0, .hi = UINT32_MAX},
+        {.name = "unordered", .flag = &o->unordered},
+        {.name = NULL},
+    };
+    int operands = 0;
+    int pr = feed_opts_parse("feed-bench", opts, argc, argv, &operands);
+    if (pr == 1) {
+        bench_usage(stdout);
+        exit(0);
     }
-    if (bad || optind != argc) {
+    if (pr != 0 || operands != argc) {
         bench_usage(stderr);
         return FEED_EINVAL;
     }

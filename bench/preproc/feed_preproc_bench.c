@@ -82,20 +82,6 @@ typedef struct worker {
     int fail;
 } worker;
 
-typedef struct reserve_ctx {
-    feedd_cache *cache;
-    uint64_t index;
-    feedd_cache_entry *entry;
-} reserve_ctx;
-
-static uint8_t *reserve_entry(void *arg, const feed_decoded *dims, size_t bytes)
-{
-    (void)dims;
-    reserve_ctx *r = arg;
-    r->entry = feedd_cache_reserve(r->cache, 0, r->index, bytes);
-    return r->entry ? feedd_cache_pixels(r->entry) : NULL;
-}
-
 /* One sample the way feedd's worker makes it for a cached dataset (server/pool.c). */
 static feed_sample_status run_cached(worker *w, feed_engine *e, feed_buf *scratch, uint64_t i,
                                      uint32_t epoch, uint8_t *out)
@@ -114,11 +100,7 @@ static feed_sample_status run_cached(worker *w, feed_engine *e, feed_buf *scratc
             return FEED_SAMPLE_IO_ERROR;
         uint64_t t1 = feed_now_ns();
         w->read_ns += t1 - t0;
-        reserve_ctx r = {sh->cache, i, NULL};
-        st = feed_engine_decode(e, data, len, sh->opt->cache_side, reserve_entry, &r, &img);
-        entry = r.entry;
-        if (st == FEED_SAMPLE_OK && entry)
-            feedd_cache_publish(sh->cache, entry, &img);
+        st = feedd_cache_decode(sh->cache, e, 0, i, data, len, sh->opt->cache_side, &img, &entry);
         w->decode_ns += feed_now_ns() - t1;
     }
     if (st == FEED_SAMPLE_OK) {

@@ -8,6 +8,7 @@
  * when its server is failed; whatever it still delivers is dropped, which is
  * what makes re-issued batches exactly-once.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,18 +88,29 @@ static int start_batch(call_ctx *c, const grpc_op *ops, size_t n, call_tag *tag)
     return 0;
 }
 
+#define CLIENT_KEEPALIVE_MS 1000
+
 static int channel_ensure(loader *l, server *s)
 {
     if (s->channel)
         return 0;
     int max_msg = l->max_message > 0x7FFFFFFF ? 0x7FFFFFFF : (int)l->max_message;
-    grpc_arg args[6] = {
+    /* A ping every CLIENT_KEEPALIVE_MS, data or not: a server that stopped (SIGSTOP, a cut
+     * link) fails within about twice that, well before the batch deadline; feedd allows it. */
+    grpc_arg args[7] = {
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
          .value.integer = max_msg},
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, .value.integer = 1},
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_KEEPALIVE_TIME_MS, .value.integer = 10000},
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_KEEPALIVE_TIMEOUT_MS, .value.integer = 5000},
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_KEEPALIVE_TIME_MS,
+         .value.integer = CLIENT_KEEPALIVE_MS},
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+         .value.integer = CLIENT_KEEPALIVE_MS},
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA,
+         .value.integer = 0},
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
          .value.integer = CLIENT_BACKOFF_FIRST_MS},
@@ -106,11 +118,115 @@ static int channel_ensure(loader *l, server *s)
          .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
          .value.integer = CLIENT_BACKOFF_MAX_MS},
     };
-    grpc_channel_args ca = {.num_args = 6, .args = args};
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-    s->channel = grpc_channel_create(s->target, creds, &ca);
-    grpc_channel_credentials_release(creds);
+    grpc_channel_args ca = {.num_args = 7, .args = args};
+    s->channel = grpc_channel_create(s->target, l->creds, &ca);
     return s->channel ? 0 : FEED_ENOMEM;
+}
+
+#define TOKEN_MAX 4096u
+#define PEM_MAX (1u << 20)
+
+/* The whole of a PEM file, NUL-terminated (free it), or NULL with the reason logged. */
+static char *read_pem(loader *l, const char *what, const char *path)
+{
+    char *buf = malloc(PEM_MAX + 1);
+    size_t n = 0;
+    FILE *f = fopen(path, "rb");
+    if (f && buf)
+        n = fread(buf, 1, PEM_MAX + 1, f);
+    if (!f || !buf || ferror(f) || n == 0 || n > PEM_MAX || memchr(buf, 0, n)) {
+        client_log(l, FEED_LOG_ERROR, "feed_loader_open: %s '%s': %s", what, path,
+                   !f            ? strerror(errno)
+                   : !buf        ? "out of memory"
+                   : n > PEM_MAX ? "larger than 1 MiB"
+                                 : "unreadable, empty or not text");
+        free(buf);
+        buf = NULL;
+    } else {
+        buf[n] = '\0';
+    }
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+/* TLS credentials from cfg's files, or insecure ones. 0, FEED_EINVAL or FEED_ENOMEM. */
+static int make_credentials(loader *l)
+{
+    const feed_loader_config *cfg = &l->cfg;
+    char *ca = NULL, *cert = NULL, *key = NULL;
+    int rc = FEED_EINVAL;
+    if (!cfg->tls_ca_file) {
+        if (cfg->tls_cert_file || cfg->tls_key_file) {
+            client_log(l, FEED_LOG_ERROR,
+                       "feed_loader_open: tls_cert_file and tls_key_file need tls_ca_file");
+            goto out;
+        }
+        l->creds = grpc_insecure_credentials_create();
+        rc = l->creds ? 0 : FEED_ENOMEM;
+        goto out;
+    }
+    if (!cfg->tls_cert_file != !cfg->tls_key_file) {
+        client_log(l, FEED_LOG_ERROR,
+                   "feed_loader_open: tls_cert_file and tls_key_file go together");
+        goto out;
+    }
+    ca = read_pem(l, "tls_ca_file", cfg->tls_ca_file);
+    if (!ca)
+        goto out;
+    if (cfg->tls_cert_file) {
+        cert = read_pem(l, "tls_cert_file", cfg->tls_cert_file);
+        key = cert ? read_pem(l, "tls_key_file", cfg->tls_key_file) : NULL;
+        if (!key)
+            goto out;
+    }
+    grpc_ssl_pem_key_cert_pair pair = {key, cert};
+    l->creds = grpc_ssl_credentials_create(ca, cert ? &pair : NULL, NULL, NULL);
+    rc = l->creds ? 0 : FEED_ENOMEM;
+out:
+    if (key)
+        memset(key, 0, strlen(key));
+    free(ca);
+    free(cert);
+    free(key);
+    return rc;
+}
+
+/* The authorization metadata from cfg.token or $FEED_TOKEN. 0 or FEED_EINVAL. */
+static int make_auth(loader *l)
+{
+    const char *token = l->cfg.token ? l->cfg.token : getenv("FEED_TOKEN");
+    const char *from = l->cfg.token ? "token" : "FEED_TOKEN";
+    size_t n = token ? strlen(token) : 0;
+    bool bad = n > TOKEN_MAX;
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n && !bad; i++)
+        bad = (unsigned char)token[i] <= ' ' || (unsigned char)token[i] > '~';
+    if (bad) {
+        client_log(l, FEED_LOG_ERROR,
+                   "feed_loader_open: %s must be at most %u bytes of visible ASCII, no spaces",
+                   from, TOKEN_MAX);
+        return FEED_EINVAL;
+    }
+    char value[sizeof("Bearer ") + TOKEN_MAX];
+    snprintf(value, sizeof(value), "Bearer %s", token);
+    l->auth_md.key = grpc_slice_from_static_string("authorization");
+    l->auth_md.value = grpc_slice_from_copied_string(value);
+    memset(value, 0, sizeof(value));
+    l->auth_md_count = 1;
+    if (!l->cfg.tls_ca_file)
+        client_log(l, FEED_LOG_WARN, "the bearer token goes to the servers without TLS");
+    return 0;
+}
+
+/* SEND_INITIAL_METADATA with the token, if any. */
+static void initial_metadata_op(const loader *l, grpc_op *op)
+{
+    op->op = GRPC_OP_SEND_INITIAL_METADATA;
+    op->data.send_initial_metadata.count = l->auth_md_count;
+    op->data.send_initial_metadata.metadata =
+        l->auth_md_count ? (grpc_metadata *)&l->auth_md : NULL;
 }
 
 static bool start_describe(loader *l, server *s)
@@ -142,7 +258,7 @@ static bool start_describe(loader *l, server *s)
 
     grpc_op ops[6];
     memset(ops, 0, sizeof(ops));
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    initial_metadata_op(l, &ops[0]);
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = c->send_bb;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -179,7 +295,7 @@ static void start_stream(loader *l, server *s)
         goto fail;
     grpc_op op;
     memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_SEND_INITIAL_METADATA;
+    initial_metadata_op(l, &op);
     if (start_batch(c, &op, 1, &c->t_start))
         goto fail;
     memset(&op, 0, sizeof(op));
@@ -256,8 +372,8 @@ bool conn_send(loader *l, server *s, grpc_byte_buffer *bb)
     return true;
 }
 
-static bool send_request(loader *l, server *s, uint64_t id, uint32_t epoch,
-                         const uint64_t *indices, uint32_t n)
+static bool send_request(loader *l, server *s, uint64_t id, uint32_t epoch, const uint64_t *indices,
+                         uint32_t n)
 {
     grpc_byte_buffer *bb = wire_pack_request(NULL, id, epoch, indices, n);
     return bb && conn_send(l, s, bb);
@@ -335,10 +451,17 @@ static void on_describe(loader *l, call_ctx *c, bool ok)
         char *d = grpc_slice_to_c_string(c->details);
         if (c->status == GRPC_STATUS_NOT_FOUND)
             l->notfound_seen = true;
-        /* A server that stays down would log every retry: warn once per outage. */
-        client_log(l, s->quiet ? FEED_LOG_DEBUG : FEED_LOG_WARN,
-                   "server %s: Describe failed (status %d: %s)", s->target, (int)c->status,
-                   d ? d : "");
+        /* A server that stays down would log every retry: warn once per outage. A refused
+         * token is a configuration error, said as one. */
+        if (c->status == GRPC_STATUS_UNAUTHENTICATED)
+            client_log(l, s->quiet ? FEED_LOG_DEBUG : FEED_LOG_ERROR,
+                       "server %s refused the bearer token (UNAUTHENTICATED: %s); set "
+                       "feed_loader_config.token or FEED_TOKEN to the server's token",
+                       s->target, d ? d : "");
+        else
+            client_log(l, s->quiet ? FEED_LOG_DEBUG : FEED_LOG_WARN,
+                       "server %s: Describe failed (status %d: %s)", s->target, (int)c->status,
+                       d ? d : "");
         s->quiet = true;
         gpr_free(d);
         server_failed(l, s, "Describe failed");
@@ -545,6 +668,13 @@ static void *io_main(void *arg)
 
 int conn_start(loader *l)
 {
+    int trc = make_credentials(l);
+    if (!trc)
+        trc = make_auth(l);
+    /* Read once, here: the caller's strings need not outlive feed_loader_open. */
+    l->cfg.token = l->cfg.tls_ca_file = l->cfg.tls_cert_file = l->cfg.tls_key_file = NULL;
+    if (trc)
+        return trc;
     l->cq = grpc_completion_queue_create_for_next(NULL);
     if (!l->cq)
         return FEED_ENOMEM;
@@ -596,4 +726,10 @@ void conn_stop(loader *l)
         grpc_completion_queue_destroy(l->cq);
         l->cq = NULL;
     }
+    if (l->creds)
+        grpc_channel_credentials_release(l->creds);
+    l->creds = NULL;
+    if (l->auth_md_count)
+        grpc_slice_unref(l->auth_md.value);
+    l->auth_md_count = 0;
 }

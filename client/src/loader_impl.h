@@ -210,6 +210,11 @@ struct feed_loader {
     feed_loader_config cfg; /* immutable; strings below are our copies */
     char *dataset;
     char **targets;
+    /* conn.c's, from conn_start to conn_stop, then read-only: what every channel and call
+     * carries (cfg's token and TLS files are read there and not kept). */
+    grpc_channel_credentials *creds;
+    grpc_metadata auth_md; /* "authorization: Bearer TOKEN" */
+    size_t auth_md_count;  /* 0: no token */
 
     pthread_mutex_t mu;
     pthread_cond_t cond; /* [mu] any slot/server change */

@@ -4,10 +4,12 @@
  * a time; it keeps one libjpeg decompressor and grow-only scratch, so a warm
  * engine allocates nothing of its own per image.
  *
- * One file on purpose (~940 lines): the fast path, the full-decode reference
- * and the libjpeg error and warning mapping share the decompressor's setup,
- * its error manager and the header limit checks; apart, each would need the
- * others' internals in a header.
+ * One file on purpose (~1,130 lines): the fast path, the decoded path (the
+ * cache's whole-image decode and the sample from it), the full-decode
+ * reference and the libjpeg error and warning mapping share the
+ * decompressor's setup, its error manager, the table reset and the header
+ * limit checks (read_header); apart, each would need the others' internals
+ * in a header.
  *
  * Fast path, in order:
  *   1. cheap checks on the bytes (empty, size limit, SOI);
@@ -667,6 +669,20 @@ static feed_sample_status check_header(feed_engine *e, bool *cmyk)
 }
 
 /*
+ * Every path's start: this image's own tables only, the header read and
+ * checked (limits, colour space: *cmyk). Not FEED_SAMPLE_OK: e->status set,
+ * the caller fails now.
+ */
+static feed_sample_status read_header(feed_engine *e, const uint8_t *jpeg, size_t len, bool *cmyk)
+{
+    reset_tables(e);
+    jpeg_mem_src(&e->dec, jpeg, (unsigned long)len);
+    jpeg_read_header(&e->dec, TRUE);
+    e->status = check_header(e, cmyk);
+    return e->status;
+}
+
+/*
  * The source box the output is resized from: train's crop (torchvision crops,
  * then resizes, so nothing outside the crop counts) or eval's exact
  * fractional box (torchvision resizes the whole image, then crops, so the
@@ -787,11 +803,7 @@ static feed_sample_status run_fast(feed_engine *e, const uint8_t *jpeg, size_t l
     uint64_t t_start = feed_now_ns(), resize_ns = 0;
     bool cmyk;
 
-    reset_tables(e);
-    jpeg_mem_src(d, jpeg, (unsigned long)len);
-    jpeg_read_header(d, TRUE);
-    e->status = check_header(e, &cmyk);
-    if (e->status != FEED_SAMPLE_OK)
+    if (read_header(e, jpeg, len, &cmyk) != FEED_SAMPLE_OK)
         return fail_now(e, out, out_bytes, times);
 
     feed_sample_plan plan;
@@ -936,11 +948,7 @@ static feed_sample_status run_decode(feed_engine *e, const uint8_t *jpeg, size_t
 {
     struct jpeg_decompress_struct *d = &e->dec;
     bool cmyk;
-    reset_tables(e);
-    jpeg_mem_src(d, jpeg, (unsigned long)len);
-    jpeg_read_header(d, TRUE);
-    e->status = check_header(e, &cmyk);
-    if (e->status != FEED_SAMPLE_OK)
+    if (read_header(e, jpeg, len, &cmyk) != FEED_SAMPLE_OK)
         return fail_now(e, NULL, 0, NULL);
     unsigned num = feed_decoded_scale(d->image_width, d->image_height, min_side);
     d->scale_num = num;
@@ -1054,11 +1062,7 @@ static feed_sample_status run_reference(feed_engine *e, const uint8_t *jpeg, siz
 {
     struct jpeg_decompress_struct *d = &e->dec;
     bool cmyk;
-    reset_tables(e);
-    jpeg_mem_src(d, jpeg, (unsigned long)len);
-    jpeg_read_header(d, TRUE);
-    e->status = check_header(e, &cmyk);
-    if (e->status != FEED_SAMPLE_OK)
+    if (read_header(e, jpeg, len, &cmyk) != FEED_SAMPLE_OK)
         return fail_now(e, out, out_bytes, NULL);
     feed_sample_plan plan;
     feed_plan_sample(t, d->image_width, d->image_height, seed, epoch, sample_index, &plan);

@@ -56,6 +56,10 @@ int main(void)
     FIELD(feed_loader_config, resolve_interval_ms);
     FIELD(feed_loader_config, log_fn);
     FIELD(feed_loader_config, log_user);
+    FIELD(feed_loader_config, token);
+    FIELD(feed_loader_config, tls_ca_file);
+    FIELD(feed_loader_config, tls_cert_file);
+    FIELD(feed_loader_config, tls_key_file);
 
     SIZE(feed_batch);
     FIELD(feed_batch, data);

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Sequence
 
 import pytest
 
@@ -30,14 +30,16 @@ CLASSES, PER_CLASS = 4, 21  # 84 samples: batches of 8 leave a short last one
 
 
 class Server:
-    def __init__(self, args: List[str], workdir: Path):
+    def __init__(self, args: List[str], workdir: Path, listen: str = "127.0.0.1:0",
+                 prefix: Sequence[str] = ()):
+        """prefix: a command feedd runs under, e.g. ip netns exec NS (it must exec feedd)."""
         workdir.mkdir(parents=True, exist_ok=True)
         port_file = workdir / "port"
         if port_file.exists():
             port_file.unlink()
         self.log = open(workdir / "feedd.log", "wb")
         self.proc = subprocess.Popen(
-            [str(FEEDD), "--listen", "127.0.0.1:0", "--port-file", str(port_file),
+            [*prefix, str(FEEDD), "--listen", listen, "--port-file", str(port_file),
              "--log-level", "warn", *args],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
@@ -50,7 +52,7 @@ class Server:
                 raise RuntimeError("feedd wrote no port file within 60 s")
             time.sleep(0.02)
         self.port = int(port_file.read_text())
-        self.target = f"127.0.0.1:{self.port}"
+        self.target = f"{listen.rsplit(':', 1)[0]}:{self.port}"
 
     def signal(self, sig: int) -> None:
         if self.proc.poll() is None:

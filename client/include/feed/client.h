@@ -67,9 +67,9 @@ extern "C" {
 
 /* The version of this header; feed_client_version() gives the library's. */
 #define FEED_CLIENT_VERSION_MAJOR 0
-#define FEED_CLIENT_VERSION_MINOR 3
+#define FEED_CLIENT_VERSION_MINOR 4
 #define FEED_CLIENT_VERSION_PATCH 0
-#define FEED_CLIENT_VERSION_STRING "0.3.0"
+#define FEED_CLIENT_VERSION_STRING "0.4.0"
 /* MAJOR << 16 | MINOR << 8 | PATCH, for comparisons. */
 #define FEED_CLIENT_VERSION_NUM                                                                    \
     ((FEED_CLIENT_VERSION_MAJOR << 16) | (FEED_CLIENT_VERSION_MINOR << 8) |                        \
@@ -144,6 +144,20 @@ typedef struct feed_loader_config {
     uint32_t resolve_interval_ms;    /* DNS re-resolution period (default 5000) */
     feed_client_log_fn log_fn;       /* NULL: no logging */
     void *log_user;
+    /* 0.4: trust. The strings and files are read by feed_loader_open and need not outlive it. */
+    /* Bearer token sent as "authorization: Bearer TOKEN" metadata on every call (feedd
+     * --auth-token-file). NULL: the FEED_TOKEN environment variable if set, else none; "":
+     * none. Visible ASCII, at most 4096 bytes. Without TLS it crosses the network in the
+     * clear. */
+    const char *token;
+    /* PEM CA bundle the servers' certificates must chain to: with it every channel is TLS
+     * (feedd --tls-cert); NULL: plaintext. A server's certificate must name the host or IP
+     * address of its target. */
+    const char *tls_ca_file;
+    /* Client certificate chain and its key (PEM) for mutual TLS (feedd --tls-client-ca):
+     * both or neither, and only with tls_ca_file. */
+    const char *tls_cert_file;
+    const char *tls_key_file;
 } feed_loader_config;
 
 typedef struct feed_batch {
@@ -194,8 +208,10 @@ typedef struct feed_server_stats {
 FEED_EXPORT void feed_loader_config_default(feed_loader_config *cfg);
 
 /* Validates cfg, connects (Describe) and starts the epoch. FEED_EINVAL for a
- * bad config, FEED_ENOTFOUND for an unknown dataset, FEED_EUNAVAILABLE if no
- * server answers within unavailable_timeout_ms, FEED_ECUDA, FEED_ENOMEM. */
+ * bad config (a bad token or an unreadable TLS file too), FEED_ENOTFOUND for an
+ * unknown dataset, FEED_EUNAVAILABLE if no server answers within
+ * unavailable_timeout_ms (a server that refuses the token or the TLS handshake
+ * does not answer; the log says why), FEED_ECUDA, FEED_ENOMEM. */
 FEED_EXPORT int feed_loader_open(const feed_loader_config *cfg, feed_loader **out);
 /* Stops receivers, frees everything. Accepts NULL. Outstanding batches become invalid. */
 FEED_EXPORT void feed_loader_close(feed_loader *l);

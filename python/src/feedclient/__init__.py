@@ -39,7 +39,7 @@ from .errors import (
 )
 from .loader import Loader
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 library_path = _lib.path
 
 

@@ -37,9 +37,10 @@ from ctypes import (
 )
 
 # The library version this package is written against: the same major, at
-# least this minor (feed_loader_stream_wait came in 0.2, struct sizes in 0.3).
+# least this minor (feed_loader_stream_wait came in 0.2, struct sizes in 0.3,
+# the token and TLS fields of the config in 0.4).
 ABI_MAJOR = 0
-ABI_MINOR = 3
+ABI_MINOR = 4
 
 DEVICE_HOST = -1
 DTYPE_UINT8, DTYPE_FP16, DTYPE_BF16, DTYPE_FP32 = 0, 1, 2, 3
@@ -102,6 +103,10 @@ class LoaderConfig(Structure):
         ("resolve_interval_ms", c_uint32),
         ("log_fn", LOG_FN),
         ("log_user", c_void_p),
+        ("token", c_char_p),
+        ("tls_ca_file", c_char_p),
+        ("tls_cert_file", c_char_p),
+        ("tls_key_file", c_char_p),
     ]
 
 

@@ -22,6 +22,7 @@ import atexit
 import ctypes
 import gc
 import logging
+import os
 import threading
 import weakref
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Union
@@ -199,6 +200,13 @@ class Loader:
     while it owes batches is failed over), ``unavailable_timeout`` (no server
     for this long: iteration raises :class:`UnavailableError`),
     ``resolve_interval`` (DNS re-resolution of ``dns:///`` targets).
+
+    Trust: ``token`` is the servers' bearer token (feedd ``--auth-token-file``),
+    sent on every call; ``None`` takes ``$FEED_TOKEN`` if set. ``tls_ca`` (a
+    PEM CA file) turns TLS on for every server (feedd ``--tls-cert``);
+    ``tls_cert`` and ``tls_key`` add a client certificate for mutual TLS
+    (feedd ``--tls-client-ca``). A server that refuses the token or the TLS
+    handshake counts as unavailable, and the error says why.
     """
 
     def __init__(
@@ -233,6 +241,10 @@ class Loader:
         batch_deadline: float = 10.0,
         unavailable_timeout: float = 30.0,
         resolve_interval: float = 5.0,
+        token: Optional[str] = None,
+        tls_ca: Union[str, "os.PathLike[str]", None] = None,
+        tls_cert: Union[str, "os.PathLike[str]", None] = None,
+        tls_key: Union[str, "os.PathLike[str]", None] = None,
     ) -> None:
         if isinstance(targets, str):
             targets = [targets]
@@ -294,6 +306,11 @@ class Loader:
         cfg.batch_deadline_ms = _ms(batch_deadline, "batch_deadline")
         cfg.unavailable_timeout_ms = _ms(unavailable_timeout, "unavailable_timeout")
         cfg.resolve_interval_ms = _ms(resolve_interval, "resolve_interval")
+
+        # Read by feed_loader_open; kept alive until it returns.
+        self._trust_c = [None if v is None else os.fsencode(v)
+                         for v in (token, tls_ca, tls_cert, tls_key)]
+        cfg.token, cfg.tls_ca_file, cfg.tls_cert_file, cfg.tls_key_file = self._trust_c
 
         native = _Native()
         cfg.log_fn = native.log_cb

@@ -1,0 +1,115 @@
+"""feedclient.Loader (libfeedclient) against feedd with a bearer token, TLS
+and mutual TLS: the right token and certificates get batches, anything else
+fails with an error that says why and within unavailable_timeout. The
+certificates are made here by tests/server/make_test_certs.sh (openssl)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+import feedclient
+from conftest import REPO
+
+TOKEN = "s3cret-token_0123456789"
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("certs")
+    subprocess.run([str(REPO / "tests" / "server" / "make_test_certs.sh"), str(d)], check=True)
+    return d
+
+
+@pytest.fixture(scope="module")
+def token_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    p = tmp_path_factory.mktemp("token") / "token"
+    p.write_text(TOKEN + "\n")  # the server strips the line end
+    return p
+
+
+def load(target, **kw):
+    """Batches of one epoch, or the exception the loader raised."""
+    args = dict(batch_size=16, seed=3, device="cpu", size=32, dtype=torch.uint8, layout="NHWC",
+                unavailable_timeout=30.0)
+    args.update(kw)
+    with feedclient.Loader([target], "small", **args) as loader:
+        return sum(images.shape[0] for images, _ in loader)
+
+
+def refused(target, caplog, **kw):
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="feedclient"):
+        with pytest.raises(feedclient.FeedError) as e:
+            load(target, unavailable_timeout=3.0, **kw)
+    return e.value, caplog.text
+
+
+def test_token(spawn, token_file, caplog, monkeypatch):
+    srv = spawn(["--auth-token-file", str(token_file)])
+    monkeypatch.delenv("FEED_TOKEN", raising=False)
+    err, log = refused(srv.target, caplog)
+    assert isinstance(err, feedclient.UnavailableError)
+    assert "UNAUTHENTICATED" in str(err) and "token" in str(err)
+    err, log = refused(srv.target, caplog, token="not-the-token")
+    assert "UNAUTHENTICATED" in str(err)
+    assert load(srv.target, token=TOKEN) == 84
+    monkeypatch.setenv("FEED_TOKEN", TOKEN)
+    assert load(srv.target) == 84
+    # An explicit empty token sends none, whatever the environment says.
+    err, _ = refused(srv.target, caplog, token="")
+    assert "UNAUTHENTICATED" in str(err)
+
+
+def test_bad_token_refused_before_connecting(spawn):
+    srv = spawn()
+    with pytest.raises(feedclient.InvalidArgumentError):
+        load(srv.target, token="two words")
+
+
+def test_tls_with_token(spawn, certs, token_file, caplog):
+    srv = spawn(["--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server.key"),
+                 "--auth-token-file", str(token_file)])
+    assert load(srv.target, token=TOKEN, tls_ca=certs / "ca.pem") == 84
+    err, _ = refused(srv.target, caplog, tls_ca=certs / "ca.pem")
+    assert "UNAUTHENTICATED" in str(err)
+    # Plaintext against the TLS port.
+    err, log = refused(srv.target, caplog, token=TOKEN)
+    assert isinstance(err, feedclient.UnavailableError)
+    assert "Describe failed" in log
+    # A server certificate from a CA the client does not trust.
+    err, log = refused(srv.target, caplog, token=TOKEN, tls_ca=certs / "other-ca.pem")
+    assert isinstance(err, feedclient.UnavailableError)
+    assert "certificate verify failed" in log
+
+
+def test_tls_against_plaintext_port(spawn, certs, caplog):
+    srv = spawn()
+    err, log = refused(srv.target, caplog, tls_ca=certs / "ca.pem")
+    assert isinstance(err, feedclient.UnavailableError)
+    assert "Describe failed" in log
+
+
+def test_mutual_tls(spawn, certs, caplog):
+    srv = spawn(["--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server.key"),
+                 "--tls-client-ca", str(certs / "ca.pem")])
+    ca = certs / "ca.pem"
+    assert load(srv.target, tls_ca=ca, tls_cert=certs / "client.pem",
+                tls_key=certs / "client.key") == 84
+    err, _ = refused(srv.target, caplog, tls_ca=ca)
+    assert isinstance(err, feedclient.UnavailableError)
+    err, _ = refused(srv.target, caplog, tls_ca=ca, tls_cert=certs / "other-client.pem",
+                     tls_key=certs / "other-client.key")
+    assert isinstance(err, feedclient.UnavailableError)
+
+
+def test_unreadable_tls_files(spawn, certs, tmp_path):
+    srv = spawn()
+    with pytest.raises(feedclient.InvalidArgumentError, match="tls_ca_file"):
+        load(srv.target, tls_ca=tmp_path / "missing.pem")
+    with pytest.raises(feedclient.InvalidArgumentError, match="go together"):
+        load(srv.target, tls_ca=certs / "ca.pem", tls_cert=certs / "client.pem")

@@ -1,0 +1,440 @@
+/*
+ * feedd's trust options (trust.c, config.c) and libfeedclient's side of them
+ * against real feedd processes on 127.0.0.1 port 0: the token file rules
+ * (size cap, one line end stripped, empty and non-ASCII refused), the
+ * constant-time match and the metadata check, the config keys from a file
+ * and the command line, and feed_loader_open with a token and TLS (right,
+ * wrong, missing), a 0.3-sized config whose bytes past its end must be
+ * ignored, TLS against a plaintext port, and a TLS port out of descriptors.
+ * Certificates are made at test time by make_test_certs.sh (openssl).
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "feed/client.h"
+#include "feed/errors.h"
+#include "feedtest.h"
+#include "trust.h"
+
+#define TOKEN "c-test-token.0123456789"
+#define SERVED_MS 30000
+#define REFUSED_MS 3000
+
+static char g_root[256];
+static char g_certs[512];
+static char g_ds[600];
+
+static void path_in(char *out, size_t cap, const char *dir, const char *name)
+{
+    assert_true(snprintf(out, cap, "%s/%s", dir, name) < (int)cap);
+}
+
+/* Writes data to g_root/name; out gets the path. */
+static void write_named(const char *name, const void *data, size_t len, char *out, size_t cap)
+{
+    path_in(out, cap, g_root, name);
+    assert_int_equal(feed_test_write_file(out, data, len), 0);
+}
+
+static int load_text(const char *text, size_t len, feedd_token *t, char *err, size_t cap)
+{
+    char path[512];
+    write_named("tok", text, len, path, sizeof path);
+    return feedd_token_load(path, "auth-token-file", t, err, cap);
+}
+
+static void test_token_file_rules(void **state)
+{
+    (void)state;
+    feedd_token t;
+    char err[1200];
+    static const struct {
+        const char *text;
+        const char *expect; /* NULL: refused */
+    } cases[] = {
+        {"abc\n", "Bearer abc"},
+        {"abc\r\n", "Bearer abc"},
+        {"abc", "Bearer abc"},
+        {"", NULL},
+        {"\n", NULL},
+        {"\r\n", NULL},
+        {"abc\n\n", NULL},
+        {"two words\n", NULL},
+        {"tab\there", NULL},
+        {"caf\xc3\xa9\n", NULL},
+        {" lead\n", NULL},
+        {"x\ny\n", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = load_text(cases[i].text, strlen(cases[i].text), &t, err, sizeof err);
+        if (cases[i].expect) {
+            assert_int_equal(rc, 0);
+            assert_string_equal(t.expect, cases[i].expect);
+            assert_true(feedd_token_required(&t));
+        } else {
+            assert_int_equal(rc, FEED_EINVAL);
+            assert_non_null(strstr(err, "auth-token-file"));
+        }
+        feedd_token_free(&t);
+    }
+    assert_int_equal(load_text("", 0, &t, err, sizeof err), FEED_EINVAL);
+    assert_non_null(strstr(err, "empty token"));
+    assert_int_equal(load_text("a\0b", 3, &t, err, sizeof err), FEED_EINVAL);
+    assert_non_null(strstr(err, "NUL"));
+
+    /* The cap counts the file's bytes, line end included. */
+    char *big = malloc(FEEDD_TOKEN_FILE_MAX + 2);
+    assert_non_null(big);
+    memset(big, 'k', FEEDD_TOKEN_FILE_MAX + 1);
+    assert_int_equal(load_text(big, FEEDD_TOKEN_FILE_MAX, &t, err, sizeof err), 0);
+    assert_int_equal(t.expect_len, strlen("Bearer ") + FEEDD_TOKEN_FILE_MAX);
+    feedd_token_free(&t);
+    assert_int_equal(load_text(big, FEEDD_TOKEN_FILE_MAX + 1, &t, err, sizeof err), FEED_EINVAL);
+    assert_non_null(strstr(err, "larger than 4096 bytes"));
+    free(big);
+
+    assert_int_equal(feedd_token_load("/nonexistent/token", "x", &t, err, sizeof err), FEED_EINVAL);
+    assert_non_null(strstr(err, "cannot open"));
+    assert_int_equal(feedd_token_load("", "x", &t, err, sizeof err), 0);
+    assert_false(feedd_token_required(&t));
+    assert_true(feedd_token_matches(&t, "", 0));
+}
+
+static bool matches(const feedd_token *t, const char *v)
+{
+    return feedd_token_matches(t, v, strlen(v));
+}
+
+static void test_token_matching(void **state)
+{
+    (void)state;
+    feedd_token t;
+    char err[1200];
+    assert_int_equal(load_text(TOKEN "\n", strlen(TOKEN) + 1, &t, err, sizeof err), 0);
+    assert_true(matches(&t, "Bearer " TOKEN));
+    assert_true(matches(&t, "bearer " TOKEN));
+    assert_true(matches(&t, "BEARER " TOKEN));
+    assert_false(matches(&t, TOKEN));
+    assert_false(matches(&t, "Bearer"));
+    assert_false(matches(&t, "Bearer "));
+    assert_false(matches(&t, ""));
+    assert_false(matches(&t, "Basic " TOKEN));
+    assert_false(matches(&t, "Bearer  " TOKEN));
+    assert_false(matches(&t, "Bearer " TOKEN "x"));
+    assert_false(matches(&t, "Bearer " TOKEN "\n"));
+    char shorter[] = "Bearer " TOKEN;
+    shorter[sizeof shorter - 2] = '\0';
+    assert_false(matches(&t, shorter));
+    /* Every single-byte change anywhere in the token is caught. */
+    char v[] = "Bearer " TOKEN;
+    for (size_t i = strlen("Bearer "); i < sizeof v - 1; i++) {
+        v[i] ^= 1;
+        assert_false(matches(&t, v));
+        v[i] ^= 1;
+    }
+    assert_true(matches(&t, v));
+
+    /* Metadata: any authorization entry may carry it; other keys do not count. */
+    grpc_metadata md[3];
+    grpc_metadata_array arr = {0, 3, md};
+    assert_false(feedd_token_allows(&t, &arr));
+    md[0].key = grpc_slice_from_static_string("x-token");
+    md[0].value = grpc_slice_from_static_string("Bearer " TOKEN);
+    md[1].key = grpc_slice_from_static_string("authorization");
+    md[1].value = grpc_slice_from_static_string("Bearer wrong");
+    arr.count = 2;
+    assert_false(feedd_token_allows(&t, &arr));
+    md[2].key = grpc_slice_from_static_string("authorization");
+    md[2].value = grpc_slice_from_static_string("Bearer " TOKEN);
+    arr.count = 3;
+    assert_true(feedd_token_allows(&t, &arr));
+    feedd_token_free(&t);
+    arr.count = 0;
+    assert_true(feedd_token_allows(&t, &arr));
+}
+
+static int parse(feedd_config *cfg, char *err, size_t cap, int argc, const char **argv)
+{
+    return feedd_config_parse(argc, (char **)argv, cfg, err, cap);
+}
+
+static void test_config_keys(void **state)
+{
+    (void)state;
+    static feedd_config cfg;
+    char err[1200], conf[512];
+    static const char text[] = "tls-cert = /c.pem\ntls-key = /k.pem\ntls-client-ca = /ca.pem\n"
+                               "auth-token-file = /tok\nmetrics-token-file = /mtok\n";
+    write_named("feedd.conf", text, sizeof text - 1, conf, sizeof conf);
+    const char *a1[] = {"feedd", "--config", conf, "--dataset", "x=/tmp"};
+    assert_int_equal(parse(&cfg, err, sizeof err, 5, a1), 0);
+    assert_string_equal(cfg.tls_cert, "/c.pem");
+    assert_string_equal(cfg.tls_key, "/k.pem");
+    assert_string_equal(cfg.tls_client_ca, "/ca.pem");
+    assert_string_equal(cfg.auth_token_file, "/tok");
+    assert_string_equal(cfg.metrics_token_file, "/mtok");
+    const char *a2[] = {"feedd", "--dataset", "x=/tmp"};
+    assert_int_equal(parse(&cfg, err, sizeof err, 3, a2), 0);
+    assert_string_equal(cfg.tls_cert, "");
+    assert_string_equal(cfg.auth_token_file, "");
+    const char *a3[] = {"feedd", "--dataset", "x=/tmp", "--tls-cert", "/c.pem"};
+    assert_int_equal(parse(&cfg, err, sizeof err, 5, a3), FEED_EINVAL);
+    assert_non_null(strstr(err, "tls-cert and tls-key go together"));
+    const char *a4[] = {"feedd", "--dataset", "x=/tmp", "--tls-key=/k.pem"};
+    assert_int_equal(parse(&cfg, err, sizeof err, 4, a4), FEED_EINVAL);
+    const char *a5[] = {"feedd", "--dataset", "x=/tmp", "--tls-client-ca", "/ca.pem"};
+    assert_int_equal(parse(&cfg, err, sizeof err, 5, a5), FEED_EINVAL);
+    assert_non_null(strstr(err, "mutual TLS needs tls-cert"));
+}
+
+/* Log messages of one loader, for the assertions on why it failed. */
+typedef struct log_text {
+    char text[8192];
+    size_t len;
+} log_text;
+
+static void on_log(void *user, int level, const char *message)
+{
+    log_text *l = user;
+    (void)level;
+    int n = snprintf(l->text + l->len, sizeof l->text - l->len, "%s\n", message);
+    if (n > 0 && (size_t)n < sizeof l->text - l->len)
+        l->len += (size_t)n;
+}
+
+static void loader_config(feed_loader_config *cfg, const char **target, log_text *log)
+{
+    feed_loader_config_default(cfg);
+    cfg->targets = target;
+    cfg->num_targets = 1;
+    cfg->dataset = "d";
+    cfg->batch_size = 4;
+    cfg->transform.out_h = cfg->transform.out_w = 32;
+    cfg->dtype = FEED_DTYPE_UINT8;
+    cfg->layout = FEED_LAYOUT_NHWC;
+    cfg->device = FEED_DEVICE_HOST;
+    cfg->log_fn = on_log;
+    cfg->log_user = log;
+    memset(log, 0, sizeof *log);
+}
+
+/*
+ * Samples of one epoch through cfg, or the code open or next returned;
+ * timeout_ms is how long open waits for a server: SERVED_MS where one must
+ * answer (a loaded machine), REFUSED_MS where none can.
+ */
+static int64_t run_epoch(feed_loader_config *cfg, uint32_t timeout_ms)
+{
+    feed_loader *l = NULL;
+    int64_t samples = 0;
+    cfg->unavailable_timeout_ms = timeout_ms;
+    int rc = feed_loader_open(cfg, &l);
+    while (rc == 0) {
+        feed_batch *b = NULL;
+        rc = feed_loader_next(l, &b);
+        if (rc == 0) {
+            samples += b->n;
+            rc = feed_loader_release(l, b, NULL);
+        }
+    }
+    feed_loader_close(l);
+    return rc == FEED_EEOF ? samples : rc;
+}
+
+static void cert(char *out, size_t cap, const char *name)
+{
+    path_in(out, cap, g_certs, name);
+}
+
+static void test_loader_token_and_tls(void **state)
+{
+    (void)state;
+    char tok[512], crt[512], key[512], ca[512], other_ca[512];
+    write_named("token", TOKEN "\n", strlen(TOKEN) + 1, tok, sizeof tok);
+    cert(crt, sizeof crt, "server.pem");
+    cert(key, sizeof key, "server.key");
+    cert(ca, sizeof ca, "ca.pem");
+    cert(other_ca, sizeof other_ca, "other-ca.pem");
+    feed_test_server tls;
+    const char *args[] = {"--dataset", g_ds, "--threads",         "1", "--tls-cert", crt,
+                          "--tls-key", key,  "--auth-token-file", tok, NULL};
+    assert_int_equal(feed_test_server_start(args, &tls), 0);
+    const char *target = tls.target;
+    feed_loader_config cfg;
+    log_text log;
+
+    loader_config(&cfg, &target, &log);
+    cfg.token = TOKEN;
+    cfg.tls_ca_file = ca;
+    assert_int_equal(run_epoch(&cfg, SERVED_MS), 12);
+
+    loader_config(&cfg, &target, &log);
+    cfg.token = "wrong";
+    cfg.tls_ca_file = ca;
+    assert_int_equal(run_epoch(&cfg, REFUSED_MS), FEED_EUNAVAILABLE);
+    assert_non_null(strstr(log.text, "refused the bearer token"));
+
+    loader_config(&cfg, &target, &log);
+    cfg.token = "";
+    cfg.tls_ca_file = ca;
+    assert_int_equal(run_epoch(&cfg, REFUSED_MS), FEED_EUNAVAILABLE);
+    assert_non_null(strstr(log.text, "UNAUTHENTICATED"));
+
+    /* From the environment when the config has none. */
+    setenv("FEED_TOKEN", TOKEN, 1);
+    loader_config(&cfg, &target, &log);
+    cfg.tls_ca_file = ca;
+    assert_int_equal(run_epoch(&cfg, SERVED_MS), 12);
+    unsetenv("FEED_TOKEN");
+
+    loader_config(&cfg, &target, &log);
+    cfg.token = TOKEN;
+    assert_int_equal(run_epoch(&cfg, REFUSED_MS), FEED_EUNAVAILABLE);
+    assert_non_null(strstr(log.text, "Describe failed"));
+
+    loader_config(&cfg, &target, &log);
+    cfg.token = TOKEN;
+    cfg.tls_ca_file = other_ca;
+    assert_int_equal(run_epoch(&cfg, REFUSED_MS), FEED_EUNAVAILABLE);
+    assert_non_null(strstr(log.text, "certificate verify failed"));
+
+    loader_config(&cfg, &target, &log);
+    cfg.token = TOKEN;
+    cfg.tls_ca_file = "/nonexistent/ca.pem";
+    assert_int_equal(run_epoch(&cfg, REFUSED_MS), FEED_EINVAL);
+    assert_non_null(strstr(log.text, "tls_ca_file"));
+
+    loader_config(&cfg, &target, &log);
+    cfg.token = "has space";
+    assert_int_equal(run_epoch(&cfg, REFUSED_MS), FEED_EINVAL);
+    assert_non_null(strstr(log.text, "visible ASCII"));
+    assert_int_equal(feed_test_server_stop(&tls), 0);
+}
+
+static void test_loader_plaintext_and_old_config(void **state)
+{
+    (void)state;
+    char ca[512];
+    cert(ca, sizeof ca, "ca.pem");
+    feed_test_server plain;
+    const char *args[] = {"--dataset", g_ds, "--threads", "1", NULL};
+    assert_int_equal(feed_test_server_start(args, &plain), 0);
+    const char *target = plain.target;
+    feed_loader_config cfg;
+    log_text log;
+
+    loader_config(&cfg, &target, &log);
+    cfg.tls_ca_file = ca;
+    assert_int_equal(run_epoch(&cfg, REFUSED_MS), FEED_EUNAVAILABLE);
+    assert_non_null(strstr(log.text, "Describe failed"));
+
+    /* A caller built against 0.3 ends its struct before token: what lies past it is not read. */
+    loader_config(&cfg, &target, &log);
+    cfg.struct_size = offsetof(feed_loader_config, token);
+    cfg.token = "not read";
+    cfg.tls_ca_file = "/not/read";
+    assert_int_equal(run_epoch(&cfg, SERVED_MS), 12);
+    assert_int_equal(feed_test_server_stop(&plain), 0);
+}
+
+/* A TCP connection to 127.0.0.1:port that sends nothing; -1 if connect fails. */
+static int idle_connect(int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+#define FLOOD 200
+
+/*
+ * gRPC 1.51's own listener, which the TLS port needs, stops accepting for
+ * good at the first accept4() that fails for want of descriptors. feedd
+ * sees it, drains and exits with status 3 so that a supervisor restarts it;
+ * without that it would stay up with a port that never answers again.
+ */
+static void test_tls_port_out_of_descriptors_exits(void **state)
+{
+    (void)state;
+    char crt[512], key[512], log_path[512];
+    cert(crt, sizeof crt, "server.pem");
+    cert(key, sizeof key, "server.key");
+    path_in(log_path, sizeof log_path, g_root, "fd.log");
+    feed_test_server_opts o = {.log_path = log_path, .nofile = 64};
+    const char *args[] = {"--dataset", g_ds,        "--threads", "1", "--tls-cert",
+                          crt,         "--tls-key", key,         NULL};
+    feed_test_server s;
+    assert_int_equal(feed_test_server_start_with(&o, args, &s), 0);
+    static int fds[FLOOD];
+    for (int i = 0; i < FLOOD; i++)
+        fds[i] = idle_connect(s.port);
+    int rc = feed_test_server_wait(&s, 60000);
+    for (int i = 0; i < FLOOD; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    if (rc != 0)
+        feed_test_server_kill(&s);
+    assert_int_equal(rc, 0);
+    assert_int_equal(s.exit_status, 3);
+    char *text = NULL;
+    FILE *f = fopen(log_path, "r");
+    assert_non_null(f);
+    text = calloc(1, 65537);
+    assert_non_null(text);
+    assert_true(fread(text, 1, 65536, f) > 0);
+    fclose(f);
+    assert_non_null(strstr(text, "the TLS port accepts no more connections"));
+    free(text);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    char cmd[1200];
+    if (feed_test_tmpdir("trust", g_root, sizeof g_root))
+        return -1;
+    path_in(g_certs, sizeof g_certs, g_root, "certs");
+    snprintf(cmd, sizeof cmd, "%s %s", FEED_MAKE_TEST_CERTS, g_certs);
+    if (system(cmd) != 0)
+        return -1;
+    char dir[512];
+    path_in(dir, sizeof dir, g_root, "ds");
+    snprintf(g_ds, sizeof g_ds, "d=%s", dir);
+    return feed_test_make_imagefolder(dir, 2, 6, 9);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return feed_test_rmtree(g_root);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_token_file_rules),
+        cmocka_unit_test(test_token_matching),
+        cmocka_unit_test(test_config_keys),
+        cmocka_unit_test(test_loader_token_and_tls),
+        cmocka_unit_test(test_loader_plaintext_and_old_config),
+        cmocka_unit_test(test_tls_port_out_of_descriptors_exits),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
