@@ -29,7 +29,6 @@ static bool script_send(loader *l, server *s, uint64_t id, uint32_t epoch, const
     r->epoch = epoch;
     r->n = n;
     memcpy(r->idx, idx, n * sizeof(*idx));
-    r->at = g.now;
     return true;
 }
 
@@ -276,6 +275,22 @@ void set_epoch_at(loader *l, uint32_t epoch, uint64_t start_batch)
     pthread_mutex_unlock(&l->mu);
 }
 
+/* Checks that b is batch k of plan p, as the right reply made it. */
+static void check_batch(const feed_batch *b, const client_plan *p, uint32_t epoch, uint64_t k)
+{
+    const uint32_t *want;
+    uint32_t n;
+    client_plan_batch(p, k, &want, &n);
+    assert_int_equal(b->batch_number, k);
+    assert_int_equal(b->epoch, epoch);
+    assert_int_equal(b->n, n);
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(b->indices[i], want[i]);
+        assert_int_equal(b->labels[i], want[i] % CLASSES);
+    }
+    assert_int_equal(((const uint8_t *)b->data)[0], want[0] & 0xff);
+}
+
 void expect_epoch(loader *l, uint32_t epoch, uint64_t first)
 {
     client_plan p;
@@ -286,17 +301,7 @@ void expect_epoch(loader *l, uint32_t epoch, uint64_t first)
         answer_epoch(l, epoch, true);
         feed_batch *b = NULL;
         assert_int_equal(next_at(l, &b, NULL), 0);
-        const uint32_t *want;
-        uint32_t n;
-        client_plan_batch(&p, k, &want, &n);
-        assert_int_equal(b->batch_number, k);
-        assert_int_equal(b->epoch, epoch);
-        assert_int_equal(b->n, n);
-        for (uint32_t i = 0; i < n; i++) {
-            assert_int_equal(b->indices[i], want[i]);
-            assert_int_equal(b->labels[i], want[i] % CLASSES);
-        }
-        assert_int_equal(((const uint8_t *)b->data)[0], want[0] & 0xff);
+        check_batch(b, &p, epoch, k);
         release_at(l, b);
         dispatch(l);
     }
@@ -320,22 +325,6 @@ uint32_t sent_to(uint32_t server_index, uint32_t from)
     for (uint32_t i = from; i < g.nreq; i++)
         n += g.req[i].server == server_index;
     return n;
-}
-
-/* Checks that b is batch k of plan p, as the right reply made it. */
-static void check_batch(const feed_batch *b, const client_plan *p, uint32_t epoch, uint64_t k)
-{
-    const uint32_t *want;
-    uint32_t n;
-    client_plan_batch(p, k, &want, &n);
-    assert_int_equal(b->batch_number, k);
-    assert_int_equal(b->epoch, epoch);
-    assert_int_equal(b->n, n);
-    for (uint32_t i = 0; i < n; i++) {
-        assert_int_equal(b->indices[i], want[i]);
-        assert_int_equal(b->labels[i], want[i] % CLASSES);
-    }
-    assert_int_equal(((const uint8_t *)b->data)[0], want[0] & 0xff);
 }
 
 played play_epoch(loader *l, uint32_t epoch, const uint64_t *service_ns)

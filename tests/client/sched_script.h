@@ -32,7 +32,6 @@ typedef struct sent {
     uint32_t epoch;
     uint32_t n;
     uint64_t idx[MAXN];
-    uint64_t at; /* g.now when it was sent */
 } sent;
 
 /* What the scripted transport saw, and the scripted clock. */
@@ -100,7 +99,8 @@ void release_at(loader *l, feed_batch *b);
 /* set_epoch as loader.c does it (no batch is landing in these scripts). */
 void set_epoch_at(loader *l, uint32_t epoch, uint64_t start_batch);
 /* Takes the rest of the epoch, answering what is in flight newest first before each next():
- * plan order from `first`, indices as planned, pixels of the right reply; then FEED_EEOF. */
+ * plan order from `first`, indices as planned, pixels of the right reply (check_batch); then
+ * FEED_EEOF. */
 void expect_epoch(loader *l, uint32_t epoch, uint64_t first);
 /* A server is brought back as conn.c would after connect: Describe answered, a new stream
  * open (SRV_CONNECTING, one batch at a time until a Batch comes back). */
