@@ -19,17 +19,15 @@
  * it arrived on, so late duplicates and replies to dropped epochs are ignored.
  *
  * Balancing: each server's service time per batch is measured from its replies (an EWMA of
- * the time from progress_ns to its next Batch), and a new batch goes to the server expected to
- * finish it first, (outstanding + 1) x that time; it waits instead for a server whose window is
- * full if that one would still finish it sooner, so a slow server is not fed because its window
- * is free. A server's estimate is at least how long it has been silent while owing, so one that
- * stops falls behind at once. A straggler (estimate beyond CLIENT_HEDGE_FACTOR x the median)
- * gets no new work, and the batches it has owed for long are asked of a second server too, in
- * plan order before new work; a server left idle while batches wait gets, every
- * CLIENT_PROBE_MS, a copy of a batch in flight elsewhere, which measures it again at no cost
- * to delivery. A slot then carries two live requests (server/request_id and hedge/hedge_id):
- * the first reply lands, the other is a late duplicate, and a failure of either server leaves
- * the other's request live.
+ * the time from progress_ns to its next Batch), and a new batch goes to the server with a free
+ * window expected to finish it first, (outstanding + 1) x that time. A server's estimate is at
+ * least how long it has been silent while owing, so one that stops falls behind at once. A
+ * straggler (estimate beyond CLIENT_HEDGE_FACTOR x the median) gets no new work, and the
+ * batches it has owed for long are asked of a second server too, in plan order before new
+ * work; a server left idle while batches wait gets, every CLIENT_PROBE_MS, a copy of a batch
+ * in flight elsewhere, which measures it again at no cost to delivery. A slot then carries two
+ * live requests (server/request_id and hedge/hedge_id): the first reply lands, the other is a
+ * late duplicate, and a failure of either server leaves the other's request live.
  *
  * Across an epoch boundary: once every batch of the epoch has a slot, spare
  * capacity goes to batches of epoch + 1 (l->ahead, from batch 0), so the next
@@ -245,17 +243,18 @@ static uint64_t straggler_limit(const loader *l)
 }
 
 /*
- * The server other than `other` expected to finish a new batch first: (outstanding + 1) x its
- * estimate, the most free window among equals (so before anything is measured, the most free
- * window wins). Never a straggler: what it takes lands far behind the others' and holds up
- * delivery in plan order; it gets only copies (probe_idle_servers) until it has caught up. NULL
- * when none has a free window, or when a measured server whose window is full would finish it
- * sooner even so: the batch waits for that server.
+ * The server other than `other` with a free window expected to finish a new batch first:
+ * (outstanding + 1) x its estimate, the most free window among equals (so before anything is
+ * measured, the most free window wins); NULL if there is none. Never a straggler: what it takes
+ * lands far behind the others' and holds up delivery in plan order; it gets only copies
+ * (probe_idle_servers) until it has caught up. Any other server with a free window gets work:
+ * holding a batch back for a faster server whose window is full would leave batches unsent,
+ * and fewer of them already on their way, when servers stop.
  */
 static server *pick_server(loader *l, const server *other, uint64_t now)
 {
     uint64_t fastest = fastest_service(l), limit = straggler_limit(l);
-    uint64_t best_cost = 0, full_cost = UINT64_MAX;
+    uint64_t best_cost = 0;
     uint32_t best_free = 0;
     server *best = NULL;
     for (uint32_t i = 0; i < l->num_servers; i++) {
@@ -265,14 +264,9 @@ static server *pick_server(loader *l, const server *other, uint64_t now)
         /* A server that has not yet answered a batch gets one, as a probe (see SRV_CONNECTING). */
         uint32_t window = s->state == SRV_UP ? s->window : 1;
         uint64_t est = service_estimate(s, fastest, now);
-        if (est > limit)
+        if (s->outstanding >= window || est > limit)
             continue;
         uint64_t cost = (uint64_t)(s->outstanding + 1) * est;
-        if (s->outstanding >= window) {
-            if (s->state == SRV_UP && s->service_ns && cost < full_cost)
-                full_cost = cost;
-            continue;
-        }
         uint32_t free_window = window - s->outstanding;
         if (!best || cost < best_cost || (cost == best_cost && free_window > best_free)) {
             best = s;
@@ -280,7 +274,7 @@ static server *pick_server(loader *l, const server *other, uint64_t now)
             best_free = free_window;
         }
     }
-    return best && best_cost <= full_cost ? best : NULL;
+    return best;
 }
 
 /* Plan order: this epoch's batches before the next epoch's, so that a re-issued batch next()
