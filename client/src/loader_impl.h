@@ -51,6 +51,13 @@
 #define CLIENT_MAX_RECEIVERS 4u
 /* Receiver loop period for timers (deadlines, retries, DNS results). */
 #define CLIENT_TICK_MS 10u
+/* Balancing and hedging (sched.c): a server whose expected time per batch is beyond
+ * CLIENT_HEDGE_FACTOR x the median of the servers up is a straggler, and a batch it has owed
+ * for longer than that (and CLIENT_HEDGE_FLOOR_MS) is asked of a second server; a server that
+ * balancing leaves idle for CLIENT_PROBE_MS while batches wait gets a copy of one in flight. */
+#define CLIENT_HEDGE_FACTOR 4u
+#define CLIENT_HEDGE_FLOOR_MS 20u
+#define CLIENT_PROBE_MS 100u
 
 typedef struct feed_loader loader;
 typedef struct server server;
@@ -114,6 +121,11 @@ typedef struct slot {
     uint64_t request_id;   /* [mu] batch_id of the live request */
     uint32_t n;            /* [mu] */
     server *server;        /* [mu] while INFLIGHT/LANDING */
+    uint64_t sent_ns;      /* [mu] INFLIGHT: when the live request was sent */
+    /* INFLIGHT: a second live request for the same batch (a hedge past a straggler, or a
+     * probe), or NULL; whichever reply comes first lands, the other is a late duplicate. */
+    server *hedge;         /* [mu] */
+    uint64_t hedge_id;     /* [mu] its batch_id */
     uint64_t ready_seq;    /* [mu] arrival order, for ordered=false */
     int result;            /* 0 or FEED_EBADSAMPLE, returned by next() */
     /* Buffers sized for batch_size samples; pinned on the GPU path. */
@@ -175,6 +187,9 @@ struct server {
     uint32_t window;       /* [mu] */
     uint32_t outstanding;  /* [mu] requests sent on the live stream, not yet answered */
     uint64_t progress_ns;  /* [mu] last Batch on the live stream, or outstanding went 0 -> 1 */
+    /* EWMA of the time from progress_ns to its next Batch: what it takes per batch when busy
+     * (1/rate); 0 until measured since it last came up. */
+    uint64_t service_ns;   /* [mu] */
     uint64_t retry_at_ns;  /* [mu] */
     uint32_t backoff_ms;   /* [mu] */
     uint64_t batches;      /* [mu] */

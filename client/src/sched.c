@@ -18,6 +18,17 @@
  * only if its batch_id is the live request of an INFLIGHT slot on the stream
  * it arrived on, so late duplicates and replies to dropped epochs are ignored.
  *
+ * Balancing: each server's service time per batch is measured from its replies (an EWMA of
+ * the time from progress_ns to its next Batch), and a new batch goes to the server with a free
+ * window expected to finish it first, (outstanding + 1) x that time. A server's estimate is at
+ * least how long it has been silent while owing, so one that stops falls behind at once. A
+ * straggler (estimate beyond CLIENT_HEDGE_FACTOR x the median) gets no new work, and the
+ * batches it has owed for long are asked of a second server too, in plan order before new
+ * work; a server left idle while batches wait gets, every CLIENT_PROBE_MS, a copy of a batch
+ * in flight elsewhere, which measures it again at no cost to delivery. A slot then carries two
+ * live requests (server/request_id and hedge/hedge_id): the first reply lands, the other is a
+ * late duplicate, and a failure of either server leaves the other's request live.
+ *
  * Across an epoch boundary: once every batch of the epoch has a slot, spare
  * capacity goes to batches of epoch + 1 (l->ahead, from batch 0), so the next
  * epoch does not start with nothing in flight. Those slots carry their own
@@ -167,48 +178,194 @@ static void assign(slot *sl, const client_plan *plan, uint32_t epoch, uint64_t b
     sl->batch_number = batch_number;
     sl->epoch = epoch;
     sl->server = NULL;
+    sl->hedge = NULL;
+    sl->hedge_id = 0;
     sl->result = 0;
     sl->state = SLOT_PENDING;
 }
 
-static server *pick_server(loader *l)
+static bool takes_requests(const server *s)
 {
-    server *best = NULL;
+    return !s->removed && (s->state == SRV_UP || s->state == SRV_CONNECTING) && s->stream;
+}
+
+/* The shortest measured service time among servers up (0: none measured), which a server
+ * not measured yet is assumed to have: a new or returning server is given a chance, and
+ * SRV_CONNECTING's window of one bounds what that risks. */
+static uint64_t fastest_service(const loader *l)
+{
+    uint64_t fastest = 0;
+    for (uint32_t i = 0; i < l->num_servers; i++) {
+        const server *s = &l->servers[i];
+        if (!s->removed && s->state == SRV_UP && s->service_ns &&
+            (!fastest || s->service_ns < fastest))
+            fastest = s->service_ns;
+    }
+    return fastest;
+}
+
+/* The time s is expected to take per batch from now. */
+static uint64_t service_estimate(const server *s, uint64_t fastest, uint64_t now)
+{
+    uint64_t est = s->service_ns ? s->service_ns : fastest;
+    if (s->outstanding && now - s->progress_ns > est)
+        est = now - s->progress_ns;
+    return est;
+}
+
+/* The lower median of the measured service times of the servers up; 0 if none is measured. */
+static uint64_t median_service(const loader *l)
+{
+    uint64_t v[CLIENT_MAX_SERVERS];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < l->num_servers; i++) {
+        const server *s = &l->servers[i];
+        if (s->removed || s->state != SRV_UP || !s->service_ns)
+            continue;
+        uint32_t j = n++;
+        for (; j > 0 && v[j - 1] > s->service_ns; j--)
+            v[j] = v[j - 1];
+        v[j] = s->service_ns;
+    }
+    return n ? v[(n - 1) / 2] : 0;
+}
+
+/* The estimate beyond which a server is a straggler: CLIENT_HEDGE_FACTOR x the median, at
+ * least CLIENT_HEDGE_FLOOR_MS; UINT64_MAX (none is) while no server is measured. */
+static uint64_t straggler_limit(const loader *l)
+{
+    uint64_t median = median_service(l);
+    if (!median)
+        return UINT64_MAX;
+    uint64_t limit = (uint64_t)CLIENT_HEDGE_FACTOR * median;
+    uint64_t floor = (uint64_t)CLIENT_HEDGE_FLOOR_MS * 1000000u;
+    return limit > floor ? limit : floor;
+}
+
+/*
+ * The server other than `other` with a free window expected to finish a new batch first:
+ * (outstanding + 1) x its estimate, the most free window among equals (so before anything is
+ * measured, the most free window wins); NULL if there is none. Never a straggler: what it takes
+ * lands far behind the others' and holds up delivery in plan order; it gets only copies
+ * (probe_idle_servers) until it has caught up. Any other server with a free window gets work:
+ * holding a batch back for a faster server whose window is full would leave batches unsent,
+ * and fewer of them already on their way, when servers stop.
+ */
+static server *pick_server(loader *l, const server *other, uint64_t now)
+{
+    uint64_t fastest = fastest_service(l), limit = straggler_limit(l);
+    uint64_t best_cost = 0;
     uint32_t best_free = 0;
+    server *best = NULL;
     for (uint32_t i = 0; i < l->num_servers; i++) {
         server *s = &l->servers[i];
+        if (s == other || !takes_requests(s))
+            continue;
         /* A server that has not yet answered a batch gets one, as a probe (see SRV_CONNECTING). */
         uint32_t window = s->state == SRV_UP ? s->window : 1;
-        if (s->removed || (s->state != SRV_UP && s->state != SRV_CONNECTING) || !s->stream ||
-            s->outstanding >= window)
+        uint64_t est = service_estimate(s, fastest, now);
+        if (s->outstanding >= window || est > limit)
             continue;
+        uint64_t cost = (uint64_t)(s->outstanding + 1) * est;
         uint32_t free_window = window - s->outstanding;
-        if (free_window > best_free) {
+        if (!best || cost < best_cost || (cost == best_cost && free_window > best_free)) {
             best = s;
+            best_cost = cost;
             best_free = free_window;
         }
     }
     return best;
 }
 
-/* In plan order, this epoch's batches before the next epoch's: a re-issued
- * batch next() waits for must not queue behind prefetched ones. */
+/* Plan order: this epoch's batches before the next epoch's, so that a re-issued batch next()
+ * waits for does not queue behind prefetched ones. */
+static bool plan_before(const loader *l, const slot *a, const slot *b)
+{
+    bool a_ahead = a->epoch != l->epoch, b_ahead = b->epoch != l->epoch;
+    if (a_ahead != b_ahead)
+        return !a_ahead;
+    return a->batch_number < b->batch_number;
+}
+
 static slot *first_pending(loader *l)
 {
     slot *best = NULL;
-    bool best_ahead = false;
     for (uint32_t i = 0; i < l->num_slots; i++) {
         slot *sl = &l->slots[i];
-        if (sl->state != SLOT_PENDING)
-            continue;
-        bool ahead = sl->epoch != l->epoch;
-        if (!best || (!ahead && best_ahead) ||
-            (ahead == best_ahead && sl->batch_number < best->batch_number)) {
+        if (sl->state == SLOT_PENDING && (!best || plan_before(l, sl, best)))
             best = sl;
-            best_ahead = ahead;
-        }
     }
     return best;
+}
+
+/* In plan order, the first batch owed by a straggler, with no second request yet, that it has
+ * owed for longer than the others take by far: it should be asked of another server too. */
+static slot *straggler_batch(loader *l, uint64_t now)
+{
+    uint64_t limit = straggler_limit(l);
+    if (limit == UINT64_MAX)
+        return NULL;
+    uint64_t fastest = fastest_service(l);
+    slot *best = NULL;
+    for (uint32_t i = 0; i < l->num_slots; i++) {
+        slot *sl = &l->slots[i];
+        if (sl->state != SLOT_INFLIGHT || sl->hedge || now - sl->sent_ns <= limit ||
+            service_estimate(sl->server, fastest, now) <= limit)
+            continue;
+        if (!best || plan_before(l, sl, best))
+            best = sl;
+    }
+    return best;
+}
+
+/* Sends sl's batch to s as a new request, whose batch_id it returns; 0 if the transport
+ * refused it (s is then failed, which puts sl back as it was before the call). */
+static uint64_t send_to(loader *l, slot *sl, server *s, bool second, uint64_t now)
+{
+    uint64_t id = ++l->request_seq;
+    if (second) {
+        sl->hedge = s;
+        sl->hedge_id = id;
+    } else {
+        sl->request_id = id;
+        sl->server = s;
+        sl->sent_ns = now;
+        sl->state = SLOT_INFLIGHT;
+    }
+    /* The server's deadline clock runs from now if it had nothing to do. */
+    if (s->outstanding++ == 0)
+        s->progress_ns = now;
+    if (!l->transport->send_request(l, s, id, sl->epoch, sl->indices, sl->n)) {
+        sched_fail_server(l, s, "send queue refused a request", now);
+        return 0;
+    }
+    return id;
+}
+
+/* A measured server up that has had nothing to do for CLIENT_PROBE_MS while batches wait
+ * (balancing holds them back from it) gets a copy of the newest batch in flight elsewhere: its
+ * reply measures it again, so a server that recovers gets work back, and the copy cannot delay
+ * delivery (whichever reply comes first lands). */
+static void probe_idle_servers(loader *l, uint64_t now)
+{
+    if (!first_pending(l))
+        return;
+    for (uint32_t i = 0; i < l->num_servers; i++) {
+        server *s = &l->servers[i];
+        if (!takes_requests(s) || s->state != SRV_UP || !s->service_ns || s->outstanding ||
+            now - s->progress_ns < (uint64_t)CLIENT_PROBE_MS * 1000000u)
+            continue;
+        slot *newest = NULL;
+        for (uint32_t j = 0; j < l->num_slots; j++) {
+            slot *sl = &l->slots[j];
+            if (sl->state == SLOT_INFLIGHT && !sl->hedge && sl->server != s &&
+                (!newest || sl->request_id > newest->request_id))
+                newest = sl;
+        }
+        if (!newest)
+            return;
+        send_to(l, newest, s, true, now);
+    }
 }
 
 /* Puts planned batches into free slots up to the cap. Returns whether one more slot should be
@@ -253,19 +410,21 @@ void sched_dispatch(loader *l, bool may_grow, uint64_t now)
     }
     for (;;) {
         slot *sl = first_pending(l);
-        server *s = sl ? pick_server(l) : NULL;
+        slot *late = straggler_batch(l, now);
+        if (late && (!sl || plan_before(l, late, sl))) {
+            server *s = pick_server(l, late->server, now);
+            if (s) {
+                if (send_to(l, late, s, true, now))
+                    l->stats.hedged++;
+                continue;
+            }
+        }
+        server *s = sl ? pick_server(l, NULL, now) : NULL;
         if (!s)
             break;
-        uint64_t id = ++l->request_seq;
-        sl->request_id = id;
-        sl->server = s;
-        sl->state = SLOT_INFLIGHT;
-        /* The server's deadline clock runs from now if it had nothing to do. */
-        if (s->outstanding++ == 0)
-            s->progress_ns = now;
-        if (!l->transport->send_request(l, s, id, sl->epoch, sl->indices, sl->n))
-            sched_fail_server(l, s, "send queue refused a request", now);
+        send_to(l, sl, s, false, now);
     }
+    probe_idle_servers(l, now);
 }
 
 /* counted: a failover in stats and a warning, else a debug line (a server that never served). */
@@ -276,7 +435,19 @@ static void fail_server(loader *l, server *s, const char *why, bool counted, uin
     s->describe = s->stream = NULL;
     for (uint32_t i = 0; i < l->num_slots; i++) {
         slot *sl = &l->slots[i];
-        if (sl->state == SLOT_INFLIGHT && sl->server == s) {
+        if (sl->state != SLOT_INFLIGHT)
+            continue;
+        if (sl->hedge == s) {
+            sl->hedge = NULL;
+            sl->hedge_id = 0;
+        } else if (sl->server == s && sl->hedge) {
+            /* The second request stays live; its age counts from now. */
+            sl->server = sl->hedge;
+            sl->request_id = sl->hedge_id;
+            sl->sent_ns = now;
+            sl->hedge = NULL;
+            sl->hedge_id = 0;
+        } else if (sl->server == s) {
             sl->state = SLOT_PENDING;
             sl->server = NULL;
             moved++;
@@ -292,6 +463,7 @@ static void fail_server(loader *l, server *s, const char *why, bool counted, uin
     }
     s->state = SRV_DOWN;
     s->outstanding = 0;
+    s->service_ns = 0;
     s->retry_at_ns = now + (uint64_t)s->backoff_ms * 1000000u;
     s->backoff_ms =
         s->backoff_ms * 2 > CLIENT_BACKOFF_MAX_MS ? CLIENT_BACKOFF_MAX_MS : s->backoff_ms * 2;
@@ -400,12 +572,22 @@ static int land(loader *l, slot *sl, const Feed__V1__Batch *b)
     return 0;
 }
 
-static slot *find_request(loader *l, const server *s, uint64_t id)
+/* The INFLIGHT slot for which id is a live request to s; that request becomes its only one. */
+static slot *find_request(loader *l, server *s, uint64_t id)
 {
     for (uint32_t i = 0; i < l->num_slots; i++) {
         slot *sl = &l->slots[i];
-        if (sl->state == SLOT_INFLIGHT && sl->server == s && sl->request_id == id)
-            return sl;
+        if (sl->state != SLOT_INFLIGHT)
+            continue;
+        if (sl->hedge == s && sl->hedge_id == id) {
+            sl->server = s;
+            sl->request_id = id;
+        } else if (sl->server != s || sl->request_id != id) {
+            continue;
+        }
+        sl->hedge = NULL;
+        sl->hedge_id = 0;
+        return sl;
     }
     return NULL;
 }
@@ -419,8 +601,19 @@ slot *sched_batch_arrived(loader *l, server *s, wire_batch_reader *r, uint64_t n
             l, s, rc == FEED_ETOOBIG ? "Batch beyond the size cap" : "malformed Batch", now);
         return NULL;
     }
-    if (s->outstanding)
+    if (s->outstanding) {
         s->outstanding--;
+        /* Late duplicates count too: they took the server as long. Faster replies weigh more
+         * (1/2, else 1/4), so that a server that recovers catches up within a few probes; one
+         * that is slower than it looks falls behind anyway, its silence raising its estimate. */
+        uint64_t took = now - s->progress_ns;
+        if (!s->service_ns)
+            s->service_ns = took;
+        else if (took < s->service_ns)
+            s->service_ns = (s->service_ns + took) / 2;
+        else
+            s->service_ns = s->service_ns - s->service_ns / 4 + took / 4;
+    }
     s->progress_ns = now;
     if (s->state == SRV_CONNECTING) {
         /* It serves batches, not only Describe: now it gets a full window. */

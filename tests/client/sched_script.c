@@ -57,6 +57,8 @@ loader *make_loader(uint64_t samples, uint32_t batch, uint32_t nservers, uint32_
 {
     memset(&g, 0, sizeof g);
     g.now = T0;
+    for (uint32_t i = 0; i < 4; i++)
+        g.busy[i] = -1;
     loader *l = calloc(1, sizeof(*l));
     assert_non_null(l);
     feed_loader_config_default(&l->cfg);
@@ -273,6 +275,22 @@ void set_epoch_at(loader *l, uint32_t epoch, uint64_t start_batch)
     pthread_mutex_unlock(&l->mu);
 }
 
+/* Checks that b is batch k of plan p, as the right reply made it. */
+static void check_batch(const feed_batch *b, const client_plan *p, uint32_t epoch, uint64_t k)
+{
+    const uint32_t *want;
+    uint32_t n;
+    client_plan_batch(p, k, &want, &n);
+    assert_int_equal(b->batch_number, k);
+    assert_int_equal(b->epoch, epoch);
+    assert_int_equal(b->n, n);
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(b->indices[i], want[i]);
+        assert_int_equal(b->labels[i], want[i] % CLASSES);
+    }
+    assert_int_equal(((const uint8_t *)b->data)[0], want[0] & 0xff);
+}
+
 void expect_epoch(loader *l, uint32_t epoch, uint64_t first)
 {
     client_plan p;
@@ -283,17 +301,7 @@ void expect_epoch(loader *l, uint32_t epoch, uint64_t first)
         answer_epoch(l, epoch, true);
         feed_batch *b = NULL;
         assert_int_equal(next_at(l, &b, NULL), 0);
-        const uint32_t *want;
-        uint32_t n;
-        client_plan_batch(&p, k, &want, &n);
-        assert_int_equal(b->batch_number, k);
-        assert_int_equal(b->epoch, epoch);
-        assert_int_equal(b->n, n);
-        for (uint32_t i = 0; i < n; i++) {
-            assert_int_equal(b->indices[i], want[i]);
-            assert_int_equal(b->labels[i], want[i] % CLASSES);
-        }
-        assert_int_equal(((const uint8_t *)b->data)[0], want[0] & 0xff);
+        check_batch(b, &p, epoch, k);
         release_at(l, b);
         dispatch(l);
     }
@@ -317,4 +325,60 @@ uint32_t sent_to(uint32_t server_index, uint32_t from)
     for (uint32_t i = from; i < g.nreq; i++)
         n += g.req[i].server == server_index;
     return n;
+}
+
+played play_epoch(loader *l, uint32_t epoch, const uint64_t *service_ns)
+{
+    played out;
+    memset(&out, 0, sizeof out);
+    client_plan p;
+    assert_int_equal(
+        client_plan_build(&p, l->num_samples, l->cfg.seed, epoch, 0, 1, l->cfg.batch_size, false),
+        0);
+    uint32_t first = g.nreq;
+    uint64_t start = g.now, k = 0;
+    dispatch(l);
+    while (k < p.batches) {
+        g.now += MS;
+        assert_true(g.now - start < 600000 * MS);
+        if ((g.now - start) % (CLIENT_TICK_MS * MS) == 0)
+            tick(l);
+        for (uint32_t s = 0; s < l->num_servers && s < 4; s++) {
+            if (!service_ns[s])
+                continue;
+            if (g.busy[s] >= 0 && g.now - g.began[s] >= service_ns[s]) {
+                g.answered[g.busy[s]] = true;
+                reply(l, &g.req[g.busy[s]]);
+                g.busy[s] = -1;
+                dispatch(l);
+            }
+            for (uint32_t i = 0; i < g.nreq && g.busy[s] < 0; i++) {
+                if (g.req[i].server == s && !g.answered[i]) {
+                    g.busy[s] = (int)i;
+                    g.began[s] = g.now;
+                }
+            }
+        }
+        for (;;) {
+            feed_batch *b = NULL;
+            int rc = next_at(l, &b, NULL);
+            if (rc == SCHED_WAIT)
+                break;
+            assert_int_equal(rc, 0);
+            check_batch(b, &p, epoch, k++);
+            release_at(l, b);
+            dispatch(l);
+            if (k == p.batches) {
+                out.elapsed_ns = g.now - start;
+                break;
+            }
+        }
+    }
+    feed_batch *b = NULL;
+    assert_int_equal(next_at(l, &b, NULL), FEED_EEOF);
+    for (uint32_t i = first; i < g.nreq; i++)
+        out.requests[g.req[i].server]++;
+    out.hedged = l->stats.hedged;
+    client_plan_free(&p);
+    return out;
 }

@@ -20,7 +20,7 @@
 
 #define SIDE 8u
 #define CLASSES 4u
-#define MAXREQ 256u
+#define MAXREQ 1024u
 #define MAXN 16u
 #define MS 1000000ull
 /* The scripted clock starts here; every event's time is T0 plus what the case says. */
@@ -42,6 +42,11 @@ typedef struct script_state {
     uint32_t connects[4];
     bool refuse;
     uint64_t now;
+    /* play_epoch's servers: requests answered, and the one each works on (-1: none) since
+     * when. Kept from one play_epoch to the next, as a server's queue is. */
+    bool answered[MAXREQ];
+    int busy[4];
+    uint64_t began[4];
 } script_state;
 extern script_state g;
 
@@ -94,12 +99,27 @@ void release_at(loader *l, feed_batch *b);
 /* set_epoch as loader.c does it (no batch is landing in these scripts). */
 void set_epoch_at(loader *l, uint32_t epoch, uint64_t start_batch);
 /* Takes the rest of the epoch, answering what is in flight newest first before each next():
- * plan order from `first`, indices as planned, pixels of the right reply; then FEED_EEOF. */
+ * plan order from `first`, indices as planned, pixels of the right reply (check_batch); then
+ * FEED_EEOF. */
 void expect_epoch(loader *l, uint32_t epoch, uint64_t first);
 /* A server is brought back as conn.c would after connect: Describe answered, a new stream
  * open (SRV_CONNECTING, one batch at a time until a Batch comes back). */
 void reconnect(loader *l, uint32_t server_index);
 /* Requests sent to server_index from g.req[from] on. */
 uint32_t sent_to(uint32_t server_index, uint32_t from);
+
+/* What play_epoch saw. */
+typedef struct played {
+    uint64_t elapsed_ns;  /* from the start to the epoch's last batch handed out */
+    uint32_t requests[4]; /* requests each server received during the epoch */
+    uint64_t hedged;      /* stats.hedged at the end */
+} played;
+/* Plays epoch `epoch` (set, none of it handed out yet) from batch 0 against servers that
+ * each answer their requests one at a time in the order sent, taking service_ns[i] for each
+ * (0: server i answers nothing), and a training loop that takes every batch as soon as next()
+ * has it and releases it at once. The clock moves 1 ms a step, ticking every CLIENT_TICK_MS;
+ * the scheduler dispatches after every event. Checks plan order, indices and pixels of every
+ * batch, as expect_epoch does, and ends at FEED_EEOF. */
+played play_epoch(loader *l, uint32_t epoch, const uint64_t *service_ns);
 
 #endif

@@ -18,7 +18,13 @@
  * next() turning unavailable at the exact time (no server up, or one up that
  * lands nothing) and refusing a caller that holds prefetch batches; prefetch
  * across the epoch boundary kept by set_epoch(e + 1, 0); a transport that
- * refuses a request.
+ * refuses a request. Balancing and hedging, with servers that answer at their
+ * own pace (play_epoch): a server ten times slower than two others, or one that
+ * stops, costs under a tenth of what the two give alone; equal servers share
+ * the work and nothing is asked twice; a straggler that recovers gets work
+ * again; the batch next() waits for is hedged at the exact time, and either
+ * reply may come first (the other is dropped), either server may fail, or
+ * set_epoch may drop the batch, each delivered exactly once in plan order.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -357,6 +363,230 @@ static void test_refused_request_fails_the_server(void **state)
     free_loader(l);
 }
 
+/* One epoch of 96 batches against servers that take service_ms[i] per batch (see play_epoch). */
+static played play(uint32_t nservers, uint32_t window, const uint64_t *service_ms)
+{
+    uint64_t service_ns[4] = {0};
+    for (uint32_t i = 0; i < nservers; i++)
+        service_ns[i] = service_ms[i] * MS;
+    loader *l = make_loader(96 * 8, 8, nservers, window, 4);
+    played p = play_epoch(l, 0, service_ns);
+    free_loader(l);
+    return p;
+}
+
+/* Issue 11's straggler: three servers, one ten times slower than the other two. The epoch
+ * must take at most 1/0.9 of what the two healthy servers take alone, with a small window and
+ * a deep one. */
+static void test_straggler_costs_under_a_tenth(void **state)
+{
+    (void)state;
+    const uint32_t windows[2] = {4, 16};
+    bool fast_enough = true;
+    for (uint32_t w = 0; w < 2; w++) {
+        const uint64_t healthy[2] = {10, 10}, with_slow[3] = {10, 10, 100};
+        played two = play(2, windows[w], healthy);
+        played three = play(3, windows[w], with_slow);
+        print_message("window %u: two healthy %llu ms, with the straggler %llu ms (%u requests "
+                      "to it)\n",
+                      windows[w], (unsigned long long)(two.elapsed_ns / MS),
+                      (unsigned long long)(three.elapsed_ns / MS), three.requests[2]);
+        fast_enough = fast_enough && three.elapsed_ns * 9 <= two.elapsed_ns * 10;
+    }
+    assert_true(fast_enough);
+}
+
+/* Equal servers: no batch is asked twice, and each server gets a third of the work. */
+static void test_equal_servers_are_not_hedged(void **state)
+{
+    (void)state;
+    const uint64_t ms[3] = {10, 10, 10};
+    played p = play(3, 4, ms);
+    print_message("three equal servers: %llu ms, requests %u %u %u\n",
+                  (unsigned long long)(p.elapsed_ns / MS), p.requests[0], p.requests[1],
+                  p.requests[2]);
+    assert_int_equal(p.hedged, 0);
+    for (uint32_t i = 0; i < 3; i++)
+        assert_true(p.requests[i] >= 30);
+}
+
+/* A server that answers nothing (stopped, well within the batch deadline) costs no more than
+ * the straggler: its batches are asked of the others once it has been silent for long. */
+static void test_stopped_server_is_hedged_before_the_deadline(void **state)
+{
+    (void)state;
+    const uint64_t healthy[2] = {10, 10}, with_stopped[3] = {10, 10, 0};
+    played two = play(2, 4, healthy);
+    played three = play(3, 4, with_stopped);
+    print_message("two healthy %llu ms, with one stopped %llu ms\n",
+                  (unsigned long long)(two.elapsed_ns / MS),
+                  (unsigned long long)(three.elapsed_ns / MS));
+    assert_true(three.elapsed_ns < 1000 * MS);
+    assert_true(three.elapsed_ns * 9 <= two.elapsed_ns * 10);
+    assert_true(three.hedged >= 4);
+}
+
+/* A straggler that becomes as fast as the others gets its share back in the next epoch. */
+static void test_recovered_server_gets_work_again(void **state)
+{
+    (void)state;
+    const uint64_t slow[3] = {10, 10, 100}, healthy[3] = {10, 10, 10};
+    loader *l = make_loader(96 * 8, 8, 3, 4, 4);
+    uint64_t ns[3];
+    for (uint32_t i = 0; i < 3; i++)
+        ns[i] = slow[i] * MS;
+    played before = play_epoch(l, 0, ns);
+    for (uint32_t i = 0; i < 3; i++)
+        ns[i] = healthy[i] * MS;
+    set_epoch_at(l, 1, 0);
+    played after = play_epoch(l, 1, ns);
+    print_message("slow: requests %u %u %u; recovered: requests %u %u %u, %llu ms\n",
+                  before.requests[0], before.requests[1], before.requests[2], after.requests[0],
+                  after.requests[1], after.requests[2],
+                  (unsigned long long)(after.elapsed_ns / MS));
+    assert_true(before.requests[2] * 10 < before.requests[0]);
+    assert_true(after.requests[2] * 2 >= after.requests[0]);
+    free_loader(l);
+}
+
+/*
+ * Three servers, window 1, prefetch 1 (4 slots, 5 batches): servers 1 and 2 answer batches 1
+ * and 2 at T0 + 10 ms and server 1 batch 3 at T0 + 20 ms, so the servers take 10 ms a batch;
+ * server 0 says nothing about batch 0, the one next() waits for. Past 4 x 10 ms, and not a
+ * nanosecond before, batch 0 is asked of server 1 too. Returns the two requests for batch 0
+ * (*first to server 0, *hedge to server 1).
+ */
+static loader *hedged_head(sent *first, sent *hedge)
+{
+    loader *l = make_loader(40, 8, 3, 1, 1);
+    dispatch(l);
+    assert_int_equal(g.nreq, 3);
+    g.now = T0 + 10 * MS;
+    reply(l, &g.req[1]);
+    reply(l, &g.req[2]);
+    dispatch(l);
+    assert_int_equal(g.nreq, 4);
+    assert_int_equal(g.req[3].server, 1);
+    g.now = T0 + 20 * MS;
+    reply(l, &g.req[3]);
+    dispatch(l);
+    assert_int_equal(g.nreq, 4);
+    feed_batch *b;
+    assert_int_equal(next_at(l, &b, NULL), SCHED_WAIT);
+    g.now = T0 + CLIENT_HEDGE_FACTOR * 10 * MS;
+    tick(l);
+    dispatch(l);
+    assert_int_equal(g.nreq, 4);
+    g.now += 1;
+    dispatch(l);
+    assert_int_equal(g.nreq, 5);
+    assert_int_equal(g.req[0].server, 0);
+    assert_int_equal(g.req[4].server, 1);
+    assert_memory_equal(g.req[4].idx, g.req[0].idx, g.req[0].n * sizeof(uint64_t));
+    assert_int_equal(l->stats.hedged, 1);
+    assert_int_equal(l->stats.reissued, 0);
+    assert_int_equal(l->stats.failovers, 0);
+    *first = g.req[0];
+    *hedge = g.req[4];
+    return l;
+}
+
+static void test_hedge_lands_and_the_late_reply_is_dropped(void **state)
+{
+    (void)state;
+    sent first, hedge;
+    loader *l = hedged_head(&first, &hedge);
+    reply(l, &hedge);
+    feed_batch *b;
+    assert_int_equal(next_at(l, &b, NULL), 0);
+    assert_int_equal(b->batch_number, 0);
+    release_at(l, b);
+    /* The straggler answers after all: a late duplicate, dropped; its window is free again. */
+    reply(l, &first);
+    assert_int_equal(l->servers[0].outstanding, 0);
+    assert_int_equal(state_of(l, first.id), SLOT_FREE);
+    expect_epoch(l, 0, 1);
+    assert_int_equal(l->stats.batches, 5);
+    assert_int_equal(l->stats.failovers, 0);
+    assert_int_equal(g.dropped[0], 0);
+    free_loader(l);
+}
+
+/* The straggler's own reply comes first: it lands, and the hedge's is the late duplicate. */
+static void test_straggler_answers_before_its_hedge(void **state)
+{
+    (void)state;
+    sent first, hedge;
+    loader *l = hedged_head(&first, &hedge);
+    reply(l, &first);
+    feed_batch *b;
+    assert_int_equal(next_at(l, &b, NULL), 0);
+    assert_int_equal(b->batch_number, 0);
+    release_at(l, b);
+    reply(l, &hedge);
+    assert_int_equal(l->servers[1].outstanding, 0);
+    expect_epoch(l, 0, 1);
+    assert_int_equal(l->stats.batches, 5);
+    free_loader(l);
+}
+
+/* The straggler fails with the hedge in flight: the hedge stays the batch's live request,
+ * nothing is re-issued, and its reply lands; the straggler's old stream is dropped. */
+static void test_straggler_fails_after_the_hedge(void **state)
+{
+    (void)state;
+    sent first, hedge;
+    loader *l = hedged_head(&first, &hedge);
+    const call_ctx *old_stream = l->servers[0].stream;
+    fail_server(l, 0);
+    assert_int_equal(l->stats.failovers, 1);
+    assert_int_equal(l->stats.reissued, 0);
+    uint32_t mark = g.nreq;
+    dispatch(l);
+    for (uint32_t i = mark; i < g.nreq; i++)
+        assert_int_not_equal(g.req[i].idx[0], first.idx[0]);
+    assert_int_equal(state_of(l, hedge.id), SLOT_INFLIGHT);
+    reply_from(l, 0, old_stream, &first);
+    assert_int_equal(state_of(l, hedge.id), SLOT_INFLIGHT);
+    reply(l, &hedge);
+    expect_epoch(l, 0, 0);
+    assert_int_equal(l->stats.batches, 5);
+    free_loader(l);
+}
+
+/* The hedge's server fails: the straggler's request is still live and its reply lands. */
+static void test_hedge_server_fails(void **state)
+{
+    (void)state;
+    sent first, hedge;
+    loader *l = hedged_head(&first, &hedge);
+    fail_server(l, 1);
+    assert_int_equal(l->stats.reissued, 0);
+    assert_int_equal(state_of(l, first.id), SLOT_INFLIGHT);
+    reply(l, &first);
+    expect_epoch(l, 0, 0);
+    assert_int_equal(l->stats.batches, 5);
+    free_loader(l);
+}
+
+/* set_epoch drops the hedged batch: both replies come late and are dropped, and the epoch
+ * restarted at batch 2 is delivered exactly once from there. */
+static void test_set_epoch_drops_a_hedged_batch(void **state)
+{
+    (void)state;
+    sent first, hedge;
+    loader *l = hedged_head(&first, &hedge);
+    set_epoch_at(l, 0, 2);
+    assert_int_equal(state_of(l, first.id), SLOT_FREE);
+    reply(l, &hedge);
+    reply(l, &first);
+    assert_int_equal(l->servers[0].outstanding, 0);
+    assert_int_equal(l->servers[1].outstanding, 0);
+    expect_epoch(l, 0, 2);
+    assert_int_equal(l->stats.batches, 3);
+    free_loader(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -372,6 +602,15 @@ int main(void)
         cmocka_unit_test(test_next_beyond_prefetch),
         cmocka_unit_test(test_prefetch_across_the_epoch_is_kept),
         cmocka_unit_test(test_refused_request_fails_the_server),
+        cmocka_unit_test(test_straggler_costs_under_a_tenth),
+        cmocka_unit_test(test_equal_servers_are_not_hedged),
+        cmocka_unit_test(test_stopped_server_is_hedged_before_the_deadline),
+        cmocka_unit_test(test_recovered_server_gets_work_again),
+        cmocka_unit_test(test_hedge_lands_and_the_late_reply_is_dropped),
+        cmocka_unit_test(test_straggler_answers_before_its_hedge),
+        cmocka_unit_test(test_straggler_fails_after_the_hedge),
+        cmocka_unit_test(test_hedge_server_fails),
+        cmocka_unit_test(test_set_epoch_drops_a_hedged_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -93,6 +93,7 @@ int main(void)
     FIELD(feed_loader_stats, sample_errors);
     FIELD(feed_loader_stats, servers_known);
     FIELD(feed_loader_stats, servers_up);
+    FIELD(feed_loader_stats, hedged);
 
     SIZE(feed_server_stats);
     FIELD(feed_server_stats, target);

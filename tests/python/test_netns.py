@@ -114,4 +114,6 @@ def test_slow_link_and_cut_link(spawn, netfleet):
           f"link and a link cut for {stamps['restored'] - stamps['cut']:.1f} s")
     assert [b[:3] for b in chaotic] == [b[:3] for b in reference], "order or membership differs"
     assert chaotic == reference, "same samples, different pixels"
-    assert stats["failovers"] >= 1, f"the cut went unnoticed: {stats}"
+    # Seen as a failover (pings, the batch deadline) or, sooner, as hedges of the batches the
+    # cut server owes: delivery may route around a short cut before either fires.
+    assert stats["failovers"] + stats["hedged"] >= 1, f"the cut went unnoticed: {stats}"

@@ -195,6 +195,9 @@ typedef struct feed_loader_stats {
     uint64_t sample_errors[FEED_SAMPLE_STATUS_COUNT];
     uint32_t servers_known;
     uint32_t servers_up;      /* those that have answered a batch on their live stream */
+    /* Batches also asked of a second server while a straggler still owed them (long past
+     * what the other servers take); the later reply is dropped. */
+    uint64_t hedged;
 } feed_loader_stats;
 
 typedef struct feed_server_stats {

@@ -146,6 +146,7 @@ class LoaderStats(Structure):
         ("sample_errors", c_uint64 * SAMPLE_STATUS_COUNT),
         ("servers_known", c_uint32),
         ("servers_up", c_uint32),
+        ("hedged", c_uint64),
     ]
 
 
