@@ -147,6 +147,37 @@ static void test_deep_window_is_not_a_stall(void **state)
     free_loader(l);
 }
 
+/* A healthy server shared by many clients can leave one of them without a batch for 15 s at a
+ * time (64 clients of one feedd: bench/results/fairness-2core-2026-12-01). With the library's
+ * default deadline it is not failed: keepalive finds dead servers, the deadline only catches a
+ * connected one that sends nothing. With the old default (10 s) the first silence failed it. */
+static void test_busy_shared_server_is_not_failed_by_default(void **state)
+{
+    (void)state;
+    loader *l = make_loader(32, 2, 1, 4, 2);
+    feed_loader_config defaults;
+    feed_loader_config_default(&defaults);
+    l->cfg.batch_deadline_ms = defaults.batch_deadline_ms;
+    dispatch(l);
+    for (;;) {
+        int oldest = -1;
+        for (uint32_t i = 0; i < g.nreq && oldest < 0; i++)
+            if (g.req[i].epoch == 0 && state_of(l, g.req[i].id) == SLOT_INFLIGHT)
+                oldest = (int)i;
+        if (oldest < 0)
+            break;
+        g.now += 15000 * MS;
+        tick(l);
+        reply(l, &g.req[oldest]);
+        dispatch(l);
+    }
+    assert_int_equal(l->stats.failovers, 0);
+    assert_int_equal(l->stats.reissued, 0);
+    assert_int_equal(g.dropped[0], 0);
+    expect_epoch(l, 0, 0);
+    free_loader(l);
+}
+
 static void test_stall_retry_and_return_by_the_clock(void **state)
 {
     (void)state;
@@ -594,6 +625,7 @@ int main(void)
         cmocka_unit_test(test_failover_reissues_and_drops_late_duplicates),
         cmocka_unit_test(test_deadline_fails_only_the_server_that_owes),
         cmocka_unit_test(test_deep_window_is_not_a_stall),
+        cmocka_unit_test(test_busy_shared_server_is_not_failed_by_default),
         cmocka_unit_test(test_stall_retry_and_return_by_the_clock),
         cmocka_unit_test(test_server_fails_while_its_batches_land),
         cmocka_unit_test(test_protocol_error_fails_the_live_stream),
