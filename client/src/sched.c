@@ -38,6 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "balance.h"
+
 #include "feed/errors.h"
 #include "feed/log.h"
 #include "loader_impl.h"
@@ -184,135 +186,12 @@ static void assign(slot *sl, const client_plan *plan, uint32_t epoch, uint64_t b
     sl->state = SLOT_PENDING;
 }
 
-static bool takes_requests(const server *s)
-{
-    return !s->removed && (s->state == SRV_UP || s->state == SRV_CONNECTING) && s->stream;
-}
-
-/* The shortest measured service time among servers up (0: none measured), which a server
- * not measured yet is assumed to have: a new or returning server is given a chance, and
- * SRV_CONNECTING's window of one bounds what that risks. */
-static uint64_t fastest_service(const loader *l)
-{
-    uint64_t fastest = 0;
-    for (uint32_t i = 0; i < l->num_servers; i++) {
-        const server *s = &l->servers[i];
-        if (!s->removed && s->state == SRV_UP && s->service_ns &&
-            (!fastest || s->service_ns < fastest))
-            fastest = s->service_ns;
-    }
-    return fastest;
-}
-
-/* The time s is expected to take per batch from now. */
-static uint64_t service_estimate(const server *s, uint64_t fastest, uint64_t now)
-{
-    uint64_t est = s->service_ns ? s->service_ns : fastest;
-    if (s->outstanding && now - s->progress_ns > est)
-        est = now - s->progress_ns;
-    return est;
-}
-
-/* The lower median of the measured service times of the servers up; 0 if none is measured. */
-static uint64_t median_service(const loader *l)
-{
-    uint64_t v[CLIENT_MAX_SERVERS];
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < l->num_servers; i++) {
-        const server *s = &l->servers[i];
-        if (s->removed || s->state != SRV_UP || !s->service_ns)
-            continue;
-        uint32_t j = n++;
-        for (; j > 0 && v[j - 1] > s->service_ns; j--)
-            v[j] = v[j - 1];
-        v[j] = s->service_ns;
-    }
-    return n ? v[(n - 1) / 2] : 0;
-}
-
-/* The estimate beyond which a server is a straggler: CLIENT_HEDGE_FACTOR x the median, at
- * least CLIENT_HEDGE_FLOOR_MS; UINT64_MAX (none is) while no server is measured. */
-static uint64_t straggler_limit(const loader *l)
-{
-    uint64_t median = median_service(l);
-    if (!median)
-        return UINT64_MAX;
-    uint64_t limit = (uint64_t)CLIENT_HEDGE_FACTOR * median;
-    uint64_t floor = (uint64_t)CLIENT_HEDGE_FLOOR_MS * 1000000u;
-    return limit > floor ? limit : floor;
-}
-
-/*
- * The server other than `other` with a free window expected to finish a new batch first:
- * (outstanding + 1) x its estimate, the most free window among equals (so before anything is
- * measured, the most free window wins); NULL if there is none. Never a straggler: what it takes
- * lands far behind the others' and holds up delivery in plan order; it gets only copies
- * (probe_idle_servers) until it has caught up. Any other server with a free window gets work:
- * holding a batch back for a faster server whose window is full would leave batches unsent,
- * and fewer of them already on their way, when servers stop.
- */
-static server *pick_server(loader *l, const server *other, uint64_t now)
-{
-    uint64_t fastest = fastest_service(l), limit = straggler_limit(l);
-    uint64_t best_cost = 0;
-    uint32_t best_free = 0;
-    server *best = NULL;
-    for (uint32_t i = 0; i < l->num_servers; i++) {
-        server *s = &l->servers[i];
-        if (s == other || !takes_requests(s))
-            continue;
-        /* A server that has not yet answered a batch gets one, as a probe (see SRV_CONNECTING). */
-        uint32_t window = s->state == SRV_UP ? s->window : 1;
-        uint64_t est = service_estimate(s, fastest, now);
-        if (s->outstanding >= window || est > limit)
-            continue;
-        uint64_t cost = (uint64_t)(s->outstanding + 1) * est;
-        uint32_t free_window = window - s->outstanding;
-        if (!best || cost < best_cost || (cost == best_cost && free_window > best_free)) {
-            best = s;
-            best_cost = cost;
-            best_free = free_window;
-        }
-    }
-    return best;
-}
-
-/* Plan order: this epoch's batches before the next epoch's, so that a re-issued batch next()
- * waits for does not queue behind prefetched ones. */
-static bool plan_before(const loader *l, const slot *a, const slot *b)
-{
-    bool a_ahead = a->epoch != l->epoch, b_ahead = b->epoch != l->epoch;
-    if (a_ahead != b_ahead)
-        return !a_ahead;
-    return a->batch_number < b->batch_number;
-}
-
 static slot *first_pending(loader *l)
 {
     slot *best = NULL;
     for (uint32_t i = 0; i < l->num_slots; i++) {
         slot *sl = &l->slots[i];
-        if (sl->state == SLOT_PENDING && (!best || plan_before(l, sl, best)))
-            best = sl;
-    }
-    return best;
-}
-
-/* In plan order, the first batch owed by a straggler, with no second request yet, that it has
- * owed for longer than the others take by far: it should be asked of another server too. */
-static slot *straggler_batch(loader *l, uint64_t now)
-{
-    uint64_t limit = straggler_limit(l);
-    if (limit == UINT64_MAX)
-        return NULL;
-    uint64_t fastest = fastest_service(l);
-    slot *best = NULL;
-    for (uint32_t i = 0; i < l->num_slots; i++) {
-        slot *sl = &l->slots[i];
-        if (sl->state != SLOT_INFLIGHT || sl->hedge || now - sl->sent_ns <= limit ||
-            service_estimate(sl->server, fastest, now) <= limit)
-            continue;
-        if (!best || plan_before(l, sl, best))
+        if (sl->state == SLOT_PENDING && (!best || balance_plan_before(l, sl, best)))
             best = sl;
     }
     return best;
@@ -352,7 +231,7 @@ static void probe_idle_servers(loader *l, uint64_t now)
         return;
     for (uint32_t i = 0; i < l->num_servers; i++) {
         server *s = &l->servers[i];
-        if (!takes_requests(s) || s->state != SRV_UP || !s->service_ns || s->outstanding ||
+        if (!balance_takes_requests(s) || s->state != SRV_UP || !s->service_ns || s->outstanding ||
             now - s->progress_ns < (uint64_t)CLIENT_PROBE_MS * 1000000u)
             continue;
         slot *newest = NULL;
@@ -410,16 +289,16 @@ void sched_dispatch(loader *l, bool may_grow, uint64_t now)
     }
     for (;;) {
         slot *sl = first_pending(l);
-        slot *late = straggler_batch(l, now);
-        if (late && (!sl || plan_before(l, late, sl))) {
-            server *s = pick_server(l, late->server, now);
+        slot *late = balance_straggler_batch(l, now);
+        if (late && (!sl || balance_plan_before(l, late, sl))) {
+            server *s = balance_pick_server(l, late->server, now);
             if (s) {
                 if (send_to(l, late, s, true, now))
                     l->stats.hedged++;
                 continue;
             }
         }
-        server *s = sl ? pick_server(l, NULL, now) : NULL;
+        server *s = sl ? balance_pick_server(l, NULL, now) : NULL;
         if (!s)
             break;
         send_to(l, sl, s, false, now);
@@ -603,16 +482,7 @@ slot *sched_batch_arrived(loader *l, server *s, wire_batch_reader *r, uint64_t n
     }
     if (s->outstanding) {
         s->outstanding--;
-        /* Late duplicates count too: they took the server as long. Faster replies weigh more
-         * (1/2, else 1/4), so that a server that recovers catches up within a few probes; one
-         * that is slower than it looks falls behind anyway, its silence raising its estimate. */
-        uint64_t took = now - s->progress_ns;
-        if (!s->service_ns)
-            s->service_ns = took;
-        else if (took < s->service_ns)
-            s->service_ns = (s->service_ns + took) / 2;
-        else
-            s->service_ns = s->service_ns - s->service_ns / 4 + took / 4;
+        balance_note_reply(s, now);
     }
     s->progress_ns = now;
     if (s->state == SRV_CONNECTING) {
