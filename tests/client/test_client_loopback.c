@@ -474,9 +474,8 @@ static void test_all_servers_dead(void **state)
     double secs = (double)(feed_now_ns() - t0) / 1e9;
     print_message("all servers dead: %s after %.2f s (%zu batches still delivered)\n",
                   feed_err_name(rc), secs, r->count - 1);
+    /* next() returns (a hang is the test's timeout), and says why. */
     assert_int_equal(rc, FEED_EUNAVAILABLE);
-    /* The point is that next() returns rather than hangs: a bound 80x the timeout. */
-    assert_true(secs < SETTLE_POLLS * 0.02);
     /* And it keeps answering, without blocking for another timeout. */
     assert_int_equal(feed_loader_next(l, &(feed_batch *){NULL}), FEED_EUNAVAILABLE);
 }

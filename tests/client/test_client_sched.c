@@ -118,6 +118,24 @@ static void test_deadline_fails_only_the_server_that_owes(void **state)
     free_loader(l);
 }
 
+/* One server answers its oldest epoch-0 request every step_ms of scripted time, the clock
+ * ticking before each reply, until nothing of epoch 0 is in flight. */
+static void answer_oldest_every(loader *l, uint64_t step_ms)
+{
+    for (;;) {
+        int oldest = -1;
+        for (uint32_t i = 0; i < g.nreq && oldest < 0; i++)
+            if (g.req[i].epoch == 0 && state_of(l, g.req[i].id) == SLOT_INFLIGHT)
+                oldest = (int)i;
+        if (oldest < 0)
+            break;
+        g.now += step_ms * MS;
+        tick(l);
+        reply(l, &g.req[oldest]);
+        dispatch(l);
+    }
+}
+
 /* One server with the whole epoch in its window answers one batch every 900 ms: the last
  * request waits 57 s, far past the 1 s deadline, but the server is never silent for 1 s, so
  * nothing fails and nothing is re-issued (the deadline counts silence, not queueing). */
@@ -127,18 +145,7 @@ static void test_deep_window_is_not_a_stall(void **state)
     loader *l = make_loader(128, 2, 1, CLIENT_MAX_WINDOW, 2);
     dispatch(l);
     assert_int_equal(g.nreq, CLIENT_MAX_WINDOW);
-    for (;;) {
-        int oldest = -1;
-        for (uint32_t i = 0; i < g.nreq && oldest < 0; i++)
-            if (g.req[i].epoch == 0 && state_of(l, g.req[i].id) == SLOT_INFLIGHT)
-                oldest = (int)i;
-        if (oldest < 0)
-            break;
-        g.now += 900 * MS;
-        tick(l);
-        reply(l, &g.req[oldest]);
-        dispatch(l);
-    }
+    answer_oldest_every(l, 900);
     assert_true(g.now - T0 >= 57000 * MS);
     assert_int_equal(l->stats.failovers, 0);
     assert_int_equal(l->stats.reissued, 0);
@@ -159,18 +166,7 @@ static void test_busy_shared_server_is_not_failed_by_default(void **state)
     feed_loader_config_default(&defaults);
     l->cfg.batch_deadline_ms = defaults.batch_deadline_ms;
     dispatch(l);
-    for (;;) {
-        int oldest = -1;
-        for (uint32_t i = 0; i < g.nreq && oldest < 0; i++)
-            if (g.req[i].epoch == 0 && state_of(l, g.req[i].id) == SLOT_INFLIGHT)
-                oldest = (int)i;
-        if (oldest < 0)
-            break;
-        g.now += 15000 * MS;
-        tick(l);
-        reply(l, &g.req[oldest]);
-        dispatch(l);
-    }
+    answer_oldest_every(l, 15000);
     assert_int_equal(l->stats.failovers, 0);
     assert_int_equal(l->stats.reissued, 0);
     assert_int_equal(g.dropped[0], 0);

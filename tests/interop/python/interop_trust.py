@@ -26,7 +26,7 @@ from grpc_tools import protoc
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAKE_CERTS = os.path.join(HERE, "..", "..", "server", "make_test_certs.sh")
 TOKEN = "interop-token.0123456789"
-DEADLINE = 20  # seconds: a refused connection must end with a status well before this
+DEADLINE = 20  # seconds: a call that hangs ends DEADLINE_EXCEEDED, which no check expects
 
 
 def check(cond, what):
@@ -117,13 +117,11 @@ class Calls:
 
 
 def expect(fn, code, needle, what):
-    t0 = time.monotonic()
     try:
         fn()
     except grpc.RpcError as e:
         check(e.code() == code and needle in (e.details() or ""),
               "%s: got %s %r, want %s with %r" % (what, e.code(), e.details(), code, needle))
-        check(time.monotonic() - t0 < DEADLINE, "%s: took the whole deadline" % what)
         return
     check(False, "%s: succeeded, want %s" % (what, code))
 
