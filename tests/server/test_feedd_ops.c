@@ -72,14 +72,10 @@ static void test_resource_exhausted(void **state)
         idx[i] = (uint64_t)(i % N_SAMPLES);
     feedtest_stream a, c;
 
-    /*
-     * Window 1: batch 1 is handed to gRPC (stuck), batch 2 waits behind it, batch 3 is refused.
-     * Batch 1 is 21 MB: gRPC's BDP probing can grow a stream's flow-control window to 16 MB
-     * on loopback, which a 10 MB batch fitted (its send then finished and batch 3 was taken).
-     */
+    /* Window 1: batch 1 is handed to gRPC (stuck), batch 2 waits behind it, batch 3 is refused. */
     make_open(&open, &spec, "good", 1, 1);
     assert_int_equal(feedtest_stream_open(ch, 60, &a), 0);
-    assert_int_equal(send_batch(&a, &open, 1, 0, idx, 48), 0);
+    assert_int_equal(send_batch(&a, &open, 1, 0, idx, 24), 0);
     wait_metric(&s2, "feedd_batches_total", 1);
     assert_int_equal(send_batch(&a, NULL, 2, 0, idx, 8), 0);
     assert_int_equal(send_batch(&a, NULL, 3, 0, idx, 8), 0);
