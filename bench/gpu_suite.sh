@@ -8,8 +8,11 @@
 #   python   the feedclient package's pytest suite on the GPU path and the host
 #            path (tests/python/test_gpu.py, test_loader.py) against real feedd
 #   preproc  feed-preproc-bench (1 and N threads, with the full-decode
-#            reference) and torchvision's transform (1 and N processes) on the
-#            same original JPEGs
+#            reference, and from the decoded-sample cache) and torchvision's
+#            transform (1 and N processes) on the same original JPEGs,
+#            PREPROC_RUNS times
+#   split    feed-engine-split: the engine's time split (Huffman, the rest of
+#            a full decode, the engine's decode and resize), SPLIT_RUNS times
 #   wire     feed-wire-bench: one server as threads grow (wire only and with
 #            preprocessing), then several servers -> one client
 #   e2e      feed-bench sync / local / remote per model preset, RUNS times
@@ -29,12 +32,13 @@
 # Settings by environment: MODELS ("resnet50 resnet18"), SECONDS_PER (10),
 # BATCH (256), LOADER_CPUS (0-3), LOCAL_THREADS (4), SERVER_CPUS (4-9:10-15),
 # SERVERS (2), SERVER_THREADS (6), REPEAT (40), RUNS (5), PREPROC_SECONDS (5),
+# PREPROC_RUNS (5), PREPROC_CACHE (2G), CACHE_SIDE (256), SPLIT_RUNS (5),
 # WIRE_SECONDS (3), FEED_BENCH_ARGS (appended to every feed-bench call).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: gpu_suite.sh OUTDIR [client preproc wire e2e]}
 shift
-stages=${*:-client python preproc wire e2e}
+stages=${*:-client python preproc split wire e2e}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -74,16 +78,29 @@ stage_python() {
 }
 
 stage_preproc() {
-  local secs=${PREPROC_SECONDS:-5}
+  local secs=${PREPROC_SECONDS:-5} r
   mkdir -p "$out/preproc"
-  stamp "preproc: engine on the original JPEGs"
-  feed-preproc-bench "$tree" --seconds "$secs" --json "$out/preproc/preproc.jsonl" \
-    > "$out/preproc/engine.txt" 2>&1
-  stamp "preproc: torchvision on the same JPEGs"
-  python3 "$here/torchvision_bench.py" "$tree" --warmup --seconds "$secs" \
-    --json "$out/preproc/torchvision.jsonl" > "$out/preproc/torchvision.txt" 2>&1
-  python3 "$here/ratio.py" "$out/preproc/preproc.jsonl" "$out/preproc/torchvision.jsonl" \
-    > "$out/preproc/ratio.txt" 2>&1
+  for r in $(seq "${PREPROC_RUNS:-5}"); do
+    stamp "preproc run $r: engine on the original JPEGs, uncached and from the decoded-sample cache"
+    feed-preproc-bench "$tree" --seconds "$secs" --decoded-cache "${PREPROC_CACHE:-2G}" \
+      --cache-side "${CACHE_SIDE:-256}" --json "$out/preproc/preproc-r$r.jsonl" \
+      > "$out/preproc/engine-r$r.txt" 2>&1
+    stamp "preproc run $r: torchvision on the same JPEGs"
+    python3 "$here/torchvision_bench.py" "$tree" --warmup --seconds "$secs" \
+      --json "$out/preproc/torchvision-r$r.jsonl" > "$out/preproc/torchvision-r$r.txt" 2>&1
+    python3 "$here/ratio.py" "$out/preproc/preproc-r$r.jsonl" "$out/preproc/torchvision-r$r.jsonl" \
+      > "$out/preproc/ratio-r$r.txt" 2>&1
+  done
+  cat "$out"/preproc/ratio-r*.txt > "$out/preproc/ratio.txt"
+}
+
+stage_split() {
+  mkdir -p "$out/split"
+  stamp "split: where the engine's time goes, ${SPLIT_RUNS:-5} runs"
+  grep -o 'avx512[a-z]*' /proc/cpuinfo | sort -u | tr '\n' ' ' > "$out/split/cpu-flags.txt"
+  for r in $(seq "${SPLIT_RUNS:-5}"); do
+    feed-engine-split "$tree" 3 >> "$out/split/runs.txt" 2>&1
+  done
 }
 
 stage_wire() {
@@ -129,7 +146,13 @@ for s in $stages; do
   case $s in
     client) echo "## client"; tail -n 12 "$out/client/test_client_gpu.txt" ;;
     python) echo "## python"; tail -n 8 "$out/python/pytest.txt" ;;
-    preproc) echo "## preproc (engine vs torchvision, same JPEGs)"; cat "$out/preproc/ratio.txt" ;;
+    preproc) echo "## preproc (engine vs torchvision, same JPEGs)"; grep -v '^{' "$out/preproc/ratio.txt"
+      grep -h '^{' "$out"/preproc/preproc-r*.jsonl | python3 -c 'import json,sys
+for l in sys.stdin:
+    d = json.loads(l)
+    print("cached/uncached 1t %.2fx  nt %.2fx  hit %s" % (d["cached_img_per_s_1t"] / d["fast_img_per_s_1t"],
+          d["cached_img_per_s_nt"] / d["fast_img_per_s_nt"], d["cached_hit_rate"]))' ;;
+    split) echo "## split"; grep -E "^(full|engine|huffman)" "$out/split/runs.txt" ;;
     wire) echo "## wire"; cat "$out/wire/scaling.txt" "$out/wire/multi.txt" | grep -v '^#' | tail -n 20 ;;
     e2e)
       echo "## e2e"

@@ -5,7 +5,7 @@
 # (which has the CUDA libraries, NVML and python3 with torch, torchvision and
 # matplotlib, but no gRPC, protobuf-c or libjpeg-turbo, and no package
 # registry); bench/gpu_suite.sh, copied into it, runs them all:
-#   DIR/bin    feed-bench, feedd, feed-pack, feed-gen-dataset, feed-preproc-bench,
+#   DIR/bin    feed-bench, feedd, feed-pack, feed-gen-dataset, feed-preproc-bench, feed-engine-split,
 #              feed-wire-bench, feed-client-probe, test_client_gpu (debug info stripped)
 #   DIR/lib    their shared libraries, minus the C library family, the loader,
 #              libstdc++/libgcc_s and the CUDA/NVML libraries (the GPU machine
@@ -33,13 +33,13 @@ max_mib=62
 rm -rf "$dir"
 mkdir -p "$dir/bin" "$dir/lib" "$dir/data"
 for b in bench/e2e/feed-bench server/feedd server/tools/feed-pack server/tools/feed-gen-dataset \
-         bench/preproc/feed-preproc-bench bench/wire/feed-wire-bench client/feed-client-probe \
+         bench/preproc/feed-preproc-bench bench/preproc/feed-engine-split bench/wire/feed-wire-bench client/feed-client-probe \
          tests/client/test_client_gpu; do
   [ -x "$build/$b" ] || { echo "make_gpu_bundle: $build/$b missing; build first" >&2; exit 1; }
   cp -L "$build/$b" "$dir/bin/"
   strip --strip-debug "$dir/bin/$(basename "$b")"
 done
-if ! ldd "$dir/bin/feed-bench" | grep -q libcublas; then
+if ! ldd "$dir/bin/feed-bench" | grep libcublas > /dev/null; then
   echo "make_gpu_bundle: feed-bench was built without CUDA; rebuild with nvcc available" >&2
   exit 1
 fi

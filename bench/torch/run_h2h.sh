@@ -4,13 +4,19 @@
 # torch/run_h2h.sh). Configurations (default: all, in this order):
 #   r18-synth r18-dl-orig r18-feed-orig r18-dl-reenc r18-feed-reenc
 #   r50-synth r50-dl-orig r50-feed-orig  dl-sweep
+# and, named only: r18-feed-orig-cache r50-feed-orig-cache
 # r18/r50: torchvision resnet18/resnet50; synth: batches already on the GPU
 # (the ceiling); dl: torchvision ImageFolder + DataLoader(num_workers=K);
 # feed: feedclient.Loader over two feedd servers. orig: the bundle's original
 # ImageNet JPEGs; reenc: the same images re-encoded once (max side 400, q90,
 # 4:2:0) by reencode.py. Each tree lists every image REPEAT times (symbolic
 # links), so an epoch has >= 50,000 samples; DataLoader and feedd read the
-# same files. dl-sweep: DataLoader with K in SWEEP_WORKERS, one short window
+# same files. feed-orig-cache: the originals served from feedd's decoded-sample
+# cache (--dataset orig=...,cache=CACHE_SIDE, --cache-bytes CACHE_BYTES per
+# server), after a warm-up of CACHE_WARMUP s in which both servers' caches
+# fill (each server caches what it is asked for, so both must see every
+# sample); the servers' cache metrics are saved as metrics-CONFIG-N.txt at
+# the end. dl-sweep: DataLoader with K in SWEEP_WORKERS, one short window
 # each, to show the K used is its best.
 #
 # Cores (16): DataLoader and synthetic runs use the whole machine; for feed
@@ -21,7 +27,8 @@
 # WORKERS (DataLoader K, 15), SWEEP_WORKERS ("8 12 15"), BATCH (256),
 # TRAIN_CPUS (0-1), SERVER_CPUS ("2-8 9-15"), SERVER_THREADS (7), DEVICE (cuda:0),
 # MAX_INFLIGHT (0: the loop never waits for the GPU; N: at most N steps queued),
-# WINDOW (4) and PREFETCH (6): feedclient's window_per_server and prefetch.
+# WINDOW (4) and PREFETCH (6): feedclient's window_per_server and prefetch;
+# CACHE_SIDE (256), CACHE_BYTES (24G), CACHE_WARMUP (60 s).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:?usage: run_h2h.sh OUTDIR [CONFIG...]}
@@ -65,24 +72,43 @@ tree "$work/reenc-src" "$work/reenc"
 du -sL "$here/data/tree" "$work/reenc-src" > "$out/data-sizes.txt" 2>&1
 find "$work/orig" -type l | wc -l > "$out/samples-per-epoch.txt"
 
-pids=() targets=()
+pids=() targets=() mports=()
+# start_servers [cache]: two feedd serving orig and reenc; with "cache", orig
+# from the decoded-sample cache.
 start_servers() {
   [ ${#pids[@]} -gt 0 ] && return
-  local i=0
+  local i=0 orig="orig=$work/orig" extra=()
+  if [ "${1:-}" = cache ]; then
+    orig="$orig,cache=${CACHE_SIDE:-256}"
+    extra=(--cache-bytes "${CACHE_BYTES:-24G}")
+  fi
   for cpus in ${SERVER_CPUS:-2-8 9-15}; do
-    rm -f "$work/port$i"
+    rm -f "$work/port$i" "$work/mport$i"
     taskset -c "$cpus" "$here/bin/feedd" --listen 127.0.0.1:0 --port-file "$work/port$i" \
-      --threads "${SERVER_THREADS:-7}" --dataset "orig=$work/orig" --dataset "reenc=$work/reenc" --log-level warn \
-      > "$out/feedd$i.log" 2>&1 &
+      --metrics-listen 127.0.0.1:0 --metrics-port-file "$work/mport$i" \
+      --threads "${SERVER_THREADS:-7}" --dataset "$orig" --dataset "reenc=$work/reenc" \
+      "${extra[@]}" --log-level warn >> "$out/feedd$i.log" 2>&1 &
     pids+=($!)
     i=$((i + 1))
   done
   for i in 0 1; do
-    for _ in $(seq 600); do [ -s "$work/port$i" ] && break; sleep 0.1; done
+    for _ in $(seq 600); do [ -s "$work/port$i" ] && [ -s "$work/mport$i" ] && break; sleep 0.1; done
     targets+=("127.0.0.1:$(cat "$work/port$i")")
+    mports+=("$(cat "$work/mport$i")")
+  done
+}
+# save_metrics CONFIG: each server's /metrics as metrics-CONFIG-N.txt.
+save_metrics() {
+  local i=0
+  for p in "${mports[@]}"; do
+    python3 -c 'import sys, urllib.request
+print(urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=10).read().decode())' \
+      "$p" > "$out/metrics-$1-$i.txt" 2>&1
+    i=$((i + 1))
   done
 }
 stop_servers() {
+  mports=()
   [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null
   wait 2>/dev/null
   pids=() targets=()
@@ -107,12 +133,19 @@ for cfg in $configs; do
     r*-dl-orig|r*-dl-reenc)
       run "$cfg" --source dataloader --model "$model" --tree "$work/${cfg##*-}" \
         --workers "${WORKERS:-15}" "${common[@]}" ;;
-    r*-feed-orig|r*-feed-reenc)
-      start_servers
+    r*-feed-orig|r*-feed-reenc|r*-feed-orig-cache)
+      ds=${cfg#r*-feed-} warm=()
+      if [ "$ds" = orig-cache ]; then
+        ds=orig warm=(--warmup "${CACHE_WARMUP:-60}")
+        start_servers cache
+      else
+        start_servers
+      fi
       PIN="taskset -c ${TRAIN_CPUS:-0-1}" run "$cfg" --source feedclient --model "$model" \
-        --dataset "${cfg##*-}" --targets "$(IFS=,; echo "${targets[*]}")" \
+        --dataset "$ds" --targets "$(IFS=,; echo "${targets[*]}")" \
         --window "${WINDOW:-4}" --prefetch "${PREFETCH:-6}" \
-        --pids "$(IFS=,; echo "${pids[*]}")" "${common[@]}"
+        --pids "$(IFS=,; echo "${pids[*]}")" "${common[@]}" "${warm[@]}"
+      save_metrics "$cfg"
       stop_servers ;;
     dl-sweep)
       for k in ${SWEEP_WORKERS:-8 12 15}; do

@@ -1,5 +1,5 @@
 /*
- * stage_split: where the engine's time goes on original JPEGs, measured
+ * feed-engine-split: where the engine's time goes on original JPEGs, measured
  * through libjpeg-turbo's own API (Debian ships it without symbols, so a
  * profiler cannot name its internal functions). Over every image of DATA,
  * one thread, each pass timed on its own:
@@ -17,11 +17,7 @@
  *             (every MCU row down to the crop's bottom edge: huff x bottom /
  *             height per image), the limit of this path without restart
  *             markers.
- * Build from the repository root after scripts/build.sh build:
- *   gcc -O2 -o stage_split bench/results/engine-split-2core-2026-12-01/stage_split.c \
- *     -Iserver/engine -Icommon/include build/server/engine/libfeedengine.a \
- *     build/common/libfeedcommon.a -ljpeg -lm -lpthread
- *   ./stage_split DATA [PASSES]
+ * Usage: feed-engine-split DATA [PASSES] (built with the project).
  */
 #include <setjmp.h>
 #include <stdio.h>
@@ -85,7 +81,7 @@ int main(int argc, char **argv)
     feed_dataset *ds;
     char err[256];
     if (argc < 2 || feed_dataset_open(argv[1], NULL, &ds, err, sizeof err)) {
-        fprintf(stderr, "usage: stage_split DATA [PASSES] (%s)\n", argc < 2 ? "" : err);
+        fprintf(stderr, "usage: feed-engine-split DATA [PASSES] (%s)\n", argc < 2 ? "" : err);
         return 2;
     }
     int passes = argc > 2 ? atoi(argv[2]) : 3;
