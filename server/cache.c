@@ -47,6 +47,10 @@ typedef struct cached_dataset {
 struct feedd_cache {
     uint64_t budget;
     atomic_uint_fast64_t used;
+    /* Admissions refused for want of room and not yet answered by an
+     * eviction (at most `slots`): the hands evict only while it is above 0. */
+    atomic_uint_fast64_t wanted;
+    uint64_t slots; /* every cached dataset's samples */
     cached_dataset ds[FEEDD_MAX_DATASETS];
 };
 
@@ -109,6 +113,7 @@ int feedd_cache_new(uint64_t budget_bytes, feedd_cache **out)
         return FEED_ENOMEM;
     c->budget = budget_bytes;
     atomic_init(&c->used, 0);
+    atomic_init(&c->wanted, 0);
     feedd_gauge(&feedd_m.cache_budget, (int64_t)budget_bytes);
     *out = c;
     return 0;
@@ -149,6 +154,7 @@ int feedd_cache_add_dataset(feedd_cache *c, uint32_t ds, uint64_t samples, uint3
         }
     }
     cd->samples = samples;
+    c->slots += samples;
     cd->side = side;
     atomic_init(&cd->ticks, 0);
     return 0;
@@ -164,6 +170,16 @@ uint64_t feedd_cache_used(const feedd_cache *c)
     return atomic_load_explicit(&c->used, memory_order_relaxed);
 }
 
+/* One refused admission answered by an eviction; false when none is waiting. */
+static bool take_wanted(feedd_cache *c)
+{
+    uint_fast64_t w = atomic_load_explicit(&c->wanted, memory_order_relaxed);
+    while (w && !atomic_compare_exchange_weak_explicit(&c->wanted, &w, w - 1, memory_order_relaxed,
+                                                       memory_order_relaxed)) {
+    }
+    return w != 0;
+}
+
 /* Every second lookup: the hand's step (see cache.h). */
 static void hand_step(feedd_cache *c, cached_dataset *cd)
 {
@@ -176,6 +192,10 @@ static void hand_step(feedd_cache *c, cached_dataset *cd)
     uintptr_t v = slot_lock(s);
     feedd_cache_entry *e = (feedd_cache_entry *)v;
     if (e && atomic_exchange_explicit(&e->referenced, false, memory_order_relaxed)) {
+        slot_unlock(s, v);
+        return;
+    }
+    if (e && !take_wanted(c)) {
         slot_unlock(s, v);
         return;
     }
@@ -211,8 +231,11 @@ feedd_cache_entry *feedd_cache_reserve(feedd_cache *c, uint32_t ds, uint64_t ind
                                        size_t pixel_bytes)
 {
     size_t bytes = feedd_cache_charge(pixel_bytes);
-    if (bytes < pixel_bytes || !charge(c, bytes))
+    if (bytes < pixel_bytes || !charge(c, bytes)) {
+        if (atomic_load_explicit(&c->wanted, memory_order_relaxed) < c->slots)
+            atomic_fetch_add_explicit(&c->wanted, 1, memory_order_relaxed);
         return NULL;
+    }
     feedd_cache_entry *e = malloc(sizeof *e + pixel_bytes);
     if (!e) {
         uncharge(c, bytes);

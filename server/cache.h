@@ -17,7 +17,10 @@
  * clock hand per dataset that moves one slot every second lookup of that
  * dataset, so one turn takes two epochs' worth of lookups: it clears the
  * referenced bit of the entry it passes, and evicts an entry whose bit is
- * still clear, i.e. one not looked up for a whole turn. Under per-epoch
+ * still clear, i.e. one not looked up for a whole turn, but only to answer
+ * an admission refused for want of room (one eviction for each, counted up
+ * to the number of slots): a cache with budget to spare evicts nothing, as
+ * one of several servers sees a sample go a whole turn unasked. Under per-epoch
  * permutations every resident sample is looked up once an epoch, so none is
  * evicted and the hit rate settles at cache/dataset; a working set that
  * changes (another subset, a finished job) ages out within two turns. LRU
