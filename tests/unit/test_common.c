@@ -23,6 +23,7 @@ static void test_strerror(void **state)
     (void)state;
     assert_string_equal(feed_strerror(FEED_EINVAL), "invalid argument");
     assert_string_equal(feed_err_name(FEED_ETIMEDOUT), "FEED_ETIMEDOUT");
+    assert_string_equal(feed_err_name(FEED_EAUTH), "FEED_EAUTH");
     assert_string_equal(feed_strerror(-999), "unknown error");
     assert_string_equal(feed_sample_status_name(FEED_SAMPLE_TRUNCATED), "truncated");
 }
