@@ -25,6 +25,7 @@
 #include "config.h"
 #include "feed/client.h"
 #include "feed/errors.h"
+#include "feed/log.h"
 #include "feedtest.h"
 #include "trust.h"
 
@@ -203,12 +204,14 @@ static void test_config_keys(void **state)
 typedef struct log_text {
     char text[8192];
     size_t len;
+    int refusals; /* errors and warnings that say a server refused the token */
 } log_text;
 
 static void on_log(void *user, int level, const char *message)
 {
     log_text *l = user;
-    (void)level;
+    if (level <= FEED_LOG_WARN && strstr(message, "refused"))
+        l->refusals++;
     int n = snprintf(l->text + l->len, sizeof l->text - l->len, "%s\n", message);
     if (n > 0 && (size_t)n < sizeof l->text - l->len)
         l->len += (size_t)n;
@@ -349,6 +352,106 @@ static void test_loader_plaintext_and_old_config(void **state)
     assert_int_equal(feed_test_server_stop(&plain), 0);
 }
 
+/* An hour: a loader that waits for it instead of failing at once hangs the test until its
+ * ctest timeout; none of these cases may end by it. */
+#define NEVER_MS 3600000u
+
+static void start_token_server(const char *token_path, const char *listen, feed_test_server *s)
+{
+    const char *args[] = {"--dataset", g_ds, "--threads", "1", "--auth-token-file", token_path,
+                          listen ? "--listen" : NULL, listen, NULL};
+    assert_int_equal(feed_test_server_start(args, s), 0);
+}
+
+/*
+ * A refused token is a configuration error, not an outage: open, and next() once every server
+ * refuses, fail with FEED_EAUTH at the servers' first answer instead of waiting
+ * unavailable_timeout_ms; a server that refuses among others that accept is failed (logged
+ * once) and the others serve.
+ */
+static void test_loader_refused_token_fails_fast(void **state)
+{
+    (void)state;
+    char tok[512], other[512];
+    write_named("token", TOKEN "\n", strlen(TOKEN) + 1, tok, sizeof tok);
+    write_named("other-token", "another-token\n", strlen("another-token\n"), other, sizeof other);
+    feed_test_server a, b;
+    start_token_server(tok, NULL, &a);
+    start_token_server(other, NULL, &b);
+    feed_loader_config cfg;
+    log_text log;
+    feed_loader *l = NULL;
+
+    const char *ta = a.target;
+    loader_config(&cfg, &ta, &log);
+    cfg.token = "wrong";
+    assert_int_equal(run_epoch(&cfg, NEVER_MS), FEED_EAUTH);
+    assert_non_null(strstr(log.text, "refused the bearer token"));
+    assert_non_null(strstr(log.text, "UNAUTHENTICATED"));
+    loader_config(&cfg, &ta, &log);
+    cfg.token = "";
+    assert_int_equal(run_epoch(&cfg, NEVER_MS), FEED_EAUTH);
+
+    /* Both refuse: still at once. */
+    const char *both[] = {a.target, b.target};
+    loader_config(&cfg, both, &log);
+    cfg.num_targets = 2;
+    cfg.token = "wrong";
+    assert_int_equal(run_epoch(&cfg, NEVER_MS), FEED_EAUTH);
+
+    /* b refuses TOKEN, a serves every batch; b is logged once, however often it is retried. */
+    loader_config(&cfg, both, &log);
+    cfg.num_targets = 2;
+    cfg.token = TOKEN;
+    cfg.batch_size = 1;
+    cfg.unavailable_timeout_ms = NEVER_MS;
+    assert_int_equal(feed_loader_open(&cfg, &l), 0);
+    for (uint32_t epoch = 0; epoch < 3; epoch++) {
+        int64_t samples = 0;
+        int rc;
+        feed_batch *bt = NULL;
+        while ((rc = feed_loader_next(l, &bt)) == 0) {
+            samples += bt->n;
+            assert_int_equal(feed_loader_release(l, bt, NULL), 0);
+        }
+        assert_int_equal(rc, FEED_EEOF);
+        assert_int_equal(samples, 12);
+        assert_int_equal(feed_loader_set_epoch(l, epoch + 1, 0), 0);
+    }
+    feed_server_stats st;
+    assert_int_equal(feed_loader_server_stats(l, 1, &st, sizeof st), 0);
+    assert_false(st.up);
+    assert_int_equal(st.batches, 0);
+    feed_loader_close(l);
+    l = NULL;
+    assert_int_equal(log.refusals, 1);
+    assert_int_equal(feed_test_server_stop(&b), 0);
+
+    /* A server that served and comes back with another token: next() fails at once too. */
+    int fd, port;
+    char listen[64];
+    assert_int_equal(feed_test_port_reserve(&fd, &port), 0);
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    feed_test_server c;
+    start_token_server(tok, listen, &c);
+    const char *tc = c.target;
+    loader_config(&cfg, &tc, &log);
+    cfg.token = TOKEN;
+    cfg.unavailable_timeout_ms = NEVER_MS;
+    assert_int_equal(feed_loader_open(&cfg, &l), 0);
+    feed_batch *bt = NULL;
+    assert_int_equal(feed_loader_next(l, &bt), 0);
+    assert_int_equal(feed_loader_release(l, bt, NULL), 0);
+    assert_int_equal(feed_test_server_stop(&c), 0);
+    start_token_server(other, listen, &c);
+    assert_int_equal(feed_loader_set_epoch(l, 5, 0), 0);
+    assert_int_equal(feed_loader_next(l, &bt), FEED_EAUTH);
+    feed_loader_close(l);
+    assert_int_equal(feed_test_server_stop(&c), 0);
+    feed_test_port_release(&fd);
+    assert_int_equal(feed_test_server_stop(&a), 0);
+}
+
 /* A TCP connection to 127.0.0.1:port that sends nothing; -1 if connect fails. */
 static int idle_connect(int port)
 {
@@ -434,6 +537,7 @@ int main(void)
         cmocka_unit_test(test_config_keys),
         cmocka_unit_test(test_loader_token_and_tls),
         cmocka_unit_test(test_loader_plaintext_and_old_config),
+        cmocka_unit_test(test_loader_refused_token_fails_fast),
         cmocka_unit_test(test_tls_port_out_of_descriptors_exits),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
