@@ -6,6 +6,7 @@ certificates are made here by tests/server/make_test_certs.sh (openssl)."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 import feedclient
-from conftest import REPO
+from conftest import BUILD, REPO
 
 TOKEN = "s3cret-token_0123456789"
 
@@ -121,3 +122,81 @@ def test_unreadable_tls_files(spawn, certs, tmp_path):
         load(srv.target, tls_ca=tmp_path / "missing.pem")
     with pytest.raises(feedclient.InvalidArgumentError, match="go together"):
         load(srv.target, tls_ca=certs / "ca.pem", tls_cert=certs / "client.pem")
+
+
+# The client tools take the library's trust settings as feedd's option names: the same
+# token file, --tls-ca, and --tls-cert/--tls-key for mutual TLS.
+PROBE = BUILD / "client" / "feed-client-probe"
+BENCH = BUILD / "bench" / "e2e" / "feed-bench"
+
+
+def tool(argv, env=None):
+    """Runs a tool; (exit status, stdout + stderr). Bounded: a hang fails the test."""
+    full = dict(os.environ)
+    full.pop("FEED_TOKEN", None)
+    full.update(env or {})
+    p = subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=full,
+                       timeout=120)
+    return p.returncode, p.stdout + p.stderr
+
+
+def probe(target, *extra, env=None):
+    return tool([PROBE, "--target", target, "--dataset", "small", "--batch", "8", "--size", "32",
+                 "--batches", "5", "--dtype", "u8", "--layout", "nhwc",
+                 "--unavailable-timeout-ms", "3600000", *extra], env)
+
+
+def test_probe_with_token_and_tls(spawn, certs, token_file, tmp_path):
+    srv = spawn(["--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server.key"),
+                 "--auth-token-file", str(token_file)])
+    ca = ["--tls-ca", certs / "ca.pem"]
+    rc, out = probe(srv.target, "--auth-token-file", token_file, *ca)
+    assert rc == 0, out
+    assert "batches 5" in out
+    rc, out = probe(srv.target, *ca, env={"FEED_TOKEN": TOKEN})
+    assert rc == 0, out
+    # Refused at once (the timeout is an hour), with the server's reason.
+    wrong = tmp_path / "wrong"
+    wrong.write_text("wrong-token\r\n")
+    rc, out = probe(srv.target, "--auth-token-file", wrong, *ca)
+    assert rc == 1 and "FEED_EAUTH" in out and "UNAUTHENTICATED" in out, out
+    rc, out = probe(srv.target, *ca)
+    assert rc == 1 and "FEED_EAUTH" in out, out
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    rc, out = probe(srv.target, "--auth-token-file", empty, *ca)
+    assert rc == 2 and "empty token" in out, out
+    rc, out = probe(srv.target, "--auth-token-file", tmp_path / "missing", *ca)
+    assert rc == 2 and "cannot open" in out, out
+    assert "--tls-ca" in tool([PROBE, "--help"])[1]
+
+
+def test_probe_mutual_tls(spawn, certs):
+    srv = spawn(["--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server.key"),
+                 "--tls-client-ca", str(certs / "ca.pem")])
+    rc, out = probe(srv.target, "--tls-ca", certs / "ca.pem", "--tls-cert", certs / "client.pem",
+                    "--tls-key", certs / "client.key")
+    assert rc == 0, out
+    rc, out = probe(srv.target, "--tls-ca", certs / "ca.pem", "--tls-cert", certs / "client.pem")
+    assert rc == 1 and "go together" in out, out
+
+
+def bench(target, data_dir, out_dir, *extra):
+    return tool([BENCH, "--device", "cpu", "--source", "remote", "--servers", target,
+                 "--dataset", "small", "--data", data_dir / "small", "--out", out_dir,
+                 "--batch", "8", "--size", "32", "--steps", "3", "--warmup", "1", *extra])
+
+
+def test_bench_with_token_and_tls(spawn, certs, token_file, data_dir, tmp_path):
+    srv = spawn(["--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server.key"),
+                 "--auth-token-file", str(token_file)])
+    ca = ["--tls-ca", certs / "ca.pem"]
+    rc, out = bench(srv.target, data_dir, tmp_path / "ok", "--auth-token-file", token_file, *ca)
+    assert rc == 0, out
+    assert (tmp_path / "ok" / "summary.csv").exists()
+    rc, out = bench(srv.target, data_dir, tmp_path / "refused", *ca)
+    assert rc != 0 and "FEED_EAUTH" in out, out
+    # Spawned servers speak plaintext: --tls-ca is for --servers only.
+    rc, out = tool([BENCH, "--device", "cpu", "--source", "remote", "--data",
+                    data_dir / "small", *ca])
+    assert rc == 2 and "--tls-ca needs --servers" in out, out
