@@ -196,6 +196,13 @@ def test_bench_with_token_and_tls(spawn, certs, token_file, data_dir, tmp_path):
     assert (tmp_path / "ok" / "summary.csv").exists()
     rc, out = bench(srv.target, data_dir, tmp_path / "refused", *ca)
     assert rc != 0 and "FEED_EAUTH" in out, out
+    # Spawned servers get the token file too.
+    rc, out = tool([BENCH, "--device", "cpu", "--source", "remote", "--spawn-servers", "1",
+                    "--server-threads", "1", "--dataset", "small", "--data", data_dir / "small",
+                    "--out", tmp_path / "spawned", "--batch", "8", "--size", "32", "--steps", "3",
+                    "--warmup", "1", "--auth-token-file", token_file])
+    assert rc == 0, out
+    assert "bearer token required" in (tmp_path / "spawned" / "feedd-0.log").read_text()
     # Spawned servers speak plaintext: --tls-ca is for --servers only.
     rc, out = tool([BENCH, "--device", "cpu", "--source", "remote", "--data",
                     data_dir / "small", *ca])
