@@ -208,8 +208,7 @@ int main(int argc, char **argv)
     feed_loader *l = NULL;
     int rc = feed_loader_open(&c, &l);
     if (rc) {
-        fprintf(stderr, "feed-client-probe: open: %s (%s)\n", feed_strerror(rc),
-                feed_err_name(rc));
+        fprintf(stderr, "feed-client-probe: open: %s (%s)\n", feed_strerror(rc), feed_err_name(rc));
         return 1;
     }
     uint64_t *wait = calloc(want, sizeof(*wait));

@@ -1,7 +1,9 @@
 """feedclient.Loader (libfeedclient) against feedd with a bearer token, TLS
-and mutual TLS: the right token and certificates get batches, anything else
-fails with an error that says why and within unavailable_timeout. The
-certificates are made here by tests/server/make_test_certs.sh (openssl)."""
+and mutual TLS: the right token and certificates get batches; a refused
+token raises AuthError at once, anything else fails with an error that says
+why within unavailable_timeout. feed-client-probe and feed-bench with their
+token and TLS options, the same way. The certificates are made here by
+tests/server/make_test_certs.sh (openssl)."""
 
 from __future__ import annotations
 

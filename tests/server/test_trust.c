@@ -4,8 +4,10 @@
  * (size cap, one line end stripped, empty and non-ASCII refused), the
  * constant-time match and the metadata check, the config keys from a file
  * and the command line, and feed_loader_open with a token and TLS (right,
- * wrong, missing), a 0.3-sized config whose bytes past its end must be
- * ignored, TLS against a plaintext port, and a TLS port out of descriptors.
+ * wrong, missing; a refused token gives FEED_EAUTH at once, from open or
+ * next(), and a refusing server among accepting ones is logged once), a
+ * 0.3-sized config whose bytes past its end must be ignored, TLS against a
+ * plaintext port, and a TLS port out of descriptors.
  * Certificates are made at test time by make_test_certs.sh (openssl).
  */
 #include <arpa/inet.h>
@@ -357,8 +359,15 @@ static void test_loader_plaintext_and_old_config(void **state)
 
 static void start_token_server(const char *token_path, const char *listen, feed_test_server *s)
 {
-    const char *args[] = {"--dataset", g_ds, "--threads", "1", "--auth-token-file", token_path,
-                          listen ? "--listen" : NULL, listen, NULL};
+    const char *args[] = {"--dataset",
+                          g_ds,
+                          "--threads",
+                          "1",
+                          "--auth-token-file",
+                          token_path,
+                          listen ? "--listen" : NULL,
+                          listen,
+                          NULL};
     assert_int_equal(feed_test_server_start(args, s), 0);
 }
 

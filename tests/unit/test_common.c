@@ -390,8 +390,8 @@ static int read_token(const char *text, size_t len, char *out, char *err, size_t
     assert_true(fd >= 0);
     assert_int_equal(write(fd, text, len), (ssize_t)len);
     close(fd);
-    int rc = feed_token_file_read(path, "--auth-token-file", out, FEED_TOKEN_FILE_MAX + 1, err,
-                                  err_cap);
+    int rc =
+        feed_token_file_read(path, "--auth-token-file", out, FEED_TOKEN_FILE_MAX + 1, err, err_cap);
     unlink(path);
     return rc;
 }
@@ -423,8 +423,7 @@ static void test_token_file(void **state)
                                           sizeof out, err, sizeof err),
                      FEED_EINVAL);
     assert_non_null(strstr(err, "--auth-token-file: cannot open"));
-    assert_int_equal(feed_token_file_read("/dev/null", "x", out, 16, err, sizeof err),
-                     FEED_EINVAL);
+    assert_int_equal(feed_token_file_read("/dev/null", "x", out, 16, err, sizeof err), FEED_EINVAL);
 }
 
 int main(void)

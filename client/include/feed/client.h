@@ -224,8 +224,8 @@ FEED_EXPORT int feed_loader_open(const feed_loader_config *cfg, feed_loader **ou
 FEED_EXPORT void feed_loader_close(feed_loader *l);
 
 /* Next batch of the epoch. FEED_EEOF after the last one (call set_epoch to go
- * on), FEED_EINVAL (NULL argument), FEED_EUNAVAILABLE when no server answered for unavailable_timeout_ms
- * (or servers answered but no batch arrived for that long, or for
+ * on), FEED_EINVAL (NULL argument), FEED_EUNAVAILABLE when no server answered for
+ * unavailable_timeout_ms (or servers answered but no batch arrived for that long, or for
  * batch_deadline_ms if longer, while batches were wanted),
  * FEED_EAUTH at once while every server's last answer refused the token (not
  * sticky: a later call may succeed once a server takes it),
