@@ -281,7 +281,13 @@ int main(int argc, char **argv)
             }
             snprintf(dataset_arg, sizeof dataset_arg, "%s=%s", o->dataset_name, o->data);
             snprintf(threads_arg, sizeof threads_arg, "%u", o->server_threads);
-            const char *args[] = {"--dataset", dataset_arg, "--threads", threads_arg, NULL};
+            const char *args[] = {"--dataset",
+                                  dataset_arg,
+                                  "--threads",
+                                  threads_arg,
+                                  o->token_file ? "--auth-token-file" : NULL,
+                                  o->token_file,
+                                  NULL};
             feed_test_server_opts so = {
                 .feedd = feedd, .cpus = cpus, .log_path = logp, .no_metrics = true};
             frc = feed_test_server_start_with(&so, args, &ctx.servers[i]);
@@ -321,6 +327,10 @@ int main(int argc, char **argv)
         .world = o->world,
         .mean = {0.485f, 0.456f, 0.406f},
         .std = {0.229f, 0.224f, 0.225f},
+        .token = o->token,
+        .tls_ca_file = o->tls_ca,
+        .tls_cert_file = o->tls_cert,
+        .tls_key_file = o->tls_key,
     };
     feed_transform_default_train(&sc.transform);
     sc.transform.out_h = sc.transform.out_w = o->size;

@@ -9,6 +9,7 @@
 #include "feed/client.h"
 #include "feed/errors.h"
 #include "feed/opts.h"
+#include "feed/token_file.h"
 #include "feed/transform.h"
 
 #define DEFAULT_DATASET_NAME "bench"
@@ -75,6 +76,12 @@ void bench_usage(FILE *f)
             "  --prefetch N         remote: delivery slots ready ahead of next() (default %u)\n",
             lc.window_per_server, lc.prefetch);
     fputs("  --unordered          remote: batches as they arrive, not in plan order\n"
+          "  --auth-token-file FILE   remote: bearer token sent to the servers, read as feedd\n"
+          "                       reads its --auth-token-file; spawned feedd get the same\n"
+          "                       file (default: $FEED_TOKEN if set, else none)\n"
+          "  --tls-ca FILE        remote: PEM CA the servers' certificates must chain to (TLS;\n"
+          "                       for --servers: spawned feedd speak plaintext)\n"
+          "  --tls-cert FILE --tls-key FILE   remote: client certificate and key (mutual TLS)\n"
           "  --hidden N --lr X --seed N --size N   model width, SGD rate, seed, image side\n",
           f);
 }
@@ -142,6 +149,10 @@ int bench_parse_options(int argc, char **argv, bench_options *o)
         {.name = "seed", .u64 = &o->seed, .lo = 0, .hi = UINT32_MAX},
         {.name = "size", .u32 = &o->size, .lo = 0, .hi = UINT32_MAX},
         {.name = "unordered", .flag = &o->unordered},
+        {.name = "auth-token-file", .str = &o->token_file},
+        {.name = "tls-ca", .str = &o->tls_ca},
+        {.name = "tls-cert", .str = &o->tls_cert},
+        {.name = "tls-key", .str = &o->tls_key},
         {.name = NULL},
     };
     int operands = 0;
@@ -190,6 +201,19 @@ int bench_resolve_options(bench_options *o, bool gpu, bool sim)
         o->window = lc_default.window_per_server;
     if (!o->prefetch)
         o->prefetch = lc_default.prefetch;
+    if (o->token_file) {
+        char err[512];
+        if (feed_token_file_read(o->token_file, "--auth-token-file", o->token_buf,
+                                 sizeof o->token_buf, err, sizeof err)) {
+            fprintf(stderr, "feed-bench: %s\n", err);
+            return FEED_EINVAL;
+        }
+        o->token = o->token_buf;
+    }
+    if (o->tls_ca && o->spawn) {
+        fprintf(stderr, "feed-bench: --tls-ca needs --servers (spawned feedd speak plaintext)\n");
+        return FEED_EINVAL;
+    }
     if (o->batch > BENCH_MAX_BATCH || o->spawn > BENCH_MAX_SERVERS ||
         o->size < FEED_TRANSFORM_MIN_SIDE || o->size > FEED_TRANSFORM_MAX_SIDE ||
         (o->steps == 0 && o->seconds <= 0)) {

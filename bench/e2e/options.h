@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "feed/token_file.h"
+
 #define BENCH_MAX_SERVERS 64
 #define BENCH_MAX_BATCH 4096u
 
@@ -34,6 +36,11 @@ typedef struct bench_options {
     uint32_t size;
     uint32_t rank, world; /* remote: this client's share of the epoch */
     bool unordered;
+    /* remote: trust, as feed-client-probe's and feedd's options. The token is read from
+     * token_file by bench_resolve_options (NULL: libfeedclient takes $FEED_TOKEN). */
+    const char *token_file, *tls_ca, *tls_cert, *tls_key;
+    const char *token; /* NULL, or token_buf */
+    char token_buf[FEED_TOKEN_FILE_MAX + 1];
 } bench_options;
 
 void bench_usage(FILE *f);

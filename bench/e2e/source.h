@@ -69,6 +69,8 @@ typedef struct source_config {
     bool ordered;         /* plan order (false: as batches arrive) */
     uint32_t rank, world; /* this client's share of each epoch (world >= 1) */
     float mean[3], std[3];
+    /* feed_loader_config's trust fields (NULL: its defaults; token NULL takes $FEED_TOKEN). */
+    const char *token, *tls_ca_file, *tls_cert_file, *tls_key_file;
 } source_config;
 
 int source_sync_open(const source_config *cfg, bench_source **out, char *err, size_t err_cap);

@@ -128,10 +128,15 @@ int source_remote_open(const source_config *cfg, bench_source **out, char *err, 
         lc.dtype = FEED_DTYPE_UINT8;
         lc.layout = FEED_LAYOUT_NHWC;
     }
+    lc.token = cfg->token;
+    lc.tls_ca_file = cfg->tls_ca_file;
+    lc.tls_cert_file = cfg->tls_cert_file;
+    lc.tls_key_file = cfg->tls_key_file;
     lc.log_fn = client_log;
     rc = feed_loader_open(&lc, &s->loader);
     if (rc) {
-        snprintf(err, err_cap, "remote: feed_loader_open: %s", feed_strerror(rc));
+        snprintf(err, err_cap, "remote: feed_loader_open: %s (%s)", feed_strerror(rc),
+                 feed_err_name(rc));
         goto out;
     }
     *out = &s->base;

@@ -340,6 +340,20 @@ int conn_add_server(loader *l, const char *target, int dns_index)
     return (int)(s - l->servers);
 }
 
+/* The statuses that mean "not with these credentials": feedd answers UNAUTHENTICATED to a
+ * missing or wrong token; PERMISSION_DENIED is what a proxy in front of it may say. A failed TLS
+ * handshake is not among them: gRPC reports it as UNAVAILABLE, like a refused connection, with
+ * the reason only in the details text. */
+static bool refused_status(grpc_status_code st)
+{
+    return st == GRPC_STATUS_UNAUTHENTICATED || st == GRPC_STATUS_PERMISSION_DENIED;
+}
+
+static const char *status_name(grpc_status_code st)
+{
+    return st == GRPC_STATUS_UNAUTHENTICATED ? "UNAUTHENTICATED" : "PERMISSION_DENIED";
+}
+
 static void on_describe(loader *l, call_ctx *c, bool ok)
 {
     server *s = c->srv;
@@ -355,12 +369,14 @@ static void on_describe(loader *l, call_ctx *c, bool ok)
         if (c->status == GRPC_STATUS_NOT_FOUND)
             l->notfound_seen = true;
         /* A server that stays down would log every retry: warn once per outage. A refused
-         * token is a configuration error, said as one. */
-        if (c->status == GRPC_STATUS_UNAUTHENTICATED)
+         * token is a configuration error, said as one; such a server is failed, and if every
+         * server refuses, open and next() return FEED_EAUTH at once. */
+        s->refused = refused_status(c->status);
+        if (s->refused)
             client_log(l, s->quiet ? FEED_LOG_DEBUG : FEED_LOG_ERROR,
-                       "server %s refused the bearer token (UNAUTHENTICATED: %s); set "
+                       "server %s refused the bearer token (%s: %s); set "
                        "feed_loader_config.token or FEED_TOKEN to the server's token",
-                       s->target, d ? d : "");
+                       s->target, status_name(c->status), d ? d : "");
         else
             client_log(l, s->quiet ? FEED_LOG_DEBUG : FEED_LOG_WARN,
                        "server %s: Describe failed (status %d: %s)", s->target, (int)c->status,
@@ -387,6 +403,7 @@ static void on_describe(loader *l, call_ctx *c, bool ok)
         server_failed(l, s, "malformed Describe reply");
         goto out;
     }
+    s->refused = false;
     const Feed__V1__DatasetInfo *info = NULL;
     for (size_t i = 0; i < resp->n_datasets; i++) {
         if (resp->datasets[i]->name && strcmp(resp->datasets[i]->name, l->dataset) == 0)
@@ -498,6 +515,11 @@ static void on_stream_tag(receiver *rx, call_tag *t, bool ok)
     case TAG_STATUS:
         if (c->srv) {
             char *d = grpc_slice_to_c_string(c->details);
+            /* Describe passed but the stream is refused for its credentials (a proxy that
+             * checks per method): as a refused Describe, when this tag comes before a failed
+             * receive has detached the call (feedd itself refuses Describe first). */
+            if (c->srv->state == SRV_CONNECTING && refused_status(c->status))
+                c->srv->refused = true;
             /* One that refuses every stream before its first batch would log each retry. */
             client_log(l, c->srv->quiet ? FEED_LOG_DEBUG : FEED_LOG_WARN,
                        "server %s: stream ended (status %d: %s)", c->srv->target, (int)c->status,

@@ -133,6 +133,8 @@ static int wait_dataset(loader *l)
         }
         if (l->notfound_seen && tried == live)
             return FEED_ENOTFOUND;
+        if (sched_all_refused(l))
+            return FEED_EAUTH;
         uint64_t now = feed_now_ns();
         if (now >= deadline)
             return l->notfound_seen ? FEED_ENOTFOUND : FEED_EUNAVAILABLE;

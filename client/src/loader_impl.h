@@ -180,6 +180,10 @@ struct server {
     bool seen;      /* [mu] scratch for applying a DNS result */
     bool ever_tried;
     bool quiet;            /* [mu] Describe failure already logged for this outage */
+    /* [mu] its last answer refused our credentials (UNAUTHENTICATED or PERMISSION_DENIED);
+     * cleared by any other answer. Retried at CLIENT_BACKOFF_MAX_MS: a redeployed server may
+     * take the token, but a refusal is not worth a fast retry. */
+    bool refused;
     server_state state;    /* [mu] */
     grpc_channel *channel; /* [mu] */
     call_ctx *describe;    /* [mu] */
@@ -283,6 +287,9 @@ int logq_start(loader *l); /* before any other thread; 0 or FEED_ENOMEM */
 void logq_stop(loader *l); /* delivers what is queued, joins the log thread; after every other */
 
 /* sched.c — with mu held, except where said; `now` is feed_now_ns() as the caller read it. */
+/* Whether every live server's last answer refused the loader's credentials (and there is one):
+ * then open and next() fail with FEED_EAUTH at once rather than wait for a server. */
+bool sched_all_refused(const loader *l);
 /* Fills slots and sends requests. With may_grow (the loader's own threads only) it may drop and
  * retake mu to allocate a slot: callers must not rely on state across it. */
 void sched_dispatch(loader *l, bool may_grow, uint64_t now);
@@ -306,7 +313,8 @@ void sched_batch_landed(loader *l, server *s, const call_ctx *from, slot *sl, in
                         const char *why, uint64_t now);
 /* next() at `now`, for a call that began at `since`: 0 with *out the batch's slot, now HANDED
  * and counted in stats (its result, 0 or FEED_EBADSAMPLE, in (*out)->result); FEED_ESTATE
- * (the caller holds prefetch batches already), FEED_EEOF, the fatal error, FEED_EUNAVAILABLE
+ * (the caller holds prefetch batches already), FEED_EEOF, the fatal error, FEED_EAUTH (every
+ * server refuses the credentials: sched_all_refused), FEED_EUNAVAILABLE
  * (no server up for unavailable_timeout_ms, or nothing landed for the longer of that and
  * batch_deadline_ms); or SCHED_WAIT: nothing yet, ask again on a change or after *wait_ns. */
 #define SCHED_WAIT 1

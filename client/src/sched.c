@@ -343,6 +343,8 @@ static void fail_server(loader *l, server *s, const char *why, bool counted, uin
     s->state = SRV_DOWN;
     s->outstanding = 0;
     s->service_ns = 0;
+    if (s->refused)
+        s->backoff_ms = CLIENT_BACKOFF_MAX_MS;
     s->retry_at_ns = now + (uint64_t)s->backoff_ms * 1000000u;
     s->backoff_ms =
         s->backoff_ms * 2 > CLIENT_BACKOFF_MAX_MS ? CLIENT_BACKOFF_MAX_MS : s->backoff_ms * 2;
@@ -637,6 +639,16 @@ static slot *ready_slot(loader *l)
     return best;
 }
 
+bool sched_all_refused(const loader *l)
+{
+    uint32_t live = 0, refused = 0;
+    for (uint32_t i = 0; i < l->num_servers; i++) {
+        live += !l->servers[i].removed;
+        refused += !l->servers[i].removed && l->servers[i].refused;
+    }
+    return live > 0 && refused == live;
+}
+
 int sched_next(loader *l, uint64_t since, uint64_t now, slot **out, uint64_t *wait_ns)
 {
     uint64_t timeout = (uint64_t)l->cfg.unavailable_timeout_ms * 1000000u;
@@ -651,6 +663,9 @@ int sched_next(loader *l, uint64_t since, uint64_t now, slot **out, uint64_t *wa
     if (!sl) {
         if (l->fatal)
             return l->fatal;
+        /* Not sticky: a server that takes the credentials on a retry serves the next call. */
+        if (sched_all_refused(l))
+            return FEED_EAUTH;
         /* Unavailable: no server up for the timeout, or servers that come up
          * but deliver nothing (one that fails every stream) for as long. */
         bool up = servers_up(l) > 0;

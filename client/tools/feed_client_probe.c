@@ -8,6 +8,10 @@
  *   feed-client-probe --target HOST:PORT [--target ...] --dataset NAME [options]
  *   (feed-client-probe --help lists every option with its default)
  *
+ * Trust, as feedd's options: --auth-token-file FILE (the same file feedd reads;
+ * without it the library takes $FEED_TOKEN), --tls-ca FILE, and for mutual
+ * TLS --tls-cert FILE --tls-key FILE.
+ *
  * --same-epoch repeats epoch 0 (so a server's --cache-bytes cache serves it
  * and the client side is what is measured); --step-us sleeps that long per
  * batch to stand in for a training step.
@@ -24,6 +28,7 @@
 #include "feed/opts.h"
 #include "feed/strutil.h"
 #include "feed/timeutil.h"
+#include "feed/token_file.h"
 
 #ifdef FEED_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -69,7 +74,15 @@ static int usage(FILE *f, int rc)
             "  --layout L       nchw (default) or nhwc\n"
             "  --same-epoch     repeat epoch 0 (measures the client against a server's cache)\n"
             "  --step-us U      sleep U us per batch, standing in for a training step (default 0)\n"
-            "  --help           print this\n",
+            "  --unavailable-timeout-ms T   fail when no server answers for T ms (default 30000)\n"
+            "  --auth-token-file FILE   bearer token sent on every call, read as feedd reads its\n"
+            "                   --auth-token-file (default: $FEED_TOKEN if set, else none)\n"
+            "  --tls-ca FILE    PEM CA the servers' certificates must chain to: TLS on every\n"
+            "                   channel (feedd --tls-cert); default plaintext\n"
+            "  --tls-cert FILE --tls-key FILE   client certificate and key for mutual TLS\n"
+            "                   (feedd --tls-client-ca); with --tls-ca\n"
+            "  --help           print this\n"
+            "exit status: 0, 1 (failed: the reason on stderr), 2 (bad command line)\n",
             MAX_TARGETS, MAX_SAMPLES);
     return rc;
 }
@@ -143,6 +156,8 @@ int main(int argc, char **argv)
     uint64_t want = 200, step_us = 0;
     uint32_t size = 0;
     bool same_epoch = false;
+    const char *token_file = NULL;
+    static char token[FEED_TOKEN_FILE_MAX + 1];
     const feed_opt opts[] = {
         {.name = "target", .call = add_target, .ctx = &tl},
         {.name = "dataset", .str = &c.dataset},
@@ -156,6 +171,14 @@ int main(int argc, char **argv)
         {.name = "layout", .call = set_layout, .ctx = &c.layout},
         {.name = "same-epoch", .flag = &same_epoch},
         {.name = "step-us", .u64 = &step_us, .lo = 0, .hi = 60000000u},
+        {.name = "unavailable-timeout-ms",
+         .u32 = &c.unavailable_timeout_ms,
+         .lo = 1,
+         .hi = UINT32_MAX},
+        {.name = "auth-token-file", .str = &token_file},
+        {.name = "tls-ca", .str = &c.tls_ca_file},
+        {.name = "tls-cert", .str = &c.tls_cert_file},
+        {.name = "tls-key", .str = &c.tls_key_file},
         {.name = NULL},
     };
     int first;
@@ -172,11 +195,20 @@ int main(int argc, char **argv)
     }
     c.targets = tl.targets;
     c.num_targets = tl.n;
+    if (token_file) {
+        char err[512];
+        if (feed_token_file_read(token_file, "--auth-token-file", token, sizeof token, err,
+                                 sizeof err)) {
+            fprintf(stderr, "feed-client-probe: %s\n", err);
+            return 2;
+        }
+        c.token = token;
+    }
 
     feed_loader *l = NULL;
     int rc = feed_loader_open(&c, &l);
     if (rc) {
-        fprintf(stderr, "feed-client-probe: open: %s\n", feed_strerror(rc));
+        fprintf(stderr, "feed-client-probe: open: %s (%s)\n", feed_strerror(rc), feed_err_name(rc));
         return 1;
     }
     uint64_t *wait = calloc(want, sizeof(*wait));
@@ -218,7 +250,8 @@ int main(int argc, char **argv)
     uint64_t proc_cpu = process_cpu_ns() - p0;
     feed_loader_get_stats(l, &st1, sizeof st1);
     if (rc)
-        fprintf(stderr, "feed-client-probe: stopped: %s\n", feed_strerror(rc));
+        fprintf(stderr, "feed-client-probe: stopped: %s (%s)\n", feed_strerror(rc),
+                feed_err_name(rc));
     if (got) {
         qsort(wait, got, sizeof(*wait), cmp_u64);
         qsort(cpu, got, sizeof(*cpu), cmp_u64);

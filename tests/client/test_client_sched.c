@@ -288,6 +288,38 @@ static void test_protocol_error_fails_the_live_stream(void **state)
     free_loader(l);
 }
 
+/* Servers that refuse the credentials (conn.c marks them refused from Describe's status): one
+ * of two is failed and retried at the longest backoff while the other serves the epoch; when
+ * both refuse, next() says FEED_EAUTH at once, whatever unavailable_timeout_ms; once one takes
+ * the credentials on a retry, it serves again. */
+static void test_refused_servers(void **state)
+{
+    (void)state;
+    loader *l = make_loader(40, 8, 2, 2, 2);
+    l->cfg.unavailable_timeout_ms = 3600000;
+    dispatch(l);
+    l->servers[1].refused = true;
+    fail_server(l, 1);
+    assert_int_equal(l->servers[1].retry_at_ns, g.now + CLIENT_BACKOFF_MAX_MS * MS);
+    feed_batch *b = NULL;
+    expect_epoch(l, 0, 0);
+    assert_int_equal(l->servers[1].batches, 0);
+    set_epoch_at(l, 1, 0);
+    l->servers[0].refused = true;
+    fail_server(l, 0);
+    assert_int_equal(next_at(l, &b, NULL), FEED_EAUTH);
+    assert_int_equal(next_at(l, &b, NULL), FEED_EAUTH);
+    assert_null(b);
+    g.now += CLIENT_BACKOFF_MAX_MS * MS;
+    tick(l);
+    l->servers[0].refused = false; /* its Describe was answered */
+    reconnect(l, 0);
+    dispatch(l);
+    assert_int_equal(next_at(l, &b, NULL), SCHED_WAIT);
+    expect_epoch(l, 1, 0);
+    free_loader(l);
+}
+
 /* No server up: next() waits exactly until the last time one was up plus the unavailable
  * timeout, then says FEED_EUNAVAILABLE, and says it again at once. */
 static void test_unavailable_by_the_clock(void **state)
@@ -626,6 +658,7 @@ int main(void)
         cmocka_unit_test(test_server_fails_while_its_batches_land),
         cmocka_unit_test(test_protocol_error_fails_the_live_stream),
         cmocka_unit_test(test_unavailable_by_the_clock),
+        cmocka_unit_test(test_refused_servers),
         cmocka_unit_test(test_stuck_up_server_by_the_clock),
         cmocka_unit_test(test_next_beyond_prefetch),
         cmocka_unit_test(test_prefetch_across_the_epoch_is_kept),

@@ -4,8 +4,10 @@
  * (size cap, one line end stripped, empty and non-ASCII refused), the
  * constant-time match and the metadata check, the config keys from a file
  * and the command line, and feed_loader_open with a token and TLS (right,
- * wrong, missing), a 0.3-sized config whose bytes past its end must be
- * ignored, TLS against a plaintext port, and a TLS port out of descriptors.
+ * wrong, missing; a refused token gives FEED_EAUTH at once, from open or
+ * next(), and a refusing server among accepting ones is logged once), a
+ * 0.3-sized config whose bytes past its end must be ignored, TLS against a
+ * plaintext port, and a TLS port out of descriptors.
  * Certificates are made at test time by make_test_certs.sh (openssl).
  */
 #include <arpa/inet.h>
@@ -25,12 +27,16 @@
 #include "config.h"
 #include "feed/client.h"
 #include "feed/errors.h"
+#include "feed/log.h"
 #include "feedtest.h"
 #include "trust.h"
 
 #define TOKEN "c-test-token.0123456789"
 #define SERVED_MS 30000
 #define REFUSED_MS 3000
+/* An hour: a loader that waits for it instead of failing at once (a refused token) hangs the
+ * test until its ctest timeout; no case may end by it. */
+#define NEVER_MS 3600000u
 
 static char g_root[256];
 static char g_certs[512];
@@ -203,12 +209,14 @@ static void test_config_keys(void **state)
 typedef struct log_text {
     char text[8192];
     size_t len;
+    int refusals; /* errors and warnings that say a server refused the token */
 } log_text;
 
 static void on_log(void *user, int level, const char *message)
 {
     log_text *l = user;
-    (void)level;
+    if (level <= FEED_LOG_WARN && strstr(message, "refused"))
+        l->refusals++;
     int n = snprintf(l->text + l->len, sizeof l->text - l->len, "%s\n", message);
     if (n > 0 && (size_t)n < sizeof l->text - l->len)
         l->len += (size_t)n;
@@ -283,13 +291,13 @@ static void test_loader_token_and_tls(void **state)
     loader_config(&cfg, &target, &log);
     cfg.token = "wrong";
     cfg.tls_ca_file = ca;
-    assert_int_equal(run_epoch(&cfg, REFUSED_MS), FEED_EUNAVAILABLE);
+    assert_int_equal(run_epoch(&cfg, NEVER_MS), FEED_EAUTH);
     assert_non_null(strstr(log.text, "refused the bearer token"));
 
     loader_config(&cfg, &target, &log);
     cfg.token = "";
     cfg.tls_ca_file = ca;
-    assert_int_equal(run_epoch(&cfg, REFUSED_MS), FEED_EUNAVAILABLE);
+    assert_int_equal(run_epoch(&cfg, NEVER_MS), FEED_EAUTH);
     assert_non_null(strstr(log.text, "UNAUTHENTICATED"));
 
     /* From the environment when the config has none. */
@@ -347,6 +355,109 @@ static void test_loader_plaintext_and_old_config(void **state)
     cfg.tls_ca_file = "/not/read";
     assert_int_equal(run_epoch(&cfg, SERVED_MS), 12);
     assert_int_equal(feed_test_server_stop(&plain), 0);
+}
+
+static void start_token_server(const char *token_path, const char *listen, feed_test_server *s)
+{
+    const char *args[] = {"--dataset",
+                          g_ds,
+                          "--threads",
+                          "1",
+                          "--auth-token-file",
+                          token_path,
+                          listen ? "--listen" : NULL,
+                          listen,
+                          NULL};
+    assert_int_equal(feed_test_server_start(args, s), 0);
+}
+
+/*
+ * A refused token is a configuration error, not an outage: open, and next() once every server
+ * refuses, fail with FEED_EAUTH at the servers' first answer instead of waiting
+ * unavailable_timeout_ms; a server that refuses among others that accept is failed (logged
+ * once) and the others serve.
+ */
+static void test_loader_refused_token_fails_fast(void **state)
+{
+    (void)state;
+    char tok[512], other[512];
+    write_named("token", TOKEN "\n", strlen(TOKEN) + 1, tok, sizeof tok);
+    write_named("other-token", "another-token\n", strlen("another-token\n"), other, sizeof other);
+    feed_test_server a, b;
+    start_token_server(tok, NULL, &a);
+    start_token_server(other, NULL, &b);
+    feed_loader_config cfg;
+    log_text log;
+    feed_loader *l = NULL;
+
+    const char *ta = a.target;
+    loader_config(&cfg, &ta, &log);
+    cfg.token = "wrong";
+    assert_int_equal(run_epoch(&cfg, NEVER_MS), FEED_EAUTH);
+    assert_non_null(strstr(log.text, "refused the bearer token"));
+    assert_non_null(strstr(log.text, "UNAUTHENTICATED"));
+    loader_config(&cfg, &ta, &log);
+    cfg.token = "";
+    assert_int_equal(run_epoch(&cfg, NEVER_MS), FEED_EAUTH);
+
+    /* Both refuse: still at once. */
+    const char *both[] = {a.target, b.target};
+    loader_config(&cfg, both, &log);
+    cfg.num_targets = 2;
+    cfg.token = "wrong";
+    assert_int_equal(run_epoch(&cfg, NEVER_MS), FEED_EAUTH);
+
+    /* b refuses TOKEN, a serves every batch; b is logged once, however often it is retried. */
+    loader_config(&cfg, both, &log);
+    cfg.num_targets = 2;
+    cfg.token = TOKEN;
+    cfg.batch_size = 1;
+    cfg.unavailable_timeout_ms = NEVER_MS;
+    assert_int_equal(feed_loader_open(&cfg, &l), 0);
+    for (uint32_t epoch = 0; epoch < 3; epoch++) {
+        int64_t samples = 0;
+        int rc;
+        feed_batch *bt = NULL;
+        while ((rc = feed_loader_next(l, &bt)) == 0) {
+            samples += bt->n;
+            assert_int_equal(feed_loader_release(l, bt, NULL), 0);
+        }
+        assert_int_equal(rc, FEED_EEOF);
+        assert_int_equal(samples, 12);
+        assert_int_equal(feed_loader_set_epoch(l, epoch + 1, 0), 0);
+    }
+    feed_server_stats st;
+    assert_int_equal(feed_loader_server_stats(l, 1, &st, sizeof st), 0);
+    assert_false(st.up);
+    assert_int_equal(st.batches, 0);
+    feed_loader_close(l);
+    l = NULL;
+    assert_int_equal(log.refusals, 1);
+    assert_int_equal(feed_test_server_stop(&b), 0);
+
+    /* A server that served and comes back with another token: next() fails at once too. */
+    int fd, port;
+    char listen[64];
+    assert_int_equal(feed_test_port_reserve(&fd, &port), 0);
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    feed_test_server c;
+    start_token_server(tok, listen, &c);
+    const char *tc = c.target;
+    loader_config(&cfg, &tc, &log);
+    cfg.token = TOKEN;
+    cfg.unavailable_timeout_ms = NEVER_MS;
+    assert_int_equal(feed_loader_open(&cfg, &l), 0);
+    feed_batch *bt = NULL;
+    assert_int_equal(feed_loader_next(l, &bt), 0);
+    assert_int_equal(feed_loader_release(l, bt, NULL), 0);
+    assert_int_equal(feed_test_server_stop(&c), 0);
+    start_token_server(other, listen, &c);
+    assert_int_equal(feed_loader_set_epoch(l, 5, 0), 0);
+    assert_int_equal(feed_loader_next(l, &bt), FEED_EAUTH);
+    feed_loader_close(l);
+    assert_int_equal(feed_test_server_stop(&c), 0);
+    feed_test_port_release(&fd);
+    assert_int_equal(feed_test_server_stop(&a), 0);
 }
 
 /* A TCP connection to 127.0.0.1:port that sends nothing; -1 if connect fails. */
@@ -434,6 +545,7 @@ int main(void)
         cmocka_unit_test(test_config_keys),
         cmocka_unit_test(test_loader_token_and_tls),
         cmocka_unit_test(test_loader_plaintext_and_old_config),
+        cmocka_unit_test(test_loader_refused_token_fails_fast),
         cmocka_unit_test(test_tls_port_out_of_descriptors_exits),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,12 +1,15 @@
 /*
  * Unit tests for the common basics: error text, CRC32C, bounded buffers, RNG,
- * string helpers, the intrusive list.
+ * string helpers, the intrusive list, token files.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -17,12 +20,14 @@
 #include "feed/opts.h"
 #include "feed/rng.h"
 #include "feed/strutil.h"
+#include "feed/token_file.h"
 
 static void test_strerror(void **state)
 {
     (void)state;
     assert_string_equal(feed_strerror(FEED_EINVAL), "invalid argument");
     assert_string_equal(feed_err_name(FEED_ETIMEDOUT), "FEED_ETIMEDOUT");
+    assert_string_equal(feed_err_name(FEED_EAUTH), "FEED_EAUTH");
     assert_string_equal(feed_strerror(-999), "unknown error");
     assert_string_equal(feed_sample_status_name(FEED_SAMPLE_TRUNCATED), "truncated");
 }
@@ -377,6 +382,50 @@ static void test_opts(void **state)
     assert_int_equal(s.u32, 0); /* a refused value is not stored */
 }
 
+/* feed_token_file_read on a file holding text[0..len); rc, the token in out, the reason in err. */
+static int read_token(const char *text, size_t len, char *out, char *err, size_t err_cap)
+{
+    char path[] = "/tmp/feed-token-test.XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, len), (ssize_t)len);
+    close(fd);
+    int rc =
+        feed_token_file_read(path, "--auth-token-file", out, FEED_TOKEN_FILE_MAX + 1, err, err_cap);
+    unlink(path);
+    return rc;
+}
+
+static void test_token_file(void **state)
+{
+    (void)state;
+    static char out[FEED_TOKEN_FILE_MAX + 1], big[FEED_TOKEN_FILE_MAX + 1];
+    char err[256];
+    assert_int_equal(read_token("abc\n", 4, out, err, sizeof err), 0);
+    assert_string_equal(out, "abc");
+    assert_int_equal(read_token("abc\r\n", 5, out, err, sizeof err), 0);
+    assert_string_equal(out, "abc");
+    assert_int_equal(read_token("abc", 3, out, err, sizeof err), 0);
+    assert_string_equal(out, "abc");
+    /* Only one line end goes: what is left is the library's to refuse. */
+    assert_int_equal(read_token("abc\n\n", 5, out, err, sizeof err), 0);
+    assert_string_equal(out, "abc\n");
+    assert_int_equal(read_token("\r\n", 2, out, err, sizeof err), FEED_EINVAL);
+    assert_non_null(strstr(err, "empty token"));
+    assert_int_equal(read_token("a\0b", 3, out, err, sizeof err), FEED_EINVAL);
+    assert_non_null(strstr(err, "NUL"));
+    memset(big, 'k', sizeof big);
+    assert_int_equal(read_token(big, FEED_TOKEN_FILE_MAX, out, err, sizeof err), 0);
+    assert_int_equal(strlen(out), FEED_TOKEN_FILE_MAX);
+    assert_int_equal(read_token(big, FEED_TOKEN_FILE_MAX + 1, out, err, sizeof err), FEED_EINVAL);
+    assert_non_null(strstr(err, "larger than 4096 bytes"));
+    assert_int_equal(feed_token_file_read("/nonexistent/token", "--auth-token-file", out,
+                                          sizeof out, err, sizeof err),
+                     FEED_EINVAL);
+    assert_non_null(strstr(err, "--auth-token-file: cannot open"));
+    assert_int_equal(feed_token_file_read("/dev/null", "x", out, 16, err, sizeof err), FEED_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -394,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_utf8_valid),
         cmocka_unit_test(test_list),
         cmocka_unit_test(test_opts),
+        cmocka_unit_test(test_token_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,7 +28,8 @@ extern "C" {
     XX(EBADSAMPLE, -13, "bad sample under the fail policy")                                        \
     XX(ECUDA, -14, "CUDA error")                                                                   \
     XX(EEXHAUSTED, -15, "resource exhausted")                                                      \
-    XX(ESTATE, -16, "invalid state")
+    XX(ESTATE, -16, "invalid state")                                                               \
+    XX(EAUTH, -17, "credentials refused by the server")
 
 enum {
     FEED_OK = 0,

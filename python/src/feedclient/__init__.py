@@ -18,6 +18,7 @@ from typing import NamedTuple, Tuple
 
 from . import _lib
 from .errors import (
+    AuthError,
     BadSampleError,
     CanceledError,
     CorruptError,
@@ -92,5 +93,5 @@ __all__ = [
     "FeedError", "InvalidArgumentError", "OutOfMemoryError", "FeedIOError", "NotFoundError",
     "CorruptError", "TooBigError", "UnsupportedError", "UnavailableError", "FeedTimeoutError",
     "ProtocolError", "CanceledError", "EndOfEpochError", "BadSampleError", "CudaError",
-    "ResourceExhaustedError", "StateError", "error_class",
+    "ResourceExhaustedError", "StateError", "AuthError", "error_class",
 ]

@@ -102,6 +102,11 @@ class StateError(FeedError):
     pass
 
 
+class AuthError(FeedError, PermissionError):
+    """Every server refused the loader's credentials (the token: UNAUTHENTICATED or
+    PERMISSION_DENIED); the message carries the server's reason."""
+
+
 _BY_NAME = {
     "FEED_EINVAL": InvalidArgumentError,
     "FEED_ENOMEM": OutOfMemoryError,
@@ -119,6 +124,7 @@ _BY_NAME = {
     "FEED_ECUDA": CudaError,
     "FEED_EEXHAUSTED": ResourceExhaustedError,
     "FEED_ESTATE": StateError,
+    "FEED_EAUTH": AuthError,
 }
 
 

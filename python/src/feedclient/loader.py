@@ -205,8 +205,10 @@ class Loader:
     sent on every call; ``None`` takes ``$FEED_TOKEN`` if set. ``tls_ca`` (a
     PEM CA file) turns TLS on for every server (feedd ``--tls-cert``);
     ``tls_cert`` and ``tls_key`` add a client certificate for mutual TLS
-    (feedd ``--tls-client-ca``). A server that refuses the token or the TLS
-    handshake counts as unavailable, and the error says why.
+    (feedd ``--tls-client-ca``). A server that refuses the token is failed
+    (the others serve); when every server refuses it, the constructor or the
+    next batch raises :class:`AuthError` at once, with the server's message. A
+    failed TLS handshake counts as unavailable, and the error says why.
     """
 
     def __init__(
