@@ -14,8 +14,8 @@ Latency: one or two of the three servers sit behind a fixed one-way delay of
 DELAY each way. The CI kernel has no qdisc that delays packets (netem, fq,
 etf, taprio are not built; cls_bpf loads a program that sets skb->tstamp, but
 nothing then honours it), so the delay is delay_relay.py, a TCP relay run in
-the server's namespace in front of its feedd: the client reaches that server
-only through it. The test first measures the round trip through each target
+the server's namespace in front of its feedd: the loader is given only the
+relay's address. The test first measures the round trip through each target
 with an HTTP/2 PING to feedd itself and requires >= 2 * DELAY behind the
 relay, so a relay that stopped delaying fails the test rather than passing
 it vacuously."""
