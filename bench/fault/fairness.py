@@ -3,8 +3,11 @@
 --max-memory M) serving DATA, then C feedclient.Loader instances in this
 process, one thread each, all iterating epochs for S seconds; reports per
 client the batches received and the longest single wait in next(), the
-slowest/fastest rate ratio, clients that waited longer than 30 s, and the
-failovers the loaders counted (a failover here fails a healthy server).
+slowest/fastest ratio of batches over the whole run and of rates in steady
+state (batches between --settle seconds and the end, once every client is
+connected and has its window filled), clients that waited longer than 30 s,
+and the failovers the loaders counted (a failover here fails a healthy
+server).
 
     python3 bench/fault/fairness.py --feedd build/server/feedd --data DIR \\
         --clients 64 --batch 48 --seconds 60 --threads 2 --max-memory 32M [--json OUT]
@@ -45,8 +48,9 @@ def start_feedd(args, workdir):
     sys.exit("feedd wrote no port file")
 
 
-def client(target, args, stop, out, k):
-    rec = {"client": k, "batches": 0, "max_wait_s": 0.0, "error": None, "failovers": 0}
+def client(target, args, stop, out, k, t_settle):
+    rec = {"client": k, "batches": 0, "settled": 0, "max_wait_s": 0.0, "error": None,
+           "failovers": 0}
     try:
         with feedclient.Loader([target], "d", batch_size=args.batch, seed=k, device="cpu",
                                size=args.size, dtype=torch.uint8, drop_last=True,
@@ -62,8 +66,10 @@ def client(target, args, stop, out, k):
                         next(it)
                     except StopIteration:
                         break
-                    rec["max_wait_s"] = max(rec["max_wait_s"], time.monotonic() - t0)
+                    t1 = time.monotonic()
+                    rec["max_wait_s"] = max(rec["max_wait_s"], t1 - t0)
                     rec["batches"] += 1
+                    rec["settled"] += t1 >= t_settle
                 epoch += 1
             rec["failovers"] = loader.stats()["failovers"]
     except Exception as e:  # reported, not raised: the other clients go on
@@ -79,6 +85,8 @@ def main():
     ap.add_argument("--batch", type=int, default=48)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--settle", type=float, default=10.0,
+                    help="seconds after the start before the steady-state count begins")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-memory", default="32M")
     ap.add_argument("--batch-deadline", type=float, default=None,
@@ -92,9 +100,10 @@ def main():
         try:
             stop = threading.Event()
             out = [None] * args.clients
-            threads = [threading.Thread(target=client, args=(target, args, stop, out, k))
-                       for k in range(args.clients)]
             t0 = time.monotonic()
+            threads = [threading.Thread(target=client,
+                                        args=(target, args, stop, out, k, t0 + args.settle))
+                       for k in range(args.clients)]
             for t in threads:
                 t.start()
             time.sleep(args.seconds)
@@ -113,6 +122,10 @@ def main():
            "batches_total": sum(counts), "batches_min": min(counts), "batches_max": max(counts),
            "batches_median": statistics.median(counts),
            "slowest_over_fastest": min(counts) / max(counts) if max(counts) else 0.0,
+           "settle_s": args.settle,
+           "steady_slowest_over_fastest": (min(r["settled"] for r in done) /
+                                           max(r["settled"] for r in done)
+                                           if max(r["settled"] for r in done) else 0.0),
            "clients_waited_over_30s": sum(1 for r in done if r["max_wait_s"] > 30),
            "longest_wait_s": max(r["max_wait_s"] for r in done),
            "failovers": sum(r["failovers"] for r in done),
