@@ -13,6 +13,7 @@
 
 #include "feed/errors.h"
 #include "feed/strutil.h"
+#include "feed/token_file.h"
 
 #define BEARER "Bearer "
 #define BEARER_LEN (sizeof BEARER - 1)
@@ -61,24 +62,15 @@ out:
 
 int feedd_token_load(const char *path, const char *what, feedd_token *t, char *err, size_t cap)
 {
-    char *text = NULL;
-    size_t read = 0;
+    char text[FEED_TOKEN_FILE_MAX + 1];
     memset(t, 0, sizeof *t);
     if (!path[0])
         return 0;
-    int rc = read_capped(path, what, FEEDD_TOKEN_FILE_MAX, &text, &read, err, cap);
+    int rc = feed_token_file_read(path, what, text, sizeof text, err, cap);
     if (rc != 0)
         return rc;
-    size_t n = read;
-    if (n > 0 && text[n - 1] == '\n')
-        n--;
-    if (n > 0 && text[n - 1] == '\r')
-        n--;
+    size_t n = strlen(text);
     rc = FEED_EINVAL;
-    if (n == 0) {
-        feed_set_err(err, cap, "%s: '%s' holds an empty token", what, path);
-        goto out;
-    }
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)text[i];
         if (c <= ' ' || c > '~') {
@@ -99,9 +91,8 @@ int feedd_token_load(const char *path, const char *what, feedd_token *t, char *e
     t->expect_len = BEARER_LEN + n;
     rc = 0;
 out:
-    /* The file's bytes are a secret too: leave no copy in freed memory. */
-    memset(text, 0, read);
-    free(text);
+    /* The file's bytes are a secret too: leave no copy on the stack. */
+    explicit_bzero(text, sizeof text);
     return rc;
 }
 

@@ -14,8 +14,10 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 
+#include "feed/token_file.h"
+
 /* Largest token file; the token is its first line, without the line end. */
-#define FEEDD_TOKEN_FILE_MAX 4096
+#define FEEDD_TOKEN_FILE_MAX FEED_TOKEN_FILE_MAX
 /* Largest PEM file (certificate chain, key or CA bundle). */
 #define FEEDD_PEM_FILE_MAX (1 << 20)
 
