@@ -38,8 +38,9 @@ int start_server(feed_test_server *s, const char *const *extra)
     args[n++] = good;
     args[n++] = "--dataset";
     args[n++] = bad;
+    const char *level = getenv("FEEDD_IT_LOG_LEVEL");
     args[n++] = "--log-level";
-    args[n++] = "warn";
+    args[n++] = level && level[0] ? level : "warn";
     for (size_t i = 0; extra && extra[i] && n < 38; i++)
         args[n++] = extra[i];
     args[n] = NULL;
@@ -119,6 +120,20 @@ double scrape(const feed_test_server *s, const char *series)
     return v;
 }
 
+/* Every feedd_ series to stderr: what the server held when a wait gave up. */
+static void dump_metrics(const feed_test_server *s)
+{
+    int status = 0;
+    char *body = NULL;
+    if (feed_test_http_get(s->metrics_port, "/metrics", &status, &body) == 0) {
+        char *save = NULL;
+        for (char *l = strtok_r(body, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
+            if (strncmp(l, "feedd_", 6) == 0)
+                fprintf(stderr, "metrics at the timeout: %s\n", l);
+    }
+    free(body);
+}
+
 /* Poll the metrics until series >= want (bounded: 60 s). */
 void wait_metric(const feed_test_server *s, const char *series, double want)
 {
@@ -127,6 +142,7 @@ void wait_metric(const feed_test_server *s, const char *series, double want)
             return;
         sleep_ms(10);
     }
+    dump_metrics(s);
     fail_msg("metric %s never reached %g", series, want);
 }
 

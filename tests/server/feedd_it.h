@@ -4,6 +4,7 @@
  * images and broken ones: empty, garbage, truncated), one shared feedd
  * serving them (2 workers, max-batch 64) with a channel to it, and the
  * helpers the cases share. One process's tests at a time (globals).
+ * FEEDD_IT_LOG_LEVEL (default warn) sets the log level of the feedd they start.
  */
 #ifndef FEED_TESTS_FEEDD_IT_H
 #define FEED_TESTS_FEEDD_IT_H
@@ -35,6 +36,7 @@ void make_open(Feed__V1__SessionOpen *o, Feed__V1__TransformSpec *t, const char 
 void expect_stream_error(grpc_channel *ch, Feed__V1__SessionOpen *open, const uint64_t *idx,
                          size_t n, grpc_status_code code, const char *needle);
 double scrape(const feed_test_server *s, const char *series);
+/* Poll until series >= want (bounded: 60 s); at the timeout, print every feedd_ series and fail. */
 void wait_metric(const feed_test_server *s, const char *series, double want);
 void wait_memory_free(const feed_test_server *s);
 int group_setup(void **state);

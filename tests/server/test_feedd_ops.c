@@ -6,8 +6,10 @@
  * Real feedd processes on 127.0.0.1 port 0 over the fixture of feedd_it.h.
  *
  * Tests that need a batch "in flight" keep the server's send stuck by not
- * reading a batch much larger than HTTP/2's flow-control windows, so nothing
- * here depends on timing.
+ * reading a batch much larger than the client's HTTP/2 stream window, kept
+ * at 64 KiB by a channel without BDP probing (feedtest_channel_fixed_window;
+ * a probing channel's window grows past any batch here), so nothing here
+ * depends on timing.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -42,6 +44,16 @@
  * deterministically. A refusal (window) follows the stuck batch once it is
  * read; a batch waiting for memory shows in feedd_waiting_batches and comes
  * once the stuck ones are read.
+ *
+ * Stuck needs the client's stream window to stay small, so the channels have
+ * gRPC's BDP probing off (feedtest_channel_fixed_window). With it on, ch's
+ * window grows to 32 MiB during the 63 MB drain of the stream-memory case:
+ * the later cases' 21 MB batch is then sent in full into the client's
+ * transport and its memory freed, and those cases passed only when the next
+ * requests reached the server before that batch was decoded (under load they
+ * timed out in wait_metric(feedd_waiting_batches)). Each case also waits
+ * until that batch is handed to gRPC (send_stuck) before the requests that
+ * must meet a cap, so none depends on which of the two comes first.
  */
 static void drain_and_expect(feedtest_stream *a, grpc_status_code want, const char *needle)
 {
@@ -56,15 +68,31 @@ static void drain_and_expect(feedtest_stream *a, grpc_status_code want, const ch
         fail_msg("want status %d with '%s', got %d '%s'", want, needle, got, details);
 }
 
+/* Send one batch and wait until the server has handed it to gRPC (where it stays: unread). */
+static void send_stuck(const feed_test_server *s, feedtest_stream *a, Feed__V1__SessionOpen *open,
+                       uint64_t batch_id, const uint64_t *idx, size_t n)
+{
+    double sent = scrape(s, "feedd_batches_total");
+    assert_int_equal(send_batch(a, open, batch_id, 0, idx, n), 0);
+    wait_metric(s, "feedd_batches_total", sent + 1);
+}
+
 static void test_resource_exhausted(void **state)
 {
     (void)state;
     feed_test_server s2;
-    static const char *const extra[] = {
-        "--threads", "2", "--max-memory", "64M", "--max-stream-memory", "48M", NULL};
+    /*
+     * Sends stay stuck here until the test reads them, on purpose: so no
+     * send-stall cancel (test_hostile tests that) and stream deadlines far
+     * past the waits, and a loaded machine makes the test slower, not failed.
+     */
+    static const char *const extra[] = {"--threads",           "2",   /* workers */
+                                        "--max-memory",        "64M", /* three 21 MB batches */
+                                        "--max-stream-memory", "48M", /* two */
+                                        "--send-stall-ms",     "0",   NULL};
     assert_int_equal(start_server(&s2, extra), 0);
-    grpc_channel *ch = feedtest_channel(s2.target);
-    grpc_channel *ch2 = feedtest_channel(s2.target);
+    grpc_channel *ch = feedtest_channel_fixed_window(s2.target);
+    grpc_channel *ch2 = feedtest_channel_fixed_window(s2.target);
     Feed__V1__TransformSpec spec = train_spec(384);
     Feed__V1__SessionOpen open;
     uint64_t idx[48];
@@ -74,9 +102,8 @@ static void test_resource_exhausted(void **state)
 
     /* Window 1: batch 1 is handed to gRPC (stuck), batch 2 waits behind it, batch 3 is refused. */
     make_open(&open, &spec, "good", 1, 1);
-    assert_int_equal(feedtest_stream_open(ch, 60, &a), 0);
-    assert_int_equal(send_batch(&a, &open, 1, 0, idx, 24), 0);
-    wait_metric(&s2, "feedd_batches_total", 1);
+    assert_int_equal(feedtest_stream_open(ch, 300, &a), 0);
+    send_stuck(&s2, &a, &open, 1, idx, 24);
     assert_int_equal(send_batch(&a, NULL, 2, 0, idx, 8), 0);
     assert_int_equal(send_batch(&a, NULL, 3, 0, idx, 8), 0);
     drain_and_expect(&a, GRPC_STATUS_RESOURCE_EXHAUSTED, "window");
@@ -87,9 +114,10 @@ static void test_resource_exhausted(void **state)
      */
     wait_memory_free(&s2);
     make_open(&open, &spec, "good", 1, 8);
-    assert_int_equal(feedtest_stream_open(ch, 60, &a), 0);
-    for (int k = 0; k < 3; k++)
-        assert_int_equal(send_batch(&a, k == 0 ? &open : NULL, (uint64_t)k, 0, idx, 48), 0);
+    assert_int_equal(feedtest_stream_open(ch, 300, &a), 0);
+    send_stuck(&s2, &a, &open, 0, idx, 48);
+    for (int k = 1; k < 3; k++)
+        assert_int_equal(send_batch(&a, NULL, (uint64_t)k, 0, idx, 48), 0);
     wait_metric(&s2, "feedd_waiting_batches", 1);
     feedtest_stream_writes_done(&a);
     drain_and_expect(&a, GRPC_STATUS_OK, "");
@@ -97,11 +125,11 @@ static void test_resource_exhausted(void **state)
     /* Server memory the same: stream a holds 42 MB; stream c's second 21 MB waits for 64 MB. */
     wait_memory_free(&s2);
     double before = scrape(&s2, "feedd_requests_total");
-    assert_int_equal(feedtest_stream_open(ch, 60, &a), 0);
-    assert_int_equal(send_batch(&a, &open, 1, 0, idx, 48), 0);
+    assert_int_equal(feedtest_stream_open(ch, 300, &a), 0);
+    send_stuck(&s2, &a, &open, 1, idx, 48);
     assert_int_equal(send_batch(&a, NULL, 2, 0, idx, 48), 0);
     wait_metric(&s2, "feedd_requests_total", before + 2);
-    assert_int_equal(feedtest_stream_open(ch2, 60, &c), 0);
+    assert_int_equal(feedtest_stream_open(ch2, 300, &c), 0);
     assert_int_equal(send_batch(&c, &open, 1, 0, idx, 48), 0);
     assert_int_equal(send_batch(&c, NULL, 2, 0, idx, 48), 0);
     wait_metric(&s2, "feedd_waiting_batches", 1);
@@ -112,9 +140,10 @@ static void test_resource_exhausted(void **state)
 
     /* A stream cancelled with a batch waiting for memory leaves nothing behind. */
     wait_memory_free(&s2);
-    assert_int_equal(feedtest_stream_open(ch, 60, &a), 0);
-    for (int k = 0; k < 3; k++)
-        assert_int_equal(send_batch(&a, k == 0 ? &open : NULL, (uint64_t)k, 0, idx, 48), 0);
+    assert_int_equal(feedtest_stream_open(ch, 300, &a), 0);
+    send_stuck(&s2, &a, &open, 0, idx, 48);
+    for (int k = 1; k < 3; k++)
+        assert_int_equal(send_batch(&a, NULL, (uint64_t)k, 0, idx, 48), 0);
     wait_metric(&s2, "feedd_waiting_batches", 1);
     feedtest_stream_cancel(&a);
     assert_int_equal(feedtest_stream_finish(&a, NULL, 0), GRPC_STATUS_CANCELLED);
@@ -240,8 +269,8 @@ static void test_memory_fifo(void **state)
     feed_test_server s2;
     static const char *const extra[] = {"--threads", "2", "--max-memory", "24M", NULL};
     assert_int_equal(start_server(&s2, extra), 0);
-    grpc_channel *ch = feedtest_channel(s2.target);
-    grpc_channel *ch2 = feedtest_channel(s2.target);
+    grpc_channel *ch = feedtest_channel_fixed_window(s2.target);
+    grpc_channel *ch2 = feedtest_channel_fixed_window(s2.target);
     Feed__V1__TransformSpec spec = train_spec(384);
     Feed__V1__SessionOpen open;
     make_open(&open, &spec, "good", 3, 8);
@@ -367,7 +396,7 @@ static void test_drain_with_waiting_batches(void **state)
     static const char *const extra[] = {
         "--threads", "2", "--max-memory", "24M", "--drain-timeout-ms", "60000", NULL};
     assert_int_equal(start_server(&s2, extra), 0);
-    grpc_channel *ch = feedtest_channel(s2.target);
+    grpc_channel *ch = feedtest_channel_fixed_window(s2.target);
     Feed__V1__TransformSpec spec = train_spec(384);
     Feed__V1__SessionOpen open;
     make_open(&open, &spec, "good", 4, 4);
@@ -408,7 +437,7 @@ static void stuck_stream_stop(const char *drain_ms, int first_sig, int second_si
     feed_test_server s2;
     const char *const extra[] = {"--threads", "2", "--drain-timeout-ms", drain_ms, NULL};
     assert_int_equal(start_server(&s2, extra), 0);
-    grpc_channel *ch = feedtest_channel(s2.target);
+    grpc_channel *ch = feedtest_channel_fixed_window(s2.target);
     Feed__V1__TransformSpec spec = train_spec(512); /* 16 x 0.8 MB: stuck unread */
     Feed__V1__SessionOpen open;
     make_open(&open, &spec, "good", 8, 2);
@@ -589,5 +618,8 @@ int main(void)
         cmocka_unit_test(test_metrics_endpoint),
         cmocka_unit_test(test_config_file),
     };
+    /* CMOCKA_FILTER=test_resource_exhausted runs one case (a glob; cmocka's own syntax). */
+    if (getenv("CMOCKA_FILTER"))
+        cmocka_set_test_filter(getenv("CMOCKA_FILTER"));
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -18,6 +18,16 @@
 
 /* Insecure channel, unlimited receive size, its own TCP connection. */
 grpc_channel *feedtest_channel(const char *target);
+/*
+ * The same with gRPC's BDP probing off, so the client's HTTP/2 stream window
+ * stays at the protocol's 64 KiB: a message the test does not read stays in
+ * flight on the server, however much the connection carried before. With
+ * probing on (feedtest_channel) the window follows the measured
+ * bandwidth-delay product, with no cap below any batch size (loopback reached
+ * 32 MiB after one 63 MB drain), so an unread batch that fits is buffered by
+ * the client's transport and the server's send finishes.
+ */
+grpc_channel *feedtest_channel_fixed_window(const char *target);
 
 typedef struct feedtest_stream {
     grpc_call *call;

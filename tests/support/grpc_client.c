@@ -5,6 +5,7 @@
  */
 #include "feedtest_grpc.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,20 +20,33 @@
 /* Distinct tags per op kind; the pluck queue is per call. */
 static char tag_send, tag_recv, tag_status, tag_unary;
 
-grpc_channel *feedtest_channel(const char *target)
+static grpc_channel *channel_with(const char *target, bool bdp_probe)
 {
-    grpc_arg args[2];
+    grpc_arg args[3];
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     args[0].value.integer = -1;
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
     args[1].value.integer = 1;
-    grpc_channel_args ca = {2, args};
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = GRPC_ARG_HTTP2_BDP_PROBE;
+    args[2].value.integer = bdp_probe;
+    grpc_channel_args ca = {3, args};
     grpc_channel_credentials *cred = grpc_insecure_credentials_create();
     grpc_channel *ch = grpc_channel_create(target, cred, &ca);
     grpc_channel_credentials_release(cred);
     return ch;
+}
+
+grpc_channel *feedtest_channel(const char *target)
+{
+    return channel_with(target, true);
+}
+
+grpc_channel *feedtest_channel_fixed_window(const char *target)
+{
+    return channel_with(target, false);
 }
 
 static gpr_timespec deadline_in(int seconds)
