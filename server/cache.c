@@ -42,6 +42,7 @@ typedef struct cached_dataset {
     uint64_t samples;
     _Atomic uintptr_t *slots;   /* [samples] */
     atomic_uint_fast64_t ticks; /* lookups; the hand is at slot (ticks / 2) % samples */
+    atomic_uint_fast64_t idle_seen; /* ticks when a refusal last visited (step_idle_hand) */
 } cached_dataset;
 
 struct feedd_cache {
@@ -51,6 +52,9 @@ struct feedd_cache {
      * eviction (at most `slots`): the hands evict only while it is above 0. */
     atomic_uint_fast64_t wanted;
     uint64_t slots; /* every cached dataset's samples */
+    uint32_t cached[FEEDD_MAX_DATASETS]; /* the datasets added, in order */
+    uint32_t ncached;
+    atomic_uint next_idle; /* the next of cached[] a refusal visits */
     cached_dataset ds[FEEDD_MAX_DATASETS];
 };
 
@@ -157,6 +161,8 @@ int feedd_cache_add_dataset(feedd_cache *c, uint32_t ds, uint64_t samples, uint3
     c->slots += samples;
     cd->side = side;
     atomic_init(&cd->ticks, 0);
+    atomic_init(&cd->idle_seen, 0);
+    c->cached[c->ncached++] = ds;
     return 0;
 }
 
@@ -227,6 +233,27 @@ feedd_cache_entry *feedd_cache_get(feedd_cache *c, uint32_t ds, uint64_t index, 
     return e;
 }
 
+/*
+ * A refused admission visits one cached dataset in turn; one with no lookup
+ * of its own since the last visit (nobody asks for it) gets a step of its
+ * hand, so what it holds ages out instead of keeping its room for good.
+ */
+static void step_idle_hand(feedd_cache *c, uint32_t asking)
+{
+    uint32_t d = c->cached[atomic_fetch_add_explicit(&c->next_idle, 1, memory_order_relaxed) %
+                           c->ncached];
+    cached_dataset *cd = &c->ds[d];
+    if (d == asking || !cd->samples)
+        return;
+    uint64_t t = atomic_load_explicit(&cd->ticks, memory_order_relaxed);
+    if (atomic_exchange_explicit(&cd->idle_seen, t + 2, memory_order_relaxed) != t) {
+        atomic_store_explicit(&cd->idle_seen, t, memory_order_relaxed);
+        return;
+    }
+    hand_step(c, cd);
+    hand_step(c, cd);
+}
+
 feedd_cache_entry *feedd_cache_reserve(feedd_cache *c, uint32_t ds, uint64_t index,
                                        size_t pixel_bytes)
 {
@@ -234,6 +261,7 @@ feedd_cache_entry *feedd_cache_reserve(feedd_cache *c, uint32_t ds, uint64_t ind
     if (bytes < pixel_bytes || !charge(c, bytes)) {
         if (atomic_load_explicit(&c->wanted, memory_order_relaxed) < c->slots)
             atomic_fetch_add_explicit(&c->wanted, 1, memory_order_relaxed);
+        step_idle_hand(c, ds);
         return NULL;
     }
     feedd_cache_entry *e = malloc(sizeof *e + pixel_bytes);

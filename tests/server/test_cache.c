@@ -345,6 +345,35 @@ static void test_working_set_changes(void **state)
     feedd_cache_free(c);
 }
 
+/*
+ * A dataset nobody asks for any more (a job that finished) gives its room
+ * to one that is asked for: every admission refused for want of room moves
+ * the hand of an idle dataset too, so its images age out as a moved-on
+ * working set does.
+ */
+static void test_idle_dataset_ages_out(void **state)
+{
+    (void)state;
+    const uint64_t n = 1000, fit = 300;
+    feedd_cache *c = NULL;
+    assert_int_equal(feedd_cache_new(budget_for(2 * n, fit), &c), 0);
+    assert_int_equal(feedd_cache_add_dataset(c, 0, n, 256), 0);
+    assert_int_equal(feedd_cache_add_dataset(c, 1, n, 256), 0);
+    for (int pass = 0; pass < 2; pass++)
+        for (uint64_t i = 0; i < fit; i++)
+            hit(c, 0, i);
+    uint64_t hits = 0;
+    for (int pass = 0; pass < 40; pass++) {
+        hits = 0;
+        for (uint64_t i = 0; i < fit; i++)
+            hits += hit(c, 1, i);
+    }
+    print_message("dataset 1 after 40 passes, dataset 0 idle: %llu of %llu hit\n",
+                  (unsigned long long)hits, (unsigned long long)fit);
+    assert_true(hits >= fit * 9 / 10);
+    feedd_cache_free(c);
+}
+
 typedef struct hammer {
     feedd_cache *c;
     uint64_t budget, n;
@@ -410,6 +439,7 @@ int main(void)
         cmocka_unit_test(test_hit_rate_one_of_four_servers),
         cmocka_unit_test(test_room_left_evicts_nothing),
         cmocka_unit_test(test_working_set_changes),
+        cmocka_unit_test(test_idle_dataset_ages_out),
         cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
