@@ -67,9 +67,9 @@ extern "C" {
 
 /* The version of this header; feed_client_version() gives the library's. */
 #define FEED_CLIENT_VERSION_MAJOR 0
-#define FEED_CLIENT_VERSION_MINOR 4
+#define FEED_CLIENT_VERSION_MINOR 5
 #define FEED_CLIENT_VERSION_PATCH 0
-#define FEED_CLIENT_VERSION_STRING "0.4.0"
+#define FEED_CLIENT_VERSION_STRING "0.5.0"
 /* MAJOR << 16 | MINOR << 8 | PATCH, for comparisons. */
 #define FEED_CLIENT_VERSION_NUM                                                                    \
     ((FEED_CLIENT_VERSION_MAJOR << 16) | (FEED_CLIENT_VERSION_MINOR << 8) |                        \

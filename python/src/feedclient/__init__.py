@@ -40,7 +40,7 @@ from .errors import (
 )
 from .loader import Loader
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 library_path = _lib.path
 
 
