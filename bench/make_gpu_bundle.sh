@@ -21,6 +21,11 @@
 #              head-to-head (torch/run_h2h.sh); DIR/fleet  the fleet-sizing
 #              benchmark (BIN=DIR/bin fleet/fleet.sh)
 #   DIR/*.sh, *.py  the suite and the scripts it calls
+# A device call carries the repository's tracked files and the bundle in
+# 64 MiB together: the bundle must fit what the tracked files leave (checked
+# at the end). LEAN=1 leaves out what only the client and python stages and
+# the fleet benchmark need (test_client_gpu, pylib, tests, fleet) for calls
+# that run the head-to-head, preproc, split, wire and e2e stages.
 # Build first with CUDA (scripts/build.sh BUILD_DIR -DCMAKE_BUILD_TYPE=Release).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,7 +33,10 @@ dir=${1:?usage: make_gpu_bundle.sh DIR [BUILD_DIR]}
 build=${2:-$root/build}
 sample=${FEED_SAMPLE_DIR:-$root/../shared/datasets/imagenet-sample}
 classes=${DATA_CLASSES:-300}
-max_mib=62
+tracked_mib=$(cd "$root" && git ls-files -z | xargs -0 du -cb 2> /dev/null |
+  awk '$2 == "total" {t += $1} END {print int(t / 1048576) + 1}' || true)
+max_mib=$((63 - tracked_mib))
+lean=${LEAN:-0}
 
 rm -rf "$dir"
 mkdir -p "$dir/bin" "$dir/lib" "$dir/data"
@@ -55,23 +63,29 @@ for b in "$dir"/bin/*; do ldd "$b" | awk '/=> \//{print $3}'; done | sort -u |
   done
 
 cp -L "$build/client/libfeedclient.so" "$dir/lib/"
-mkdir -p "$dir/python" "$dir/pylib" "$dir/tests" "$dir/torch"
+if [ "$lean" = 1 ]; then
+  rm -f "$dir/bin/test_client_gpu"
+fi
+mkdir -p "$dir/python" "$dir/torch"
 cp -r "$root/python/src/feedclient" "$dir/python/"
-cp -r "$root/tests/python" "$dir/tests/"
-rm -rf "$dir/tests/python/__pycache__" "$dir/python/feedclient/__pycache__"
+rm -rf "$dir/python/feedclient/__pycache__"
 cp "$root"/bench/torch/*.py "$root"/bench/torch/*.sh "$dir/torch/"
-mkdir -p "$dir/fleet"
-cp "$root"/bench/fleet/*.py "$root"/bench/fleet/*.sh "$dir/fleet/"
-for m in _pytest pytest pluggy iniconfig packaging attr attrs py py.py; do
-  cp -r "/usr/lib/python3/dist-packages/$m" "$dir/pylib/"
-done
-find "$dir/pylib" -name __pycache__ -prune -exec rm -rf {} +
+if [ "$lean" != 1 ]; then
+  mkdir -p "$dir/pylib" "$dir/tests" "$dir/fleet"
+  cp -r "$root/tests/python" "$dir/tests/"
+  rm -rf "$dir/tests/python/__pycache__"
+  cp "$root"/bench/fleet/*.py "$root"/bench/fleet/*.sh "$dir/fleet/"
+  for m in _pytest pytest pluggy iniconfig packaging attr attrs py py.py; do
+    cp -r "/usr/lib/python3/dist-packages/$m" "$dir/pylib/"
+  done
+  find "$dir/pylib" -name __pycache__ -prune -exec rm -rf {} +
+fi
 cp "$root/bench/gpu_suite.sh" "$root/bench/plot.py" "$root/bench/e2e/calibrate_presets.py" \
    "$root/bench/e2e/e2e_report.py" \
    "$root/bench/e2e/repeat_pack.py" "$root/bench/preproc/torchvision_bench.py" \
    "$root/bench/preproc/ratio.py" "$dir/"
 if [ -d "$sample" ]; then
-  find "$sample" -mindepth 1 -maxdepth 1 -type d | sort | head -n "$classes" |
+  find "$sample" -mindepth 1 -maxdepth 1 -type d | sort | sed -n "1,${classes}p" |
     while read -r c; do
       mkdir -p "$dir/data/tree/$(basename "$c")"
       cp "$c"/* "$dir/data/tree/$(basename "$c")/"
@@ -84,6 +98,7 @@ size=$(du -sm "$dir" | cut -f1)
 echo "make_gpu_bundle: $dir is ${size} MiB ($(ls "$dir/lib" | wc -l) libraries," \
      "$(find "$dir/data" -type f | wc -l) images)"
 if [ "$size" -gt "$max_mib" ]; then
-  echo "make_gpu_bundle: over the ${max_mib} MiB budget; lower DATA_CLASSES" >&2
+  echo "make_gpu_bundle: over the ${max_mib} MiB the tracked files (${tracked_mib} MiB) leave" \
+       "a device call; lower DATA_CLASSES or set LEAN=1" >&2
   exit 1
 fi

@@ -1,11 +1,13 @@
 """h2h_report.py OUTDIR: the head-to-head's table (Markdown, to stdout) and its
 three plots (throughput with range and % of the ceiling, NVML utilisation
 over time, batch-wait CDF per source) from OUTDIR/h2h.jsonl and
-OUTDIR/series-*.json written by run_h2h.sh / headtohead.py."""
+OUTDIR/series-*.json written by run_h2h.sh / headtohead.py (or series-*.json.gz,
+as the committed results keep them)."""
 
 from __future__ import annotations
 
 import glob
+import gzip
 import json
 import os
 import statistics
@@ -88,8 +90,8 @@ def plots(out, by):
     plt.close(fig)
 
     series = {}
-    for path in sorted(glob.glob(os.path.join(out, "series-*.json"))):
-        with open(path) as f:
+    for path in sorted(glob.glob(os.path.join(out, "series-*.json*"))):
+        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
             s = json.load(f)
         series[s["label"]] = s
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
