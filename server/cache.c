@@ -42,16 +42,20 @@ typedef struct cached_dataset {
     uint64_t samples;
     _Atomic uintptr_t *slots;   /* [samples] */
     atomic_uint_fast64_t ticks; /* lookups; the hand is at slot (ticks / 2) % samples */
-    atomic_uint_fast64_t idle_seen; /* ticks when a refusal last visited (step_idle_hand) */
+    /* step_idle_hand's view: ticks at the last visit, and visits since then
+     * found no lookup of its own */
+    atomic_uint_fast64_t idle_seen, quiet_visits;
 } cached_dataset;
 
 struct feedd_cache {
     uint64_t budget;
     atomic_uint_fast64_t used;
     /* Admissions refused for want of room and not yet answered by an
-     * eviction (at most `slots`): the hands evict only while it is above 0. */
+     * eviction (about total_samples at most: threads may each add one past
+     * it): the hands evict only while it is above 0. */
     atomic_uint_fast64_t wanted;
-    uint64_t slots; /* every cached dataset's samples */
+    /* Set by add_dataset before any worker runs, read-only after: */
+    uint64_t total_samples;               /* every cached dataset's samples */
     uint32_t cached[FEEDD_MAX_DATASETS]; /* the datasets added, in order */
     uint32_t ncached;
     atomic_uint next_idle; /* the next of cached[] a refusal visits */
@@ -158,10 +162,11 @@ int feedd_cache_add_dataset(feedd_cache *c, uint32_t ds, uint64_t samples, uint3
         }
     }
     cd->samples = samples;
-    c->slots += samples;
+    c->total_samples += samples;
     cd->side = side;
     atomic_init(&cd->ticks, 0);
     atomic_init(&cd->idle_seen, 0);
+    atomic_init(&cd->quiet_visits, 0);
     c->cached[c->ncached++] = ds;
     return 0;
 }
@@ -234,32 +239,42 @@ feedd_cache_entry *feedd_cache_get(feedd_cache *c, uint32_t ds, uint64_t index, 
 }
 
 /*
- * A refused admission visits one cached dataset in turn; one with no lookup
- * of its own since the last visit (nobody asks for it) gets a step of its
- * hand, so what it holds ages out instead of keeping its room for good.
+ * A refused admission visits one cached dataset in turn. One that has had no
+ * lookup of its own for as many visits as it has samples (nobody asks for it;
+ * one asked for rarely still resets the count) gets a step of its hand at
+ * every further visit, so what it holds ages out instead of keeping its room
+ * for good.
  */
 static void step_idle_hand(feedd_cache *c, uint32_t asking)
 {
+    if (!c->ncached)
+        return;
     uint32_t d = c->cached[atomic_fetch_add_explicit(&c->next_idle, 1, memory_order_relaxed) %
                            c->ncached];
     cached_dataset *cd = &c->ds[d];
     if (d == asking || !cd->samples)
         return;
     uint64_t t = atomic_load_explicit(&cd->ticks, memory_order_relaxed);
-    if (atomic_exchange_explicit(&cd->idle_seen, t + 2, memory_order_relaxed) != t) {
-        atomic_store_explicit(&cd->idle_seen, t, memory_order_relaxed);
+    if (atomic_exchange_explicit(&cd->idle_seen, t, memory_order_relaxed) != t) {
+        atomic_store_explicit(&cd->quiet_visits, 0, memory_order_relaxed);
         return;
     }
+    if (atomic_fetch_add_explicit(&cd->quiet_visits, 1, memory_order_relaxed) < cd->samples)
+        return;
     hand_step(c, cd);
     hand_step(c, cd);
+    /* Its own hand's two ticks are not lookups. */
+    atomic_store_explicit(&cd->idle_seen, t + 2, memory_order_relaxed);
 }
 
 feedd_cache_entry *feedd_cache_reserve(feedd_cache *c, uint32_t ds, uint64_t index,
                                        size_t pixel_bytes)
 {
     size_t bytes = feedd_cache_charge(pixel_bytes);
-    if (bytes < pixel_bytes || !charge(c, bytes)) {
-        if (atomic_load_explicit(&c->wanted, memory_order_relaxed) < c->slots)
+    if (bytes < pixel_bytes || bytes > c->budget)
+        return NULL; /* no eviction would make room for it */
+    if (!charge(c, bytes)) {
+        if (atomic_load_explicit(&c->wanted, memory_order_relaxed) < c->total_samples)
             atomic_fetch_add_explicit(&c->wanted, 1, memory_order_relaxed);
         step_idle_hand(c, ds);
         return NULL;

@@ -25,8 +25,9 @@
  * evicted and the hit rate settles at cache/dataset; a working set that
  * changes (another subset, a finished job) ages out within two turns; a
  * dataset nobody looks up any more gets a step of its hand from each
- * refused admission (the cached datasets visited in turn, one with no
- * lookup of its own since the last visit), so it gives its room up too. LRU
+ * refused admission (the cached datasets visited in turn; idle is no lookup
+ * of its own for as many visits as it has samples, so one still asked for,
+ * however rarely, keeps its images), so it gives its room up too. LRU
  * instead keeps the samples used last, which the next permutation is as
  * likely to want last: 0.15 at cache/dataset 0.5, against 0.50 here
  * (tests/server/test_cache.c measures both on the same accesses).

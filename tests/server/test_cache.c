@@ -374,6 +374,48 @@ static void test_idle_dataset_ages_out(void **state)
     feedd_cache_free(c);
 }
 
+/*
+ * A dataset still asked for, only less often than one that thrashes beside
+ * it, is not idle: it keeps its images. (Idle means no lookup of its own for
+ * a whole dataset's worth of visits, not since the last visit: visits come
+ * with the other dataset's refusals, as often as those happen.)
+ */
+static void test_slow_dataset_is_not_idle(void **state)
+{
+    (void)state;
+    const uint64_t small = 200, big = 4000, fit = 1000;
+    feedd_cache *c = NULL;
+    assert_int_equal(feedd_cache_new(budget_for(small + big, fit), &c), 0);
+    assert_int_equal(feedd_cache_add_dataset(c, 0, small, 256), 0);
+    assert_int_equal(feedd_cache_add_dataset(c, 1, big, 256), 0);
+    uint64_t *order0 = malloc(small * sizeof *order0), *order1 = malloc(big * sizeof *order1);
+    uint64_t seed0 = 13, seed1 = 17, at0 = small, hits = 0, asked = 0;
+    assert_true(order0 && order1);
+    for (int epoch = 0; epoch < 12; epoch++) {
+        permute(order1, big, &seed1);
+        for (uint64_t i = 0; i < big; i++) {
+            hit(c, 1, order1[i]);
+            if (i % 5)
+                continue;
+            if (at0 == small) {
+                permute(order0, small, &seed0);
+                at0 = 0;
+            }
+            bool h = hit(c, 0, order0[at0++]);
+            if (epoch >= 6) {
+                hits += h;
+                asked++;
+            }
+        }
+    }
+    print_message("a dataset asked for at 1/5 the rate of a thrashing one: %llu of %llu hit\n",
+                  (unsigned long long)hits, (unsigned long long)asked);
+    assert_true(hits >= asked * 7 / 10);
+    free(order0);
+    free(order1);
+    feedd_cache_free(c);
+}
+
 typedef struct hammer {
     feedd_cache *c;
     uint64_t budget, n;
@@ -440,6 +482,7 @@ int main(void)
         cmocka_unit_test(test_room_left_evicts_nothing),
         cmocka_unit_test(test_working_set_changes),
         cmocka_unit_test(test_idle_dataset_ages_out),
+        cmocka_unit_test(test_slow_dataset_is_not_idle),
         cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
