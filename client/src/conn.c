@@ -369,11 +369,13 @@ static void on_describe(loader *l, call_ctx *c, bool ok)
         if (c->status == GRPC_STATUS_NOT_FOUND)
             l->notfound_seen = true;
         /* A server that stays down would log every retry: warn once per outage. A refused
-         * token is a configuration error, said as one; such a server is failed, and if every
+         * token is a configuration error, said as one (at error level whenever the server
+         * starts refusing, whatever it answered before); such a server is failed, and if every
          * server refuses, open and next() return FEED_EAUTH at once. */
+        bool was_refused = s->refused;
         s->refused = refused_status(c->status);
         if (s->refused)
-            client_log(l, s->quiet ? FEED_LOG_DEBUG : FEED_LOG_ERROR,
+            client_log(l, s->quiet && was_refused ? FEED_LOG_DEBUG : FEED_LOG_ERROR,
                        "server %s refused the bearer token (%s: %s); set "
                        "feed_loader_config.token or FEED_TOKEN to the server's token",
                        s->target, status_name(c->status), d ? d : "");
