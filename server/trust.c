@@ -68,7 +68,7 @@ int feedd_token_load(const char *path, const char *what, feedd_token *t, char *e
         return 0;
     int rc = feed_token_file_read(path, what, text, sizeof text, err, cap);
     if (rc != 0)
-        return rc;
+        goto out;
     size_t n = strlen(text);
     rc = FEED_EINVAL;
     for (size_t i = 0; i < n; i++) {

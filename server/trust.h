@@ -14,10 +14,8 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 
-#include "feed/token_file.h"
+#include "feed/token_file.h" /* FEED_TOKEN_FILE_MAX: the largest token file */
 
-/* Largest token file; the token is its first line, without the line end. */
-#define FEEDD_TOKEN_FILE_MAX FEED_TOKEN_FILE_MAX
 /* Largest PEM file (certificate chain, key or CA bundle). */
 #define FEEDD_PEM_FILE_MAX (1 << 20)
 
@@ -28,7 +26,7 @@ typedef struct feedd_token {
 } feedd_token;
 
 /*
- * Read a token from path: at most FEEDD_TOKEN_FILE_MAX bytes, one trailing
+ * Read a token from path: at most FEED_TOKEN_FILE_MAX bytes, one trailing
  * "\n" or "\r\n" stripped, then visible ASCII only (no spaces), and not
  * empty. path "" leaves *t requiring nothing. 0, FEED_EINVAL (the message in
  * err names the file and why) or FEED_ENOMEM.

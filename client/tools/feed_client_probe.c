@@ -200,13 +200,15 @@ int main(int argc, char **argv)
         if (feed_token_file_read(token_file, "--auth-token-file", token, sizeof token, err,
                                  sizeof err)) {
             fprintf(stderr, "feed-client-probe: %s\n", err);
-            return 2;
+            return 1;
         }
         c.token = token;
     }
 
     feed_loader *l = NULL;
     int rc = feed_loader_open(&c, &l);
+    /* The loader keeps its own copy: leave none here. */
+    explicit_bzero(token, sizeof token);
     if (rc) {
         fprintf(stderr, "feed-client-probe: open: %s (%s)\n", feed_strerror(rc), feed_err_name(rc));
         return 1;

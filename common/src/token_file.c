@@ -49,8 +49,8 @@ int feed_token_file_read(const char *path, const char *what, char *out, size_t c
     }
     rc = 0;
 out:
-    if (rc && cap)
-        out[0] = '\0';
+    if (rc)
+        explicit_bzero(out, cap); /* a refused file's bytes may still be a secret */
     if (f)
         fclose(f);
     return rc;

@@ -167,9 +167,9 @@ def test_probe_with_token_and_tls(spawn, certs, token_file, tmp_path):
     empty = tmp_path / "empty"
     empty.write_text("\n")
     rc, out = probe(srv.target, "--auth-token-file", empty, *ca)
-    assert rc == 2 and "empty token" in out, out
+    assert rc == 1 and "empty token" in out, out
     rc, out = probe(srv.target, "--auth-token-file", tmp_path / "missing", *ca)
-    assert rc == 2 and "cannot open" in out, out
+    assert rc == 1 and "cannot open" in out, out
     assert "--tls-ca" in tool([PROBE, "--help"])[1]
 
 

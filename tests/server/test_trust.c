@@ -101,13 +101,13 @@ static void test_token_file_rules(void **state)
     assert_non_null(strstr(err, "NUL"));
 
     /* The cap counts the file's bytes, line end included. */
-    char *big = malloc(FEEDD_TOKEN_FILE_MAX + 2);
+    char *big = malloc(FEED_TOKEN_FILE_MAX + 2);
     assert_non_null(big);
-    memset(big, 'k', FEEDD_TOKEN_FILE_MAX + 1);
-    assert_int_equal(load_text(big, FEEDD_TOKEN_FILE_MAX, &t, err, sizeof err), 0);
-    assert_int_equal(t.expect_len, strlen("Bearer ") + FEEDD_TOKEN_FILE_MAX);
+    memset(big, 'k', FEED_TOKEN_FILE_MAX + 1);
+    assert_int_equal(load_text(big, FEED_TOKEN_FILE_MAX, &t, err, sizeof err), 0);
+    assert_int_equal(t.expect_len, strlen("Bearer ") + FEED_TOKEN_FILE_MAX);
     feedd_token_free(&t);
-    assert_int_equal(load_text(big, FEEDD_TOKEN_FILE_MAX + 1, &t, err, sizeof err), FEED_EINVAL);
+    assert_int_equal(load_text(big, FEED_TOKEN_FILE_MAX + 1, &t, err, sizeof err), FEED_EINVAL);
     assert_non_null(strstr(err, "larger than 4096 bytes"));
     free(big);
 

@@ -419,6 +419,9 @@ static void test_token_file(void **state)
     assert_int_equal(strlen(out), FEED_TOKEN_FILE_MAX);
     assert_int_equal(read_token(big, FEED_TOKEN_FILE_MAX + 1, out, err, sizeof err), FEED_EINVAL);
     assert_non_null(strstr(err, "larger than 4096 bytes"));
+    /* What was read of a refused file is wiped, not left in the caller's buffer. */
+    for (size_t i = 0; i < sizeof out; i++)
+        assert_int_equal(out[i], 0);
     assert_int_equal(feed_token_file_read("/nonexistent/token", "--auth-token-file", out,
                                           sizeof out, err, sizeof err),
                      FEED_EINVAL);

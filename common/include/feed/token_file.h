@@ -1,7 +1,7 @@
 /*
- * A bearer token read from a file, for the client tools (feed-client-probe,
- * feed-bench), by the rules feedd applies to --auth-token-file: at most
- * FEED_TOKEN_FILE_MAX bytes, one trailing "\n" or "\r\n" stripped, not empty.
+ * A bearer token read from a file, by the rules of --auth-token-file
+ * (feedd, feed-client-probe, feed-bench): at most FEED_TOKEN_FILE_MAX bytes,
+ * one trailing "\n", "\r\n" or "\r" stripped, not empty.
  * Which characters a token may hold is checked where it is used (feedd at
  * start, libfeedclient in feed_loader_open). Thread-safe.
  */
