@@ -46,14 +46,12 @@
  * once the stuck ones are read.
  *
  * Stuck needs the client's stream window to stay small, so the channels have
- * gRPC's BDP probing off (feedtest_channel_fixed_window). With it on, ch's
- * window grows to 32 MiB during the 63 MB drain of the stream-memory case:
- * the later cases' 21 MB batch is then sent in full into the client's
- * transport and its memory freed, and those cases passed only when the next
- * requests reached the server before that batch was decoded (under load they
- * timed out in wait_metric(feedd_waiting_batches)). Each case also waits
- * until that batch is handed to gRPC (send_stuck) before the requests that
- * must meet a cap, so none depends on which of the two comes first.
+ * gRPC's BDP probing off (feedtest_channel_fixed_window): with it on, a
+ * channel's window grows (to 32 MiB after the stream-memory case's 63 MB
+ * drain), a 21 MB batch is then sent in full into the client's transport
+ * and the server's memory for it freed. Each case also waits until that
+ * batch is handed to gRPC (send_stuck) before the requests that must meet a
+ * cap, so none depends on whether they or the batch's decode come first.
  */
 static void drain_and_expect(feedtest_stream *a, grpc_status_code want, const char *needle)
 {
