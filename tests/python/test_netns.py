@@ -91,9 +91,8 @@ class NetFleet:
                                  str(port_file)], stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.relays.append(proc)
-        deadline = time.monotonic() + 30
         while not port_file.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is not None:
                 raise RuntimeError(f"delay_relay did not start: "
                                    f"{(self.workdir / f'relay{i}.log').read_text()}")
             time.sleep(0.02)
@@ -227,16 +226,16 @@ def test_latency(spawn, netfleet, delayed):
     rtt = [min(h2_ping_rtt(t) for _ in range(3)) for t in targets]
     print(f"netns latency: PING round trips {', '.join(f'{r * 1000:.2f}' for r in rtt)} ms "
           f"(servers {behind} behind {DELAY * 1000:.0f} ms each way)")
+    # A lower bound, the injected delay's proof: a loaded machine only makes a round trip longer.
     for i in behind:
         assert rtt[i] >= 2 * DELAY, f"server {i}'s path has no delay: {rtt[i] * 1000:.2f} ms"
 
-    def hold_until(name: str, why: str) -> Callable[[], None]:
+    def hold_until(name: str) -> Callable[[], None]:
         """A fault that holds the training loop until every delayed feedd's counter name is
-        at least 1 (30 s at most): the test waits for an event, not for a time."""
+        at least 1: the test waits for an event, with no deadline of its own (the test's
+        timeout ends a hang; metric() fails if a server is gone)."""
         def fault() -> None:
-            deadline = time.monotonic() + 30
             while not all(netfleet.metric(i, name) for i in behind):
-                assert time.monotonic() < deadline, f"a delayed server {why} within 30 s"
                 time.sleep(0.01)
             stamps[name] = time.monotonic()
         return fault
@@ -249,8 +248,8 @@ def test_latency(spawn, netfleet, delayed):
     # threads go on, and a connected server not yet measured gets a batch once the others
     # each owe one (balance_pick_server), which six epochs of batches always give it.
     stamps: Dict[str, float] = {}
-    faults = {0: hold_until("feedd_streams_total", "got no Stream"),
-              len(reference) - 1: hold_until("feedd_batches_total", "made no batch")}
+    faults = {0: hold_until("feedd_streams_total"),
+              len(reference) - 1: hold_until("feedd_batches_total")}
     t0 = time.monotonic()
     stats: Dict = {}
     delayed_run = run(targets, faults, stats)

@@ -36,8 +36,10 @@ void make_open(Feed__V1__SessionOpen *o, Feed__V1__TransformSpec *t, const char 
 void expect_stream_error(grpc_channel *ch, Feed__V1__SessionOpen *open, const uint64_t *idx,
                          size_t n, grpc_status_code code, const char *needle);
 double scrape(const feed_test_server *s, const char *series);
-/* Poll until series >= want (bounded: 60 s); at the timeout, print every feedd_ series and fail. */
+/* Poll until series >= want (or == 0; memory: feedd_memory_bytes == 0), with no deadline of
+ * their own; a long wait prints every feedd_ series every 30 s of polls. */
 void wait_metric(const feed_test_server *s, const char *series, double want);
+void wait_metric_zero(const feed_test_server *s, const char *series);
 void wait_memory_free(const feed_test_server *s);
 int group_setup(void **state);
 int group_teardown(void **state);

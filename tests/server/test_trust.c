@@ -457,9 +457,8 @@ static void test_loader_refused_token_fails_fast(void **state)
     assert_int_equal(feed_test_server_stop(&c), 0);
     /* The loader finds it down first (a warning), then refusing: the refusal is still an
      * error, not hidden behind the outage's once-only warning. */
-    for (int i = 0; i < 6000 && !atomic_load(&log.describe_failed); i++)
+    while (!atomic_load(&log.describe_failed))
         usleep(10 * 1000);
-    assert_true(atomic_load(&log.describe_failed) > 0);
     start_token_server(other, listen, &c);
     assert_int_equal(feed_loader_set_epoch(l, 5, 0), 0);
     assert_int_equal(feed_loader_next(l, &bt), FEED_EAUTH);
