@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "feed/errors.h"
+
 char tmp_root[256];
 char good_dir[300];
 char bad_dir[300];
@@ -110,14 +112,10 @@ void expect_stream_error(grpc_channel *ch, Feed__V1__SessionOpen *open, const ui
 
 double scrape(const feed_test_server *s, const char *series)
 {
-    int status = 0;
-    char *body = NULL;
     double v = -1;
-    assert_int_equal(feed_test_http_get(s->metrics_port, "/metrics", &status, &body), 0);
-    assert_int_equal(status, 200);
-    if (feed_test_metric(body, series, &v) < 0)
-        fail_msg("metric %s missing", series);
-    free(body);
+    int rc = feed_test_scrape(s->metrics_port, series, &v);
+    if (rc != 0)
+        fail_msg("metric %s: %s", series, feed_strerror(rc));
     return v;
 }
 

@@ -27,6 +27,7 @@
 #include "engine.h"
 #include "feed/buf.h"
 #include "feed/dataset.h"
+#include "feed/errors.h"
 #include "feed/transform.h"
 #include "feedtest.h"
 #include "feedtest_grpc.h"
@@ -67,14 +68,10 @@ static void train_transform(uint32_t side, feed_transform *t)
 
 static double scrape(const feed_test_server *s, const char *series)
 {
-    int status = 0;
-    char *body = NULL;
     double v = -1;
-    assert_int_equal(feed_test_http_get(s->metrics_port, "/metrics", &status, &body), 0);
-    assert_int_equal(status, 200);
-    if (feed_test_metric(body, series, &v) < 0)
-        fail_msg("metric %s missing", series);
-    free(body);
+    int rc = feed_test_scrape(s->metrics_port, series, &v);
+    if (rc != 0)
+        fail_msg("metric %s: %s", series, feed_strerror(rc));
     return v;
 }
 

@@ -106,5 +106,10 @@ int feed_test_http_get(int port, const char *path, int *status, char **body);
  * FEED_ENOTFOUND if absent.
  */
 int feed_test_metric(const char *text, const char *series, double *value);
+/*
+ * feed_test_metric over a fresh GET /metrics on port: 0, the HTTP call's
+ * error, FEED_EPROTO for a status other than 200, or FEED_ENOTFOUND.
+ */
+int feed_test_scrape(int port, const char *series, double *value);
 
 #endif

@@ -122,3 +122,14 @@ int feed_test_metric(const char *text, const char *series, double *value)
     }
     return FEED_ENOTFOUND;
 }
+
+int feed_test_scrape(int port, const char *series, double *value)
+{
+    int status = 0;
+    char *body = NULL;
+    int rc = feed_test_http_get(port, "/metrics", &status, &body);
+    if (rc == 0)
+        rc = status == 200 ? feed_test_metric(body, series, value) : FEED_EPROTO;
+    free(body);
+    return rc;
+}
