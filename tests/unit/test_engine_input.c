@@ -63,32 +63,34 @@ static void expect_status(fixture *f, const uint8_t *jpg, size_t len, const feed
     }
 }
 
+/* tests/data's files and the status each must get, on every path. */
+static const struct {
+    const char *file;
+    feed_sample_status want;
+} error_files[] = {
+    {"truncated.jpg", FEED_SAMPLE_TRUNCATED},
+    {"truncated-header.jpg", FEED_SAMPLE_TRUNCATED},
+    {"corrupt-middle.jpg", FEED_SAMPLE_CORRUPT},
+    {"not-jpeg.jpg", FEED_SAMPLE_NOT_JPEG},
+    {"empty.jpg", FEED_SAMPLE_EMPTY},
+    {"bomb-60000x60000.jpg", FEED_SAMPLE_TOO_LARGE},
+    {"huge-progressive.jpg", FEED_SAMPLE_TOO_LARGE},
+    {"good-420.jpg", FEED_SAMPLE_OK},
+};
+
 static void test_error_files(void **state)
 {
     fixture *f = *state;
-    static const struct {
-        const char *file;
-        feed_sample_status want;
-    } cases[] = {
-        {"truncated.jpg", FEED_SAMPLE_TRUNCATED},
-        {"truncated-header.jpg", FEED_SAMPLE_TRUNCATED},
-        {"corrupt-middle.jpg", FEED_SAMPLE_CORRUPT},
-        {"not-jpeg.jpg", FEED_SAMPLE_NOT_JPEG},
-        {"empty.jpg", FEED_SAMPLE_EMPTY},
-        {"bomb-60000x60000.jpg", FEED_SAMPLE_TOO_LARGE},
-        {"huge-progressive.jpg", FEED_SAMPLE_TOO_LARGE},
-        {"good-420.jpg", FEED_SAMPLE_OK},
-    };
     feed_transform eval, train;
     feed_transform_default_eval(&eval);
     feed_transform_default_train(&train);
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    for (size_t c = 0; c < sizeof error_files / sizeof error_files[0]; c++) {
         size_t len;
-        uint8_t *jpg = read_data(cases[c].file, &len);
+        uint8_t *jpg = read_data(error_files[c].file, &len);
         /* Eval's centre crop covers the corrupt middle; the reference reads all. */
-        expect_status(f, jpg, len, &eval, cases[c].want, false, cases[c].file);
-        expect_status(f, jpg, len, &eval, cases[c].want, true, cases[c].file);
-        expect_status(f, jpg, len, &train, cases[c].want, true, cases[c].file);
+        expect_status(f, jpg, len, &eval, error_files[c].want, false, error_files[c].file);
+        expect_status(f, jpg, len, &eval, error_files[c].want, true, error_files[c].file);
+        expect_status(f, jpg, len, &train, error_files[c].want, true, error_files[c].file);
         /* Train crops are random: any crop still finds truncation (the
          * check for an EOI marker) and refuses from the header; a corrupt
          * middle is found when the crop reaches it. */
@@ -96,10 +98,10 @@ static void test_error_files(void **state)
             size_t n = (size_t)train.out_h * train.out_w * 3;
             memset(f->a, 0xAB, n);
             feed_sample_status got = feed_engine_run(f->e, jpg, len, &train, 9, 0, k, f->a, NULL);
-            if (cases[c].want == FEED_SAMPLE_CORRUPT)
+            if (error_files[c].want == FEED_SAMPLE_CORRUPT)
                 assert_true(got == FEED_SAMPLE_CORRUPT || got == FEED_SAMPLE_OK);
             else
-                assert_int_equal(got, cases[c].want);
+                assert_int_equal(got, error_files[c].want);
             if (got != FEED_SAMPLE_OK)
                 assert_true(all_zero(f->a, n));
         }
@@ -483,32 +485,19 @@ static void test_decoded_full_scale_is_reference(void **state)
 static void test_decoded_error_files(void **state)
 {
     fixture *f = *state;
-    static const struct {
-        const char *file;
-        feed_sample_status want;
-    } cases[] = {
-        {"truncated.jpg", FEED_SAMPLE_TRUNCATED},
-        {"truncated-header.jpg", FEED_SAMPLE_TRUNCATED},
-        {"corrupt-middle.jpg", FEED_SAMPLE_CORRUPT},
-        {"not-jpeg.jpg", FEED_SAMPLE_NOT_JPEG},
-        {"empty.jpg", FEED_SAMPLE_EMPTY},
-        {"bomb-60000x60000.jpg", FEED_SAMPLE_TOO_LARGE},
-        {"huge-progressive.jpg", FEED_SAMPLE_TOO_LARGE},
-        {"good-420.jpg", FEED_SAMPLE_OK},
-    };
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    for (size_t c = 0; c < sizeof error_files / sizeof error_files[0]; c++) {
         size_t len;
-        uint8_t *jpg = read_data(cases[c].file, &len);
+        uint8_t *jpg = read_data(error_files[c].file, &len);
         alloc_probe probe = {0};
         feed_decoded img;
         feed_sample_status got = feed_engine_decode(f->e, jpg, len, 64, probe_alloc, &probe, &img);
-        if (got != cases[c].want)
-            fail_msg("%s: %s, want %s (%s)", cases[c].file, feed_sample_status_name(got),
-                     feed_sample_status_name(cases[c].want), feed_engine_last_error(f->e));
+        if (got != error_files[c].want)
+            fail_msg("%s: %s, want %s (%s)", error_files[c].file, feed_sample_status_name(got),
+                     feed_sample_status_name(error_files[c].want), feed_engine_last_error(f->e));
         if (got != FEED_SAMPLE_OK)
             assert_true(strlen(feed_engine_last_error(f->e)) > 0);
-        if (cases[c].want == FEED_SAMPLE_NOT_JPEG || cases[c].want == FEED_SAMPLE_EMPTY ||
-            cases[c].want == FEED_SAMPLE_TOO_LARGE)
+        if (error_files[c].want == FEED_SAMPLE_NOT_JPEG || error_files[c].want == FEED_SAMPLE_EMPTY ||
+            error_files[c].want == FEED_SAMPLE_TOO_LARGE)
             assert_int_equal(probe.calls, 0);
         free(probe.buf);
         free(jpg);
