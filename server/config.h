@@ -51,6 +51,7 @@ typedef struct feedd_config {
     uint32_t drain_timeout_ms;
     uint32_t send_stall_ms; /* a send pending this long ends its stream; 0 = never */
     uint64_t cache_bytes; /* decoded-sample cache, shared by the datasets with cache=SIDE */
+    uint64_t transport_memory; /* guard.h: beyond start, max_memory and cache_bytes; 0 = off */
     int log_level;
     feedd_dataset_arg datasets[FEEDD_MAX_DATASETS];
     size_t n_datasets;

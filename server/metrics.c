@@ -150,6 +150,10 @@ char *feedd_metrics_render(size_t *len)
     counter(&t, "feedd_unauthenticated_total",
             "Feed calls refused (UNAUTHENTICATED) for want of the bearer token.",
             ld(&m->unauthenticated));
+    counter(&t, "feedd_connections_cut_total",
+            "Connections shut down by the transport guard: resident memory over "
+            "feedd_resident_limit_bytes and the connection sending faster than a feed client.",
+            ld(&m->connections_cut));
     counter(&t, "feedd_cache_hits_total", "Decoded-sample cache lookups that found the image.",
             ld(&m->cache_hits));
     counter(&t, "feedd_cache_misses_total",
@@ -171,6 +175,14 @@ char *feedd_metrics_render(size_t *len)
           "Accepted batches waiting for batch memory (max-memory, max-stream-memory).",
           ldg(&m->waiting_batches));
     gauge(&t, "feedd_memory_bytes", "Batch buffers allocated.", ldg(&m->memory_bytes));
+    gauge(&t, "feedd_resident_bytes",
+          "Resident memory of the process (read every 10 ms by the transport guard; 0 without it).",
+          ldg(&m->rss_bytes));
+    gauge(&t, "feedd_resident_limit_bytes",
+          "The transport guard's limit (0: no guard): above it, connections that flood are cut.",
+          ldg(&m->rss_limit));
+    gauge(&t, "feedd_transport_over_limit", "1 while feedd_resident_bytes is above the limit.",
+          ldg(&m->transport_over));
     gauge(&t, "feedd_serving", "1 while serving, 0 while draining.",
           atomic_load_explicit(&m->serving, memory_order_relaxed));
     pthread_mutex_lock(&extra_mu);

@@ -35,6 +35,7 @@ typedef struct feedd_metrics {
     atomic_uint_fast64_t streams_stalled; /* cancelled by send-stall-ms */
     atomic_uint_fast64_t stream_status[FEEDD_STATUS_CODES];
     atomic_uint_fast64_t unauthenticated; /* Feed calls refused for want of the token */
+    atomic_uint_fast64_t connections_cut; /* by the transport guard (guard.h) */
     atomic_uint_fast64_t cache_hits, cache_misses, cache_evictions;
     atomic_int_fast64_t cache_bytes;  /* charged to the decoded-sample cache */
     atomic_int_fast64_t cache_budget; /* its --cache-bytes while it exists */
@@ -43,6 +44,9 @@ typedef struct feedd_metrics {
     atomic_int_fast64_t inflight_batches; /* accepted, not yet handed to gRPC */
     atomic_int_fast64_t waiting_batches;  /* accepted, waiting for batch memory */
     atomic_int_fast64_t memory_bytes;     /* batch buffers allocated */
+    atomic_int_fast64_t rss_bytes;        /* resident memory, as the guard last read it */
+    atomic_int_fast64_t rss_limit;        /* the guard's limit; 0 without a guard */
+    atomic_int_fast64_t transport_over;   /* 1 while rss_bytes > rss_limit */
     atomic_int serving;                   /* 1 SERVING, 0 draining */
 } feedd_metrics;
 

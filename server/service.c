@@ -21,6 +21,7 @@
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
+#include <grpc/support/alloc.h>
 #include <grpc/grpc_posix.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/log.h>
@@ -29,6 +30,7 @@
 #include "feed/errors.h"
 #include "feed/log.h"
 #include "feed/timeutil.h"
+#include "guard.h"
 #include "listener.h"
 #include "memory.h"
 #include "metrics.h"
@@ -132,6 +134,17 @@ static bool call_over_tls(const feedd_service *svc, grpc_call *call)
     return tls;
 }
 
+/* What reached the service on the call's connection, for the transport guard (guard.h). */
+static void credit_call(feedd_service *svc, grpc_call *call, grpc_byte_buffer *payload)
+{
+    if (!svc->guard)
+        return;
+    char *peer = grpc_call_get_peer(call);
+    feedd_guard_credit(svc->guard, peer,
+                       GUARD_CALL_CREDIT + (payload ? grpc_byte_buffer_length(payload) : 0));
+    gpr_free(peer);
+}
+
 /* A call accepted: hand it on, then re-arm the slot unless the server is shutting down. */
 static void dispatch(req_slot *slot)
 {
@@ -139,6 +152,7 @@ static void dispatch(req_slot *slot)
     feedd_service *svc = cqt->svc;
     grpc_call *call = slot->call;
     grpc_byte_buffer *payload = slot->payload;
+    credit_call(svc, call, payload);
     /* Health stays open so that probes need no secret; it tells nothing about the data. */
     if (slot->m != METHOD_HEALTH && !call_over_tls(svc, call)) {
         feedd_count(&feedd_m.unauthenticated, 1);
@@ -324,6 +338,7 @@ static void on_connection(void *arg, int fd, const struct sockaddr *addr, sockle
     feedd_service *svc = arg;
     (void)addr;
     (void)len;
+    feedd_guard_track(svc->guard, fd);
     grpc_server_add_channel_from_fd(svc->server, fd,
                                     svc->health_listener ? svc->health_creds : svc->creds);
 }
@@ -403,6 +418,27 @@ static int bind_port(feedd_service *svc, int *port)
     return rc;
 }
 
+/*
+ * The transport memory guard over the connections feedd's listeners accept
+ * (none with TLS and no health port). Its limit is what the process holds
+ * now (datasets' indexes, the cache's tables, the workers) plus batch
+ * memory, the cache's budget and --transport-memory. 0 or FEED_ENOMEM.
+ */
+static int start_guard(feedd_service *svc)
+{
+    const feedd_config *cfg = svc->cfg;
+    if (!cfg->transport_memory || (!svc->listener && !svc->health_listener))
+        return 0;
+    uint64_t rss = feedd_guard_rss();
+    uint64_t limit = rss + cfg->max_memory + cfg->cache_bytes + cfg->transport_memory;
+    uint64_t burst = cfg->max_request_bytes + GUARD_BURST_EXTRA;
+    FEED_LOGI("transport guard: while memory is above %llu MiB (%llu now), a connection is cut "
+              "once gRPC holds more than %llu KiB of it undelivered",
+              (unsigned long long)(limit >> 20), (unsigned long long)(rss >> 20),
+              (unsigned long long)(burst >> 10));
+    return feedd_guard_start(limit, burst, &svc->guard);
+}
+
 /* Every queue's request slots, armed; after grpc_server_start. 0 or FEED_ENOMEM. */
 static int arm_slots(feedd_service *svc)
 {
@@ -461,6 +497,8 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
         goto fail;
     grpc_server_start(svc->server);
     rc = arm_slots(svc);
+    if (rc == 0)
+        rc = start_guard(svc);
     if (rc == 0 && (svc->listener || svc->health_listener))
         rc = feedd_listener_start(svc->listener ? svc->listener : svc->health_listener,
                                   on_connection, svc);
@@ -478,6 +516,8 @@ fail:
     svc->listener = NULL;
     feedd_listener_close(svc->health_listener);
     svc->health_listener = NULL;
+    feedd_guard_stop(svc->guard);
+    svc->guard = NULL;
     if (svc->server)
         grpc_server_destroy(svc->server);
     svc->server = NULL;
@@ -598,6 +638,8 @@ int feedd_service_stop(feedd_service *svc, uint32_t grace_ms)
     svc->listener = NULL;
     feedd_listener_close(svc->health_listener);
     svc->health_listener = NULL;
+    feedd_guard_stop(svc->guard);
+    svc->guard = NULL;
     if (svc->server) {
         pthread_mutex_lock(&svc->mu);
         svc->shutting_down = true;

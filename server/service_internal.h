@@ -143,6 +143,7 @@ struct feedd_service {
     struct feedd_listener *listener;        /* accepts for server (listener.h); NULL with TLS */
     grpc_server_credentials *health_creds;  /* insecure, for health_listener's connections */
     struct feedd_listener *health_listener; /* --health-listen beside the TLS port, or NULL */
+    struct feedd_guard *guard; /* watches the listeners' connections (guard.h); NULL when off */
     int health_port;
     feedd_token token; /* what every Feed call must carry (trust.h) */
     void *methods[METHOD_COUNT];

@@ -31,6 +31,7 @@
 #include "feed/errors.h"
 #include "feed/log.h"
 #include "feed/timeutil.h"
+#include "guard.h"
 #include "metrics.h"
 #include "service_internal.h"
 
@@ -349,6 +350,8 @@ void feedd_stream_on_recv(stream *s, bool ok)
     pthread_mutex_lock(&s->mu);
     grpc_byte_buffer *bb = s->recv_bb;
     s->recv_bb = NULL;
+    if (bb)
+        feedd_guard_credit(s->svc->guard, s->peer, GUARD_MSG_CREDIT + grpc_byte_buffer_length(bb));
     if (feedd_sm_on_recv(&s->sm, ok && bb, &out)) {
         /*
          * gRPC itself refuses a message over max-request-bytes (its receive

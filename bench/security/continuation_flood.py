@@ -3,9 +3,10 @@
 HEADERS frame (no END_HEADERS) opening one header of MIB MiB, then that many
 MiB of CONTINUATION frames; prints feedd's resident memory (process PID)
 before, after and once the connection is closed. A measurement of gRPC
-core's HPACK buffering, not a pass/fail test: see the README's reliability
-and security section for what it showed and why feedd cannot bound it with
-Debian's gRPC 1.51."""
+core's HPACK buffering and of feedd's transport guard, which cuts such a
+connection (run feedd with --transport-memory 0 to see gRPC 1.51 without
+it), not a pass/fail test: tests/server/test_hostile.c is that. See the
+README's reliability and security section for what it showed."""
 
 import socket
 import struct

@@ -536,9 +536,9 @@ int __wrap_pthread_join(pthread_t t, void **ret)
 
 /*
  * A start that fails at any of its thread starts (the granter, then each
- * completion-queue thread, then the listener) returns FEED_ENOMEM having joined every thread
- * it started and freed the rest (ASan's leak check sees to that), and does
- * not say SERVING; the next start works.
+ * completion-queue thread, the transport guard, then the listener) returns FEED_ENOMEM having
+ * joined every thread it started and freed the rest (ASan's leak check sees to that), and does not
+ * say SERVING; the next start works.
  */
 static void test_service_start_unwinds(void **state)
 {
@@ -547,7 +547,7 @@ static void test_service_start_unwinds(void **state)
     svc_env_open(&e);
     feedd_service *svc = NULL;
     int port = 0;
-    for (int k = 1; k <= 4; k++) {
+    for (int k = 1; k <= 5; k++) {
         atomic_store(&threads_created, 0);
         atomic_store(&threads_joined, 0);
         atomic_store(&create_fail_at, k);
@@ -562,7 +562,7 @@ static void test_service_start_unwinds(void **state)
     atomic_store(&threads_created, 0);
     atomic_store(&threads_joined, 0);
     assert_int_equal(feedd_service_start(&e.cfg, &e.served, 1, e.pool, &svc, &port), 0);
-    assert_int_equal(atomic_load(&threads_created), 4);
+    assert_int_equal(atomic_load(&threads_created), 5);
     assert_int_equal(atomic_load(&feedd_m.serving), 1);
     char target[64];
     snprintf(target, sizeof target, "127.0.0.1:%d", port);
@@ -574,7 +574,7 @@ static void test_service_start_unwinds(void **state)
     grpc_channel_destroy(ch);
     feedd_service_drain(svc);
     assert_int_equal(feedd_service_stop(svc, 10000), 0);
-    assert_int_equal(atomic_load(&threads_joined), 4);
+    assert_int_equal(atomic_load(&threads_joined), 5);
     feedd_service_free(svc);
     svc_env_close(&e);
 }

@@ -1,0 +1,60 @@
+/*
+ * The transport memory guard. gRPC core 1.51 buffers an HTTP/2 header block
+ * of any size (a HEADERS frame followed by CONTINUATION frames without
+ * END_HEADERS) and no channel argument of that version bounds it, so one
+ * connection could take all the host's memory. feedd's own listener hands
+ * each plaintext connection to gRPC and to this guard, and the service
+ * credits a connection with what reached it as calls and messages. Every
+ * GUARD_TICK_MS the guard reads the process's anonymous resident memory;
+ * while it is above the limit, a connection whose received bytes, less its
+ * credit and less 1/GUARD_TX_SHARE of the bytes feedd sent on it (HTTP/2
+ * window updates and pings), exceed burst + GUARD_IDLE_RATE per second
+ * (counted from when the guard last saw memory under the limit, or from the
+ * accept) is shut down, and gRPC frees what it held for it. Bytes that
+ * reached feedd as requests are never held against a connection, so only
+ * one that sends what gRPC holds without delivering it is cut. TLS
+ * connections, which gRPC accepts itself, are not watched.
+ */
+#ifndef FEED_SERVER_GUARD_H
+#define FEED_SERVER_GUARD_H
+
+#include <stdint.h>
+
+#define GUARD_TICK_MS 10
+/* While memory is under the limit, allowances restart this often. */
+#define GUARD_REFRESH_MS 500
+#define GUARD_IDLE_RATE (16u << 10) /* bytes a second of pings and settings */
+#define GUARD_TX_SHARE 256          /* window updates: at most 1 byte per this many sent */
+/*
+ * A call's headers: more than one takes on the wire once HPACK has indexed
+ * them, fewer than the first call of a connection (the burst covers it).
+ */
+#define GUARD_CALL_CREDIT 1024
+#define GUARD_MSG_CREDIT 64           /* a message's frame and gRPC prefix */
+#define GUARD_BURST_EXTRA (64u << 10) /* burst: max-request-bytes and this */
+#define GUARD_MAX_FDS (1 << 20)       /* descriptors above this are not watched */
+
+typedef struct feedd_guard feedd_guard;
+
+/* Anonymous resident memory of this process (resident less file-backed and
+ * shared pages) in bytes, 0 if /proc cannot tell. */
+uint64_t feedd_guard_rss(void);
+
+/*
+ * Start the guard's thread: cut floods while anonymous resident memory is
+ * above rss_limit bytes; burst is what a connection may have received and
+ * not yet delivered (a request in flight). 0 or FEED_ENOMEM.
+ */
+int feedd_guard_start(uint64_t rss_limit, uint64_t burst, feedd_guard **out);
+/* Watch connected socket fd, just accepted (any thread). NULL g: nothing. */
+void feedd_guard_track(feedd_guard *g, int fd);
+/*
+ * bytes reached the service on connection fd (a call's headers and
+ * payload, a message), from gRPC's peer name "fd:N". Any thread; a peer
+ * that is not such a name, or a descriptor not watched: nothing.
+ */
+void feedd_guard_credit(feedd_guard *g, const char *peer, uint64_t bytes);
+/* Stop the thread and free. NULL is fine. */
+void feedd_guard_stop(feedd_guard *g);
+
+#endif
