@@ -516,8 +516,6 @@ fail:
     svc->listener = NULL;
     feedd_listener_close(svc->health_listener);
     svc->health_listener = NULL;
-    feedd_guard_stop(svc->guard);
-    svc->guard = NULL;
     if (svc->server)
         grpc_server_destroy(svc->server);
     svc->server = NULL;
@@ -638,8 +636,6 @@ int feedd_service_stop(feedd_service *svc, uint32_t grace_ms)
     svc->listener = NULL;
     feedd_listener_close(svc->health_listener);
     svc->health_listener = NULL;
-    feedd_guard_stop(svc->guard);
-    svc->guard = NULL;
     if (svc->server) {
         pthread_mutex_lock(&svc->mu);
         svc->shutting_down = true;
@@ -669,6 +665,8 @@ void feedd_service_free(feedd_service *svc)
             free(svc->cqts[i].rbuf);
         }
         free(svc->cqts);
+        /* Last: completion-queue threads credit it until they are gone. */
+        feedd_guard_stop(svc->guard);
         feedd_memory_unref(svc->memory);
         if (svc->creds)
             grpc_server_credentials_release(svc->creds);
