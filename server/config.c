@@ -106,8 +106,9 @@ static const key_def keys[] = {
      "decoded-sample cache for the datasets with cache=SIDE, beside max-memory; 0 = none"},
     {"transport-memory", KEY_BYTES, OFF(transport_memory), 0, 0, 1024 * GiB, "256M",
      "anonymous resident memory allowed beyond what feedd holds at start, max-memory and "
-     "cache-bytes; above it, a connection that sent more than max-request-bytes + 64K that "
-     "gRPC held without delivering (an HTTP/2 header flood) is cut; not with TLS; 0 = off"},
+     "cache-bytes; above it, a connection whose bytes in, less what reached feedd as calls and "
+     "messages, pass max-request-bytes + 64K (+ 1K/s up to 256K, + 1/256 of its bytes out) is "
+     "cut: gRPC buffers an HTTP/2 header block of any size; not with TLS; 0 = off"},
     {"log-level", KEY_LEVEL, OFF(log_level), 0, 0, 0, "info", "error, warn, info or debug"},
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])

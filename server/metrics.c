@@ -176,7 +176,8 @@ char *feedd_metrics_render(size_t *len)
           ldg(&m->waiting_batches));
     gauge(&t, "feedd_memory_bytes", "Batch buffers allocated.", ldg(&m->memory_bytes));
     gauge(&t, "feedd_resident_bytes",
-          "Resident memory of the process (read every 10 ms by the transport guard; 0 without it).",
+          "Anonymous resident memory of the process (resident less file and shared pages), read "
+          "every 10 ms by the transport guard; 0 without it.",
           ldg(&m->rss_bytes));
     gauge(&t, "feedd_resident_limit_bytes",
           "The transport guard's limit (0: no guard): above it, connections that flood are cut.",

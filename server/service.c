@@ -495,10 +495,11 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
         rc = bind_port(svc, port);
     if (rc != 0)
         goto fail;
+    rc = start_guard(svc);
+    if (rc != 0)
+        goto fail;
     grpc_server_start(svc->server);
     rc = arm_slots(svc);
-    if (rc == 0)
-        rc = start_guard(svc);
     if (rc == 0 && (svc->listener || svc->health_listener))
         rc = feedd_listener_start(svc->listener ? svc->listener : svc->health_listener,
                                   on_connection, svc);

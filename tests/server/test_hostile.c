@@ -435,7 +435,7 @@ static bool continuation_flood(int port, uint64_t *sent)
 #define FLOOD_MAX_MEMORY "1M"
 #define FLOOD_TRANSPORT "8M"
 /* What the flood may add to feedd's peak: the 9 MiB over start and gRPC's growth by doubling. */
-#define FLOOD_PEAK_BOUND (48u << 20)
+#define FLOOD_PEAK_BOUND (64u << 20)
 
 /*
  * gRPC 1.51 buffers a header block of any size: a client that sends
@@ -489,29 +489,41 @@ static void test_continuation_flood_is_cut(void **state)
 }
 
 #define LEGIT_BATCHES 150
-#define LEGIT_DESCRIBES 50
+#define LEGIT_DESCRIBES 300
+#define LEGIT_NAME 900 /* bytes of a Describe's dataset name: 270 KB of requests in all */
 
 /*
  * The guard never cuts a real client: with --transport-memory 1 feedd is
- * over its limit as soon as it serves, and a stream of LEGIT_BATCHES
- * batches and LEGIT_DESCRIBES Describe calls on one connection all
- * complete, with no connection cut.
+ * over its limit once it serves, and with --max-request-bytes 1K a
+ * connection's burst is 65 KiB. On one connection, a stream of
+ * LEGIT_BATCHES batches and, once feedd is over its limit, LEGIT_DESCRIBES
+ * Describe calls in a row, each naming a LEGIT_NAME-byte dataset
+ * (NOT_FOUND: four times the burst in requests, which only their credit
+ * accounts for: without it the connection is cut), all get their answers,
+ * and no connection is cut. (test_server_units/test_guard_credit is the rule's
+ * own test.)
  */
 static void test_guard_spares_clients(void **state)
 {
     (void)state;
-    const char *more[] = {"--threads", "2", "--max-memory", "1M", "--transport-memory", "1", NULL};
+    const char *more[] = {
+        "--threads", "2", "--max-memory", "1M", "--transport-memory", "1", "--max-request-bytes",
+        "1K",        NULL};
     feed_test_server s;
     assert_int_equal(start_more(&s, NULL, more), 0);
     Feed__V1__TransformSpec t;
     Feed__V1__SessionOpen open;
     open_session(&open, &t);
     t.out_height = t.out_width = 64;
+    static char name[LEGIT_NAME + 1];
+    memset(name, 'n', LEGIT_NAME);
     grpc_channel *ch = feedtest_channel(s.target);
     feedtest_stream a;
     assert_int_equal(feedtest_stream_open(ch, ACTIVE_BOUND_S, &a), 0);
     int got = 0, described = 0;
     double over = 0, seen_over = 0;
+    bool asked = false;
+    /* Batches until feedd is over its limit, the Describe calls, then the rest of the batches. */
     for (uint64_t k = 0; k < LEGIT_BATCHES; k++) {
         if (send_req(&a, k == 0 ? &open : NULL, k) != 0)
             break;
@@ -520,15 +532,17 @@ static void test_guard_spares_clients(void **state)
             break;
         got += b->batch_id == k;
         feed__v1__batch__free_unpacked(b, NULL);
-        if (k % 3 == 0 && described < LEGIT_DESCRIBES) {
+        if (!seen_over &&
+            feed_test_scrape(s.metrics_port, "feedd_transport_over_limit", &over) == 0 && over > 0)
+            seen_over = 1;
+        for (int d = 0; seen_over && !asked && d < LEGIT_DESCRIBES; d++) {
             grpc_status_code code = GRPC_STATUS_UNKNOWN;
-            Feed__V1__DescribeResponse *r = feedtest_describe(ch, "", &code);
-            described += r != NULL;
+            Feed__V1__DescribeResponse *r = feedtest_describe(ch, name, &code);
+            described += code == GRPC_STATUS_NOT_FOUND;
             if (r)
                 feed__v1__describe_response__free_unpacked(r, NULL);
         }
-        if (feed_test_scrape(s.metrics_port, "feedd_transport_over_limit", &over) == 0 && over > 0)
-            seen_over = 1;
+        asked = asked || seen_over;
     }
     feedtest_stream_cancel(&a);
     feedtest_stream_finish(&a, NULL, 0);

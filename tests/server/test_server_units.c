@@ -17,6 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -26,6 +32,7 @@
 #include "feed/dataset.h"
 #include "feed/errors.h"
 #include "feedtest.h"
+#include "guard.h"
 #include "metrics.h"
 #include "pool.h"
 #include "service.h"
@@ -580,6 +587,86 @@ static void test_service_start_unwinds(void **state)
     svc_env_close(&e);
 }
 
+/* A connected loopback TCP pair: *client and *server. */
+static void tcp_pair(int *client, int *server)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(l >= 0);
+    assert_int_equal(bind(l, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(l, 1), 0);
+    assert_int_equal(getsockname(l, (struct sockaddr *)&sa, &len), 0);
+    *client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_int_equal(connect(*client, (struct sockaddr *)&sa, sizeof sa), 0);
+    *server = accept(l, NULL, NULL);
+    assert_true(*server >= 0);
+    close(l);
+}
+
+/* Send n bytes on fd and wait until the peer's kernel holds `queued` unread bytes. */
+static void send_and_land(int fd, int peer, size_t n, int queued)
+{
+    static char buf[64 << 10];
+    assert_true(n <= sizeof buf);
+    assert_int_equal(send(fd, buf, n, MSG_NOSIGNAL), (ssize_t)n);
+    int have = 0;
+    while (ioctl(peer, FIONREAD, &have) == 0 && have < queued) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Wait until the guard has completed `more` whole ticks from now. */
+static void wait_ticks(feedd_guard *g, uint64_t more)
+{
+    uint64_t until = feedd_guard_ticks(g) + more + 1;
+    while (feedd_guard_ticks(g) < until) {
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/*
+ * The transport guard's rule on a real TCP connection, memory always over
+ * its limit: bytes credited as delivered are never held against the
+ * connection; credit it did not use is not saved up (a connection credited
+ * 1 MiB and then sending 32 KiB undelivered is cut); the cut is a FIN the
+ * client sees and is counted.
+ */
+static void test_guard_credit(void **state)
+{
+    (void)state;
+    enum { CHUNK = 32 << 10, BURST = 4 << 10 };
+    int client = -1, server = -1;
+    tcp_pair(&client, &server);
+    feedd_guard *g = NULL;
+    assert_int_equal(feedd_guard_start(1, BURST, &g), 0);
+    feedd_guard_track(g, server);
+    char peer[32];
+    snprintf(peer, sizeof peer, "fd:%d", server);
+    uint64_t cut0 = atomic_load(&feedd_m.connections_cut);
+
+    feedd_guard_credit(g, peer, CHUNK);
+    send_and_land(client, server, CHUNK, CHUNK);
+    wait_ticks(g, 3);
+    char byte;
+    assert_int_equal(recv(client, &byte, 1, MSG_DONTWAIT), -1); /* no FIN: not cut */
+    assert_int_equal(atomic_load(&feedd_m.connections_cut), cut0);
+
+    feedd_guard_credit(g, peer, 1 << 20);
+    wait_ticks(g, 3);
+    send_and_land(client, server, CHUNK, 2 * CHUNK);
+    struct pollfd p = {client, POLLIN, 0};
+    while (poll(&p, 1, -1) < 0)
+        ;
+    assert_int_equal(recv(client, &byte, 1, 0), 0); /* the server's side was shut down */
+    assert_int_equal(atomic_load(&feedd_m.connections_cut), cut0 + 1);
+    feedd_guard_stop(g);
+    close(client);
+    close(server);
+}
+
 static void no_grant(feedd_mem_waiter *w)
 {
     (void)w;
@@ -724,6 +811,7 @@ int main(void)
         cmocka_unit_test(test_pool_cancel_claimed),
         cmocka_unit_test(test_service_start_failures),
         cmocka_unit_test(test_service_start_unwinds),
+        cmocka_unit_test(test_guard_credit),
         cmocka_unit_test(test_batch_pack_bytes),
         cmocka_unit_test(test_wire_has_nul),
     };
