@@ -4,7 +4,7 @@
  * of watched connections is indexed by descriptor, in pages allocated on
  * first use and never moved or freed before the guard stops, so credit is
  * an atomic add with no lock. The rest of an entry is guarded by mu, which
- * is never held across a system call. A descriptor gRPC has closed, or
+ * is only held to read or write entries. A descriptor gRPC has closed, or
  * reused for something else, is told by its inode, checked before each
  * look at it. Between that check and a shutdown() gRPC could close the
  * descriptor and the kernel give its number to a new socket, which would
@@ -115,19 +115,23 @@ static conn *entry(feedd_guard *g, int fd)
     return page ? &page[fd % GUARD_PAGE] : NULL;
 }
 
-static void restart(conn *c, uint64_t rx, uint64_t tx, uint64_t now)
+/*
+ * credit is read before rx and tx: a message delivered in between then
+ * counts later, against bytes already counted, which only ever favours the
+ * connection.
+ */
+static void restart(conn *c, uint64_t rx, uint64_t tx, uint64_t credit, uint64_t now)
 {
     c->rx0 = rx;
     c->tx0 = tx;
-    c->credit0 = atomic_load_explicit(&c->credit, memory_order_relaxed);
+    c->credit0 = credit;
     c->t0_ns = now;
 }
 
 void feedd_guard_track(feedd_guard *g, int fd)
 {
     struct stat st;
-    uint64_t rx = 0, tx = 0;
-    if (!g || fd < 0 || fstat(fd, &st) != 0 || !look(fd, st.st_ino, &rx, &tx))
+    if (!g || fd < 0 || fstat(fd, &st) != 0)
         return;
     if (fd >= GUARD_MAX_FDS) {
         if (!atomic_exchange(&warned_fd, true))
@@ -136,22 +140,30 @@ void feedd_guard_track(feedd_guard *g, int fd)
                       fd, GUARD_MAX_FDS);
         return;
     }
+    /* The page outside the lock; two listeners may race for it, the loser frees its own. */
+    conn *page = entry(g, fd) ? NULL : calloc(GUARD_PAGE, sizeof *page);
     pthread_mutex_lock(&g->mu);
+    if (page && !entry(g, fd)) {
+        atomic_store_explicit(&g->pages[fd / GUARD_PAGE], page, memory_order_release);
+        page = NULL;
+    }
     conn *c = entry(g, fd);
+    pthread_mutex_unlock(&g->mu);
+    free(page);
     if (!c) {
-        conn *page = calloc(GUARD_PAGE, sizeof *page);
-        if (page)
-            atomic_store_explicit(&g->pages[fd / GUARD_PAGE], page, memory_order_release);
-        c = entry(g, fd);
+        if (!atomic_exchange(&warned_oom, true))
+            FEED_LOGW("transport guard: out of memory for its table; connection fd:%d not watched",
+                      fd);
+        return;
     }
-    if (c) {
-        c->ino = st.st_ino;
-        restart(c, rx, tx, feed_now_ns());
-        if (fd > atomic_load(&g->max_fd))
-            atomic_store(&g->max_fd, fd);
-    } else if (!atomic_exchange(&warned_oom, true)) {
-        FEED_LOGW("transport guard: out of memory for its table; connection fd:%d not watched", fd);
-    }
+    uint64_t credit = atomic_load_explicit(&c->credit, memory_order_relaxed), rx = 0, tx = 0;
+    if (!look(fd, st.st_ino, &rx, &tx))
+        return;
+    pthread_mutex_lock(&g->mu);
+    c->ino = st.st_ino;
+    restart(c, rx, tx, credit, feed_now_ns());
+    if (fd > atomic_load(&g->max_fd))
+        atomic_store(&g->max_fd, fd);
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -175,16 +187,18 @@ uint64_t feedd_guard_ticks(feedd_guard *g)
  * over it, restart it when all it sent is accounted for, else say whether
  * it is past it. Called with mu held, ino read under it.
  */
-static bool judge(feedd_guard *g, conn *c, bool over, uint64_t rx, uint64_t tx, uint64_t now)
+static bool judge(feedd_guard *g, conn *c, bool over, uint64_t rx, uint64_t tx, uint64_t credit,
+                  uint64_t now)
 {
     uint64_t received = rx - c->rx0;
-    uint64_t explained = (atomic_load_explicit(&c->credit, memory_order_relaxed) - c->credit0) +
-                         (tx - c->tx0) / GUARD_TX_SHARE;
+    uint64_t explained = (credit - c->credit0) + (tx - c->tx0) / GUARD_TX_SHARE;
     if (!over || received <= explained) {
-        restart(c, rx, tx, now);
+        restart(c, rx, tx, credit, now);
         return false;
     }
-    uint64_t idle = (now - c->t0_ns) / 1000000u * GUARD_IDLE_RATE / 1000u;
+    /* A connection tracked during this scan started after now. */
+    uint64_t ms = now > c->t0_ns ? (now - c->t0_ns) / 1000000u : 0;
+    uint64_t idle = ms * GUARD_IDLE_RATE / 1000u;
     return received - explained > g->burst + (idle < GUARD_IDLE_CAP ? idle : GUARD_IDLE_CAP);
 }
 
@@ -204,11 +218,11 @@ static uint64_t scan(feedd_guard *g, bool over, uint64_t now)
         pthread_mutex_unlock(&g->mu);
         if (!ino)
             continue;
-        uint64_t rx = 0, tx = 0;
+        uint64_t credit = atomic_load_explicit(&c->credit, memory_order_relaxed), rx = 0, tx = 0;
         bool alive = look(fd, ino, &rx, &tx), flood = false;
         pthread_mutex_lock(&g->mu);
         if (c->ino == ino) {
-            flood = alive && judge(g, c, over, rx, tx, now);
+            flood = alive && judge(g, c, over, rx, tx, credit, now);
             if (!alive || flood)
                 c->ino = 0;
         }
@@ -305,6 +319,9 @@ int feedd_guard_start(uint64_t rss_limit, uint64_t burst, feedd_guard **out)
     g->burst = burst;
     g->statm = statm;
     g->rss = read_rss(statm);
+    if (!g->rss)
+        FEED_LOGW("transport guard: /proc/self/statm gives no reading; until it does, memory "
+                  "counts as under the limit");
     pthread_mutex_init(&g->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
