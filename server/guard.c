@@ -228,6 +228,7 @@ static uint64_t scan(feedd_guard *g, bool over, uint64_t now)
         }
         pthread_mutex_unlock(&g->mu);
         if (flood) {
+            feedd_count(&feedd_m.connections_cut, 1); /* counted before its peer can see it */
             shutdown(fd, SHUT_RDWR);
             cut++;
         }
@@ -252,7 +253,6 @@ static void after_scan(feedd_guard *g, bool over, uint64_t cut, uint64_t now)
     }
     if (!cut)
         return;
-    feedd_count(&feedd_m.connections_cut, cut);
     malloc_trim(0);
     g->cut_unlogged += cut;
     if (now - g->logged_ns >= (uint64_t)GUARD_LOG_MS * 1000000u) {
