@@ -469,6 +469,9 @@ typedef struct worker_arg {
     int id;
     int batches;
     int ok;
+    int good;   /* batches received whole */
+    int status; /* the stream's final status; -1: it never opened */
+    char details[200];
 } worker_arg;
 
 static void *stream_worker(void *p)
@@ -480,6 +483,7 @@ static void *stream_worker(void *p)
     make_open(&open, &spec, "good", (uint64_t)a->id, 2);
     feedtest_stream s;
     int good = 0, sent = 0;
+    a->status = -1;
     if (feedtest_stream_open(ch, 120, &s) < 0)
         goto out;
     uint64_t idx[6];
@@ -501,7 +505,9 @@ static void *stream_worker(void *p)
     }
     feedtest_stream_writes_done(&s);
     feedtest_stream_recv(&s);
-    a->ok = feedtest_stream_finish(&s, NULL, 0) == GRPC_STATUS_OK && good == a->batches;
+    a->status = (int)feedtest_stream_finish(&s, a->details, sizeof a->details);
+    a->good = good;
+    a->ok = a->status == GRPC_STATUS_OK && good == a->batches;
 out:
     grpc_channel_destroy(ch);
     return NULL;
@@ -514,12 +520,14 @@ static void test_many_streams(void **state)
     pthread_t th[N];
     worker_arg args[N];
     for (int i = 0; i < N; i++) {
-        args[i] = (worker_arg){srv.target, i, 6, 0};
+        args[i] = (worker_arg){.target = srv.target, .id = i, .batches = 6};
         assert_int_equal(pthread_create(&th[i], NULL, stream_worker, &args[i]), 0);
     }
     for (int i = 0; i < N; i++) {
         pthread_join(th[i], NULL);
-        assert_true(args[i].ok);
+        if (!args[i].ok)
+            fail_msg("stream %d: %d of %d batches whole, status %d (%s)", i, args[i].good,
+                     args[i].batches, args[i].status, args[i].details);
     }
 }
 
