@@ -167,12 +167,15 @@ void feedd_guard_track(feedd_guard *g, int fd)
     pthread_mutex_unlock(&g->mu);
 }
 
-void feedd_guard_credit(feedd_guard *g, const char *peer, uint64_t bytes)
+int feedd_guard_fd_of(const char *peer)
 {
     int fd = -1;
-    if (!g || !peer || sscanf(peer, "fd:%d", &fd) != 1 || fd < 0 || fd >= GUARD_MAX_FDS)
-        return;
-    conn *c = entry(g, fd);
+    return peer && sscanf(peer, "fd:%d", &fd) == 1 && fd >= 0 && fd < GUARD_MAX_FDS ? fd : -1;
+}
+
+void feedd_guard_credit(feedd_guard *g, int fd, uint64_t bytes)
+{
+    conn *c = g && fd >= 0 ? entry(g, fd) : NULL;
     if (c)
         atomic_fetch_add_explicit(&c->credit, bytes, memory_order_relaxed);
 }

@@ -54,11 +54,16 @@ uint64_t feedd_guard_rss(void);
 /* Watch connected socket fd, just accepted (any thread). NULL g: nothing. */
 void feedd_guard_track(feedd_guard *g, int fd);
 /*
- * bytes reached the service on connection fd, from gRPC's peer name "fd:N"
- * (a call's headers and payload, a message). Any thread, lock-free; a peer
- * that is not such a name, or a descriptor not watched: nothing.
+ * The descriptor in gRPC's peer name "fd:N" of a connection feedd's
+ * listener handed over, or -1 for any other peer (TLS connections).
  */
-void feedd_guard_credit(feedd_guard *g, const char *peer, uint64_t bytes);
+int feedd_guard_fd_of(const char *peer);
+/*
+ * bytes reached the service on connection fd (a call's headers and
+ * payload, a message). Any thread, lock-free; fd -1 or a descriptor not
+ * watched: nothing.
+ */
+void feedd_guard_credit(feedd_guard *g, int fd, uint64_t bytes);
 /* Ticks the guard has completed (tests wait on it). */
 uint64_t feedd_guard_ticks(feedd_guard *g);
 /* Stop the thread and free. NULL is fine. */

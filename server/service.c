@@ -140,7 +140,7 @@ static void credit_call(feedd_service *svc, grpc_call *call, grpc_byte_buffer *p
     if (!svc->guard)
         return;
     char *peer = grpc_call_get_peer(call);
-    feedd_guard_credit(svc->guard, peer,
+    feedd_guard_credit(svc->guard, feedd_guard_fd_of(peer),
                        GUARD_CALL_CREDIT + (payload ? grpc_byte_buffer_length(payload) : 0));
     gpr_free(peer);
 }

@@ -111,6 +111,7 @@ struct stream {
     grpc_call *call;
     uint64_t id; /* 1, 2, ... in the order streams opened; names it in metrics */
     char peer[128];
+    int guard_fd; /* the connection's descriptor for the transport guard, or -1 (guard.h) */
     tag t_recv, t_send, t_close, t_status;
     pthread_mutex_t mu;
     feed_list_node link; /* in svc->streams, guarded by svc->mu */

@@ -351,7 +351,8 @@ void feedd_stream_on_recv(stream *s, bool ok)
     grpc_byte_buffer *bb = s->recv_bb;
     s->recv_bb = NULL;
     if (bb)
-        feedd_guard_credit(s->svc->guard, s->peer, GUARD_MSG_CREDIT + grpc_byte_buffer_length(bb));
+        feedd_guard_credit(s->svc->guard, s->guard_fd,
+                           GUARD_MSG_CREDIT + grpc_byte_buffer_length(bb));
     if (feedd_sm_on_recv(&s->sm, ok && bb, &out)) {
         /*
          * gRPC itself refuses a message over max-request-bytes (its receive
@@ -433,6 +434,7 @@ static void stream_open(stream *s)
     s->status_slice = grpc_empty_slice();
     feedd_sm_init(&s->sm);
     peer_of(s->call, s->peer, sizeof s->peer);
+    s->guard_fd = feedd_guard_fd_of(s->peer);
     pthread_mutex_init(&s->mu, NULL);
 
     pthread_mutex_lock(&svc->mu);

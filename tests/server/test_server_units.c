@@ -659,17 +659,19 @@ static void test_guard_credit(void **state)
     feedd_guard_track(g, server);
     char peer[32];
     snprintf(peer, sizeof peer, "fd:%d", server);
+    assert_int_equal(feedd_guard_fd_of(peer), server);
+    assert_int_equal(feedd_guard_fd_of("ipv4:127.0.0.1:5"), -1);
     uint64_t cut0 = atomic_load(&feedd_m.connections_cut);
 
     for (int k = 1; k <= 4; k++) {
-        feedd_guard_credit(g, peer, CHUNK);
+        feedd_guard_credit(g, server, CHUNK);
         send_and_land(client, server, CHUNK);
     }
     wait_ticks(g, 3);
     assert_false(ended(client));
     assert_int_equal(atomic_load(&feedd_m.connections_cut), cut0);
 
-    feedd_guard_credit(g, peer, 1 << 20);
+    feedd_guard_credit(g, server, 1 << 20);
     wait_ticks(g, 3);
     send_and_land(client, server, 2 * CHUNK);
     send_and_land(client, server, CHUNK);
