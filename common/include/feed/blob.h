@@ -1,0 +1,110 @@
+/*
+ * A blob: one object's bytes, read by ranges. A local file or a remote object
+ * (http://, https://, s3://). Dataset readers that read by ranges (tar shards;
+ * packs where they are not memory-mapped) read through a blob, so the engine
+ * and the service never know where bytes came from.
+ *
+ * Who implements what:
+ *  - common/src/blob.c: feed_blob_open (chooses by the location's scheme), the
+ *    local-file blob (pread), and the thin wrappers below;
+ *  - common/src/remote*.c: the remote blob (libcurl; ranged GET, AWS SigV4,
+ *    connection reuse, bounded parallel reads, read-ahead, retries), reached
+ *    through feed_remote_blob_open.
+ *
+ * A blob is immutable after open apart from its implementation's own caches:
+ * any number of threads may call read and prefetch at once. Messages written
+ * into err name the object (b->name: the location without any credentials)
+ * and the problem; they never hold credentials, signatures or tokens.
+ */
+#ifndef FEED_BLOB_H
+#define FEED_BLOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct feed_blob feed_blob;
+
+typedef struct feed_blob_range {
+    uint64_t offset;
+    uint64_t length;
+} feed_blob_range;
+
+typedef struct feed_blob_ops {
+    /*
+     * Read exactly len bytes at offset into dst (caller's memory, len bytes).
+     * Returns 0 or a negative FEED_E code: FEED_EINVAL (range outside the
+     * object), FEED_ENOTFOUND (the object is gone), FEED_EAUTH (access
+     * refused: 401/403, bad credentials), FEED_ESTATE (the object is not the
+     * one opened: its size or version changed), FEED_ETOOBIG (len over
+     * max_read_bytes), FEED_EIO (anything else, after the implementation's
+     * retries). err (may be NULL) gets a message naming the object.
+     */
+    int (*read)(feed_blob *b, uint64_t offset, size_t len, uint8_t *dst, char *err,
+                size_t err_cap);
+    /*
+     * Optional (NULL: no read-ahead). A hint that these ranges will be read
+     * soon, in this order. Must not block on I/O; may drop hints it has no
+     * room for. A later read of exactly such a range may be served from what
+     * the hint fetched.
+     */
+    void (*prefetch)(feed_blob *b, const feed_blob_range *ranges, size_t n);
+    void (*close)(feed_blob *b);
+} feed_blob_ops;
+
+struct feed_blob {
+    const feed_blob_ops *ops;
+    uint64_t size;    /* bytes, known at open */
+    uint64_t version; /* changes when the object does: mtime_ns ^ inode, or an ETag hash */
+    char *name;       /* the location without credentials, for messages (owned) */
+};
+
+/*
+ * Options for every blob a process opens. feed_blob_options_default() fills
+ * the defaults; the remote fields may also come from the environment (see
+ * common/src/remote*.c).
+ */
+typedef struct feed_blob_remote_options {
+    const char *endpoint;     /* S3 endpoint URL override (NULL: AWS_ENDPOINT_URL or AWS) */
+    const char *region;       /* NULL: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1 */
+    int path_style;           /* 1 path-style, 0 virtual-host, -1 decide from the endpoint */
+    uint32_t connections;     /* parallel ranged reads per process */
+    uint64_t readahead_bytes; /* cap on bytes fetched ahead and not yet read */
+    uint32_t timeout_ms;      /* one request's limit */
+    uint32_t retries;         /* on 5xx, timeouts and cut connections, with backoff */
+} feed_blob_remote_options;
+
+typedef struct feed_blob_options {
+    uint64_t max_read_bytes; /* cap on one read (a sample or an index chunk) */
+    feed_blob_remote_options remote;
+} feed_blob_options;
+
+void feed_blob_options_default(feed_blob_options *o);
+
+/* 1 when location names a remote object (http://, https://, s3://), else 0. */
+int feed_blob_is_remote(const char *location);
+
+/*
+ * Open location (a local path or a URL). NULL options: the defaults. Returns
+ * 0 or a negative FEED_E code with a message naming the object in err.
+ */
+int feed_blob_open(const char *location, const feed_blob_options *o, feed_blob **out, char *err,
+                   size_t err_cap);
+void feed_blob_close(feed_blob *b); /* accepts NULL */
+
+static inline int feed_blob_read(feed_blob *b, uint64_t offset, size_t len, uint8_t *dst,
+                                 char *err, size_t err_cap)
+{
+    return b->ops->read(b, offset, len, dst, err, err_cap);
+}
+
+static inline void feed_blob_prefetch(feed_blob *b, const feed_blob_range *ranges, size_t n)
+{
+    if (b->ops->prefetch)
+        b->ops->prefetch(b, ranges, n);
+}
+
+/* Remote blobs (remote*.c): same contract as feed_blob_open. */
+int feed_remote_blob_open(const char *location, const feed_blob_options *o, feed_blob **out,
+                          char *err, size_t err_cap);
+
+#endif
