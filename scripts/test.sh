@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh test
-for js in tests/interop/js tests/deploy; do
+for js in tests/interop/js tests/deploy tests/remote; do
   (cd "$js" && npm ci --no-audit --no-fund --loglevel=error)
 done
 
