@@ -6,9 +6,10 @@
  *
  * Process-wide and bounded: the bytes of every hinted range not yet read,
  * queued or fetched, stay under the largest readahead_bytes an open asked for.
- * A hint that does not fit first pushes out the oldest fetched range no one
- * waits for (a hint the reader never followed must not hold the budget
- * forever), else it is dropped. Workers: as many as the largest connections
+ * A hint that does not fit first pushes out fetched ranges left unread for
+ * RA_STALE_NS (a hint the reader never followed must not hold the budget
+ * forever), else it is dropped: ranges fetched for a reader that is merely
+ * behind are never pushed out by newer hints. Workers: as many as the largest connections
  * asked for (at most REMOTE_MAX_WORKERS); each holds one pool connection
  * while it fetches, so read-ahead and direct reads share the same bound.
  *
@@ -21,9 +22,12 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "feed/errors.h"
 #include "remote_internal.h"
+
+#define RA_STALE_NS (10ull * 1000000000ull)
 
 enum ra_state { RA_QUEUED, RA_FETCHING, RA_DONE };
 
@@ -35,6 +39,7 @@ typedef struct ra_entry {
     enum ra_state state;
     int rc;
     int claimed; /* a reader waits for it: not pushed out, not taken by another */
+    uint64_t done_ns; /* CLOCK_MONOTONIC when the fetch finished */
     uint8_t *buf;
 } ra_entry;
 
@@ -73,6 +78,13 @@ static void free_entry(ra_entry *e)
     free(e);
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static void *worker(void *arg)
 {
     (void)arg;
@@ -92,6 +104,7 @@ static void *worker(void *arg)
                        : FEED_ENOMEM;
         pthread_mutex_lock(&ra_lock);
         e->state = RA_DONE;
+        e->done_ns = now_ns();
         atomic_fetch_add(&remote_stats.readahead_done, 1);
         pthread_cond_broadcast(&ra_done);
     }
@@ -143,13 +156,14 @@ static ra_entry *find(const remote_blob *b, uint64_t offset, size_t len)
     return e;
 }
 
-/* Pushes out fetched, unclaimed ranges, oldest first, until len fits. */
+/* Pushes out stale fetched ranges, oldest first, until len fits. */
 static int make_room(size_t len)
 {
     ra_entry *e = ra.head;
+    uint64_t now = ra.bytes + len > ra.cap ? now_ns() : 0;
     while (ra.bytes + len > ra.cap && e) {
         ra_entry *next = e->next;
-        if (e->state == RA_DONE && !e->claimed) {
+        if (e->state == RA_DONE && !e->claimed && now - e->done_ns > RA_STALE_NS) {
             unlink_entry(e);
             free_entry(e);
         }
