@@ -55,6 +55,7 @@ int feed_dataset_check_class_name(const char *where, uint32_t label, const char 
 
 /* The formats, asked in this order whether they read a location. */
 static const feed_dataset_ops *const formats[] = {
+    &feed_dataset_tar_ops, /* before packs: a .tar file is a shard */
     &feed_dataset_folder_ops,
     &feed_dataset_pack_ops,
 };
@@ -152,6 +153,12 @@ const char *feed_dataset_sample_path(const feed_dataset *ds, uint64_t i)
     if (!ds->ops->sample_path || i >= ds->count)
         return NULL;
     return ds->ops->sample_path(ds, i);
+}
+
+void feed_dataset_prefetch(const feed_dataset *ds, const uint64_t *indices, size_t n)
+{
+    if (ds->ops->prefetch && n)
+        ds->ops->prefetch(ds, indices, n);
 }
 
 int feed_dataset_read(const feed_dataset *ds, uint64_t i, feed_buf *scratch, const uint8_t **data,

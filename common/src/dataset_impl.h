@@ -59,6 +59,7 @@ struct feed_dataset {
 
 extern const feed_dataset_ops feed_dataset_folder_ops; /* dataset_folder.c */
 extern const feed_dataset_ops feed_dataset_pack_ops;   /* pack.c */
+extern const feed_dataset_ops feed_dataset_tar_ops;    /* tar.c */
 
 /*
  * dataset.c: 0 when class `label`'s name is valid UTF-8 (it travels in a
