@@ -34,6 +34,7 @@
 #include "feed/errors.h"
 #include "feed/log.h"
 #include "feed/strutil.h"
+#include "feed/tar.h"
 #include "tar_format.h"
 
 #define TAR_MAX_SHARDS 100000u
@@ -130,6 +131,26 @@ static int expand(const char *done, const char *pat, shard_list *out, const char
         buf = NULL;
     }
     return rc;
+}
+
+int feed_tar_shard_names(const char *location, char ***out, size_t *n, char *err, size_t err_cap)
+{
+    shard_list l = {0};
+    int rc = expand("", location, &l, location, err, err_cap);
+    if (rc) {
+        if (rc == FEED_ENOMEM)
+            feed_set_err(err, err_cap, "%s: out of memory", location);
+        shard_list_free(&l);
+    }
+    *out = rc ? NULL : l.v;
+    *n = rc ? 0 : l.n;
+    return rc;
+}
+
+void feed_tar_shard_names_free(char **names, size_t n)
+{
+    shard_list l = {.v = names, .n = n, .cap = n};
+    shard_list_free(&l);
 }
 
 /* ---- open ---- */

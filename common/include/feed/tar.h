@@ -37,6 +37,16 @@ int feed_tar_writer_finish(feed_tar_writer *w, char *err, size_t err_cap);
 /* Drop an unfinished shard and its temporary file. Accepts NULL. */
 void feed_tar_writer_abort(feed_tar_writer *w);
 
+/*
+ * The shards a location names: itself, or each name of a brace pattern
+ * (`dir/shard-{000000..000146}.tar`; see common/src/tar.c). *out is an array
+ * of *n malloc'd strings; free with feed_tar_shard_names_free. 0, FEED_EINVAL
+ * (a brace that is not a decimal range), FEED_ETOOBIG (too many shards) or
+ * FEED_ENOMEM, with err.
+ */
+int feed_tar_shard_names(const char *location, char ***out, size_t *n, char *err, size_t err_cap);
+void feed_tar_shard_names_free(char **names, size_t n);
+
 /* Scan an existing shard (a path or URL) and write its index to PATH.idx (a local path). */
 int feed_tar_write_index(const char *shard, const char *idx_path, char *err, size_t err_cap);
 
