@@ -50,7 +50,8 @@ static const key_def keys[] = {
     {"port-file", KEY_STR, OFF(port_file), SZ(port_file), 0, 0, "",
      "write the bound gRPC port here once listening"},
     {"dataset", KEY_DATASET, 0, 0, 0, 0, NULL,
-     "NAME=PATH[,cache=SIDE], repeatable: a directory is an ImageFolder, a file a pack; "
+     "NAME=PATH[,cache=SIDE], repeatable: a directory is an ImageFolder, a file a pack, "
+     "a .tar or a brace pattern (dir/shard-{000000..000146}.tar) tar shards; "
      "cache=SIDE (16..4096, off by default) serves it from the decoded-sample cache, images "
      "decoded once at a shorter side of at least SIDE"},
     {"threads", KEY_U32, OFF(threads), 0, 0, 1024, "0", "preprocessing workers; 0 = all cores"},

@@ -329,6 +329,8 @@ void feedd_pool_submit(feedd_pool *p, feedd_queue *q, feedd_job *job)
     atomic_init(&job->cancelled, false);
     atomic_init(&job->busy_ns, 0);
     feedd_gauge(&feedd_m.queue_depth, job->n);
+    /* Outside the lock: tar shards start fetching the job's bytes while it waits its turn. */
+    feed_dataset_prefetch(job->ds, job->indices, job->n);
     pthread_mutex_lock(&p->mu);
     feed_list_push_back(&q->jobs, &job->qlink);
     ring_link(p, q);

@@ -1,48 +1,22 @@
 /*
- * Datasets: the public accessors, the open that picks the format, and the
- * ImageFolder reader (the pack reader is in pack.c). See feed/dataset.h.
- *
- * ImageFolder rules (recorded here because labels depend on them):
- *  - root/<class>/<file>; one level only: subdirectories inside a class
- *    directory are ignored (torchvision would descend into them);
- *  - names starting with '.' are ignored at both levels, and so are
- *    non-directories at the top level and non-regular files inside a class;
- *    inside a class, a directory (any name) or a FIFO, device or socket with
- *    an image's name is logged as skipped (at most MAX_SKIP_WARNINGS lines
- *    per open, then one count), since the user probably meant it to count;
- *  - a file is an image when its name ends in ".jpg" or ".jpeg" in any letter
- *    case (".JPEG" is ImageNet's; ".JPG" is common from cameras);
- *  - symbolic links are followed, for class directories and files alike (a
- *    tree of links into another tree is a common way to make a subset); a
- *    dangling link is skipped with a warning;
- *  - classes sorted by name in byte order (strcmp) get labels 0..C-1; a class
- *    directory without images keeps its label (so labels do not shift when a
- *    class is empty) and is logged;
- *  - a class directory whose name is not valid UTF-8 fails the open (see
- *    feed/dataset.h);
- *  - caps: limits->max_samples samples, FEED_DATASET_MAX_CLASSES classes,
- *    FEED_DATASET_MAX_PATH bytes per sample path; beyond any of them the open
- *    fails with FEED_ETOOBIG and says which cap.
+ * Datasets: the public accessors and the open that picks the format (see
+ * feed/dataset.h and dataset_impl.h). The formats are dataset_folder.c
+ * (ImageFolder trees), pack.c (packs) and tar.c (tar shards); the accessors
+ * reach them through ds->ops and never look at the format themselves.
  *
  * One thread opens; afterwards the dataset is immutable and every accessor
- * may be called from any number of threads. feed_dataset_read() on a tree
- * uses only the caller's scratch buffer.
+ * may be called from any number of threads.
  */
 #include "feed/dataset.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "dataset_impl.h"
 #include "feed/errors.h"
-#include "feed/log.h"
 #include "feed/strutil.h"
 
 #define DEFAULT_MAX_SAMPLES 100000000u
@@ -52,184 +26,6 @@ void feed_dataset_limits_default(feed_dataset_limits *lim)
 {
     lim->max_samples = DEFAULT_MAX_SAMPLES;
     lim->max_sample_bytes = DEFAULT_MAX_SAMPLE_BYTES;
-}
-
-/* A growable array of names (each malloc'd), bounded by max entries. */
-typedef struct name_list {
-    char **v;
-    size_t n;
-    size_t cap;
-} name_list;
-
-static void name_list_free(name_list *l)
-{
-    for (size_t i = 0; i < l->n; i++)
-        free(l->v[i]);
-    free(l->v);
-    l->v = NULL;
-    l->n = l->cap = 0;
-}
-
-static int name_list_push(name_list *l, const char *name)
-{
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        char **v = realloc(l->v, cap * sizeof(*v));
-        if (!v)
-            return FEED_ENOMEM;
-        l->v = v;
-        l->cap = cap;
-    }
-    char *copy = strdup(name);
-    if (!copy)
-        return FEED_ENOMEM;
-    l->v[l->n++] = copy;
-    return 0;
-}
-
-static int cmp_names(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static int is_jpeg_name(const char *name)
-{
-    size_t n = strlen(name);
-    return (n > 4 && strcasecmp(name + n - 4, ".jpg") == 0) ||
-           (n > 5 && strcasecmp(name + n - 5, ".jpeg") == 0);
-}
-
-/* Warnings about skipped entries one open logs before it only counts them. */
-#define MAX_SKIP_WARNINGS 20
-
-/*
- * What a directory entry is, following links: its S_IFMT bits, or 0 for a
- * dangling link (logged) or a path too long to look at. d_type saves a stat
- * per file when the file system fills it in.
- */
-static mode_t entry_kind(const char *dir_path, const struct dirent *de)
-{
-    mode_t kind = 0;
-    char path[FEED_DATASET_MAX_PATH + 1];
-    struct stat st;
-    switch (de->d_type) {
-    case DT_DIR:
-        kind = S_IFDIR;
-        break;
-    case DT_REG:
-        kind = S_IFREG;
-        break;
-    case DT_FIFO:
-        kind = S_IFIFO;
-        break;
-    case DT_CHR:
-        kind = S_IFCHR;
-        break;
-    case DT_BLK:
-        kind = S_IFBLK;
-        break;
-    case DT_SOCK:
-        kind = S_IFSOCK;
-        break;
-    default: {
-        int w = snprintf(path, sizeof(path), "%s/%s", dir_path, de->d_name);
-        if (w < 0 || (size_t)w >= sizeof(path))
-            break;
-        if (stat(path, &st) != 0)
-            FEED_LOGW("dataset: skipping %s: %s", path, strerror(errno));
-        else
-            kind = st.st_mode & S_IFMT;
-        break;
-    }
-    }
-    return kind;
-}
-
-static const char *kind_name(mode_t kind)
-{
-    switch (kind) {
-    case S_IFDIR:
-        return "a directory (class directories are not searched below their first level)";
-    case S_IFIFO:
-        return "a FIFO";
-    case S_IFCHR:
-        return "a character device";
-    case S_IFBLK:
-        return "a block device";
-    case S_IFSOCK:
-        return "a socket";
-    default:
-        return "not a regular file";
-    }
-}
-
-/* Log (bounded by *skipped, the open's count so far) that an entry of a class is not a sample. */
-static void warn_skipped(const char *dir_path, const char *name, mode_t kind, size_t *skipped)
-{
-    if (*skipped < MAX_SKIP_WARNINGS)
-        FEED_LOGW("dataset: skipping %s/%s: %s, not an image file", dir_path, name,
-                  kind_name(kind));
-    ++*skipped;
-}
-
-/*
- * The visible entries of dir_path of the given kind (images only when
- * kind == S_IFREG), sorted. At most max entries, else FEED_ETOOBIG. When
- * listing images, the entries that look meant as samples but are not regular
- * files are logged and counted in *skipped.
- */
-static int list_dir(const char *dir_path, mode_t kind, size_t max, name_list *out, size_t *skipped,
-                    char *err, size_t err_cap)
-{
-    int rc = 0;
-    DIR *d = opendir(dir_path);
-    if (!d) {
-        rc = errno == ENOENT ? FEED_ENOTFOUND : FEED_EIO;
-        feed_set_err(err, err_cap, "%s: cannot open directory: %s", dir_path, strerror(errno));
-        goto out;
-    }
-    for (;;) {
-        errno = 0;
-        struct dirent *de = readdir(d);
-        if (!de) {
-            if (errno) {
-                rc = FEED_EIO;
-                feed_set_err(err, err_cap, "%s: cannot read directory: %s", dir_path,
-                             strerror(errno));
-            }
-            break;
-        }
-        if (de->d_name[0] == '.')
-            continue;
-        if (kind == S_IFREG && !is_jpeg_name(de->d_name)) {
-            if (de->d_type == DT_DIR)
-                warn_skipped(dir_path, de->d_name, S_IFDIR, skipped);
-            continue;
-        }
-        mode_t got = entry_kind(dir_path, de);
-        if (got != kind) {
-            if (kind == S_IFREG && got != 0)
-                warn_skipped(dir_path, de->d_name, got, skipped);
-            continue;
-        }
-        if (out->n >= max) {
-            rc = FEED_ETOOBIG;
-            feed_set_err(err, err_cap, "%s: more than %zu %s", dir_path, max,
-                         kind == S_IFDIR ? "class directories" : "samples in all");
-            break;
-        }
-        rc = name_list_push(out, de->d_name);
-        if (rc) {
-            feed_set_err(err, err_cap, "%s: out of memory listing the directory", dir_path);
-            break;
-        }
-    }
-    if (!rc && out->n > 1)
-        qsort(out->v, out->n, sizeof(out->v[0]), cmp_names);
-out:
-    if (d)
-        closedir(d);
-    return rc;
 }
 
 int feed_dataset_check_class_name(const char *where, uint32_t label, const char *name, char *err,
@@ -256,174 +52,21 @@ int feed_dataset_check_class_name(const char *where, uint32_t label, const char 
     return FEED_EINVAL;
 }
 
-/* Appends s and its NUL to the arena; returns its offset through *off. */
-static int arena_add(feed_buf *arena, const char *a, const char *b, const char *c, uint64_t *off)
-{
-    *off = arena->len;
-    int rc = feed_buf_append(arena, a, strlen(a));
-    if (!rc && b)
-        rc = feed_buf_append(arena, "/", 1);
-    if (!rc && b)
-        rc = feed_buf_append(arena, b, strlen(b));
-    if (!rc && c)
-        rc = feed_buf_append(arena, "/", 1);
-    if (!rc && c)
-        rc = feed_buf_append(arena, c, strlen(c));
-    if (!rc)
-        rc = feed_buf_append(arena, "", 1);
-    return rc;
-}
 
-/* Grows the per-sample arrays to hold at least `need` entries. */
-static int grow_samples(struct feed_dataset *ds, uint64_t need, uint64_t *cap)
-{
-    if (need <= *cap)
-        return 0;
-    uint64_t n = *cap ? *cap * 2 : 1024;
-    if (n < need)
-        n = need;
-    if (n > SIZE_MAX / sizeof(uint64_t))
-        return FEED_ENOMEM;
-    uint64_t *po = realloc(ds->path_offset, (size_t)n * sizeof(*po));
-    if (!po)
-        return FEED_ENOMEM;
-    ds->path_offset = po;
-    uint32_t *lb = realloc(ds->labels, (size_t)n * sizeof(*lb));
-    if (!lb)
-        return FEED_ENOMEM;
-    ds->labels = lb;
-    *cap = n;
-    return 0;
-}
-
-static int imagefolder_open(struct feed_dataset *ds, const char *path,
-                            const feed_dataset_limits *lim, char *err, size_t err_cap)
-{
-    int rc = 0;
-    name_list classes = {0}, files = {0};
-    feed_buf arena;
-    feed_buf_init(&arena, SIZE_MAX);
-    uint64_t *class_off = NULL;
-    uint64_t cap = 0;
-    char root[FEED_DATASET_MAX_PATH + 1];
-    char class_dir[FEED_DATASET_MAX_PATH + 1];
-    size_t skipped = 0; /* entries of class directories logged as not samples */
-
-    size_t root_len = strlen(path);
-    while (root_len > 1 && path[root_len - 1] == '/')
-        root_len--;
-    if (root_len > FEED_DATASET_MAX_PATH) {
-        rc = FEED_ETOOBIG;
-        feed_set_err(err, err_cap, "%s: path longer than %u bytes", path, FEED_DATASET_MAX_PATH);
-        goto out;
-    }
-    memcpy(root, path, root_len);
-    root[root_len] = '\0';
-    /* "/" as the root would give "//class" paths: harmless, but keep them tidy. */
-    const char *prefix = strcmp(root, "/") == 0 ? "" : root;
-
-    rc = list_dir(root, S_IFDIR, FEED_DATASET_MAX_CLASSES, &classes, &skipped, err, err_cap);
-    if (rc)
-        goto out;
-    if (classes.n == 0) {
-        rc = FEED_ENOTFOUND;
-        feed_set_err(err, err_cap, "%s: no class directories (expected root/<class>/<image>.jpg)",
-                     root);
-        goto out;
-    }
-    for (size_t c = 0; c < classes.n; c++) {
-        rc = feed_dataset_check_class_name(root, (uint32_t)c, classes.v[c], err, err_cap);
-        if (rc)
-            goto out;
-    }
-    class_off = calloc(classes.n, sizeof(*class_off));
-    if (!class_off) {
-        rc = FEED_ENOMEM;
-        goto out;
-    }
-    for (size_t c = 0; c < classes.n; c++) {
-        rc = arena_add(&arena, classes.v[c], NULL, NULL, &class_off[c]);
-        if (rc)
-            goto out;
-    }
-
-    for (size_t c = 0; c < classes.n; c++) {
-        int w = snprintf(class_dir, sizeof(class_dir), "%s/%s", prefix, classes.v[c]);
-        if (w < 0 || (size_t)w >= sizeof(class_dir)) {
-            rc = FEED_ETOOBIG;
-            feed_set_err(err, err_cap, "%s/%s: path longer than %u bytes", root, classes.v[c],
-                         FEED_DATASET_MAX_PATH);
-            goto out;
-        }
-        uint64_t room = lim->max_samples - ds->count;
-        rc = list_dir(class_dir, S_IFREG, room > SIZE_MAX ? SIZE_MAX : (size_t)room, &files,
-                      &skipped, err, err_cap);
-        if (rc == FEED_ETOOBIG)
-            feed_set_err(err, err_cap, "%s: more than %llu samples (the max_samples limit)", root,
-                         (unsigned long long)lim->max_samples);
-        if (rc)
-            goto out;
-        if (files.n == 0)
-            FEED_LOGW("dataset: class %s (label %zu) has no images", class_dir, c);
-        rc = grow_samples(ds, ds->count + files.n, &cap);
-        if (rc)
-            goto out;
-        for (size_t f = 0; f < files.n; f++) {
-            if ((size_t)w + 1 + strlen(files.v[f]) > FEED_DATASET_MAX_PATH) {
-                rc = FEED_ETOOBIG;
-                feed_set_err(err, err_cap, "%s/%s: path longer than %u bytes", class_dir,
-                             files.v[f], FEED_DATASET_MAX_PATH);
-                goto out;
-            }
-            rc = arena_add(&arena, class_dir, files.v[f], NULL, &ds->path_offset[ds->count]);
-            if (rc)
-                goto out;
-            ds->labels[ds->count] = (uint32_t)c;
-            ds->count++;
-        }
-        name_list_free(&files);
-    }
-    if (skipped > MAX_SKIP_WARNINGS)
-        FEED_LOGW("dataset: %s: %zu more entries skipped as not image files", root,
-                  skipped - MAX_SKIP_WARNINGS);
-    if (ds->count == 0) {
-        rc = FEED_ENOTFOUND;
-        feed_set_err(err, err_cap, "%s: no .jpg/.jpeg files in any of %zu class directories", root,
-                     classes.n);
-        goto out;
-    }
-
-    ds->class_names = calloc(classes.n, sizeof(*ds->class_names));
-    if (!ds->class_names) {
-        rc = FEED_ENOMEM;
-        goto out;
-    }
-    ds->names = (char *)arena.data;
-    arena.data = NULL;
-    for (size_t c = 0; c < classes.n; c++)
-        ds->class_names[c] = ds->names + class_off[c];
-    ds->num_classes = (uint32_t)classes.n;
-    ds->format = DATASET_IMAGEFOLDER;
-out:
-    if (rc == FEED_ENOMEM)
-        feed_set_err(err, err_cap, "%s: out of memory indexing the tree", path);
-    free(class_off);
-    feed_buf_free(&arena);
-    name_list_free(&classes);
-    name_list_free(&files);
-    return rc;
-}
+/* The formats, asked in this order whether they read a location. */
+static const feed_dataset_ops *const formats[] = {
+    &feed_dataset_tar_ops, /* before packs: a .tar file is a shard */
+    &feed_dataset_folder_ops,
+    &feed_dataset_pack_ops,
+};
 
 void feed_dataset_close(feed_dataset *ds)
 {
     if (!ds)
         return;
-    if (ds->format == DATASET_PACK)
-        feed_pack_unmap(ds);
+    if (ds->ops)
+        ds->ops->close(ds);
     free(ds->class_names);
-    free(ds->names);
-    free(ds->path_offset);
-    free(ds->labels);
     free(ds);
 }
 
@@ -433,6 +76,9 @@ int feed_dataset_open(const char *path, const feed_dataset_limits *lim, feed_dat
     int rc = 0;
     feed_dataset_limits dflt;
     struct feed_dataset *ds = NULL;
+    const feed_dataset_ops *ops = NULL;
+    struct stat st;
+    const struct stat *stp = NULL;
     *out = NULL;
     feed_set_err(err, err_cap, "%s", "");
     if (!path || !*path) {
@@ -444,10 +90,19 @@ int feed_dataset_open(const char *path, const feed_dataset_limits *lim, feed_dat
         feed_dataset_limits_default(&dflt);
         lim = &dflt;
     }
-    struct stat st;
-    if (stat(path, &st) != 0) {
+    if (stat(path, &st) == 0)
+        stp = &st;
+    for (size_t f = 0; f < sizeof(formats) / sizeof(formats[0]) && !ops; f++)
+        if (formats[f]->claims(path, stp))
+            ops = formats[f];
+    if (!ops && !stp) {
         rc = errno == ENOENT ? FEED_ENOTFOUND : FEED_EIO;
         feed_set_err(err, err_cap, "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (!ops) {
+        rc = FEED_EINVAL;
+        feed_set_err(err, err_cap, "%s: neither a directory nor a regular file", path);
         goto out;
     }
     ds = calloc(1, sizeof(*ds));
@@ -456,17 +111,9 @@ int feed_dataset_open(const char *path, const feed_dataset_limits *lim, feed_dat
         feed_set_err(err, err_cap, "%s: out of memory", path);
         goto out;
     }
+    ds->ops = ops;
     ds->max_sample_bytes = lim->max_sample_bytes;
-    if (S_ISDIR(st.st_mode)) {
-        ds->format = DATASET_IMAGEFOLDER;
-        rc = imagefolder_open(ds, path, lim, err, err_cap);
-    } else if (S_ISREG(st.st_mode)) {
-        ds->format = DATASET_PACK;
-        rc = feed_pack_open_into(ds, path, lim, err, err_cap);
-    } else {
-        rc = FEED_EINVAL;
-        feed_set_err(err, err_cap, "%s: neither a directory nor a regular file", path);
-    }
+    rc = ops->open(ds, path, lim, err, err_cap);
 out:
     if (rc) {
         feed_dataset_close(ds);
@@ -493,99 +140,33 @@ const char *feed_dataset_class_name(const feed_dataset *ds, uint32_t label)
 
 const char *feed_dataset_format(const feed_dataset *ds)
 {
-    return ds->format == DATASET_PACK ? "pack" : "imagefolder";
+    return ds->ops->format;
 }
 
 uint32_t feed_dataset_label(const feed_dataset *ds, uint64_t i)
 {
-    if (i >= ds->count)
-        return UINT32_MAX;
-    if (ds->format == DATASET_IMAGEFOLDER)
-        return ds->labels[i];
-    uint64_t off;
-    uint32_t len, label;
-    feed_pack_entry(ds, i, &off, &len, &label);
-    return label;
+    return i < ds->count ? ds->ops->label(ds, i) : UINT32_MAX;
 }
 
 const char *feed_dataset_sample_path(const feed_dataset *ds, uint64_t i)
 {
-    if (ds->format != DATASET_IMAGEFOLDER || i >= ds->count)
+    if (!ds->ops->sample_path || i >= ds->count)
         return NULL;
-    return ds->names + ds->path_offset[i];
+    return ds->ops->sample_path(ds, i);
 }
 
-/* Reads the whole of a regular file into scratch, refusing more than cap bytes. */
-static int read_file(const char *path, uint64_t cap, feed_buf *scratch)
+void feed_dataset_prefetch(const feed_dataset *ds, const uint64_t *indices, size_t n)
 {
-    int rc = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        rc = errno == ENOENT ? FEED_ENOTFOUND : FEED_EIO;
-        goto out;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = FEED_EIO;
-        goto out;
-    }
-    if ((uint64_t)st.st_size > cap) {
-        rc = FEED_ETOOBIG;
-        goto out;
-    }
-    size_t want = (size_t)st.st_size;
-    /* At least one byte, so an empty file still gives a non-NULL pointer. */
-    rc = feed_buf_reserve(scratch, want ? want : 1);
-    if (rc)
-        goto out;
-    size_t got = 0;
-    while (got < want) {
-        ssize_t r = read(fd, scratch->data + got, want - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            rc = FEED_EIO;
-            goto out;
-        }
-        if (r == 0)
-            break; /* shrank since fstat: take what is there */
-        got += (size_t)r;
-    }
-    scratch->len = got;
-out:
-    if (fd >= 0)
-        close(fd);
-    return rc;
+    if (ds->ops->prefetch && n)
+        ds->ops->prefetch(ds, indices, n);
 }
 
 int feed_dataset_read(const feed_dataset *ds, uint64_t i, feed_buf *scratch, const uint8_t **data,
                       size_t *len)
 {
-    int rc = 0;
     *data = NULL;
     *len = 0;
-    if (i >= ds->count) {
-        rc = FEED_EINVAL;
-        goto out;
-    }
-    if (ds->format == DATASET_PACK) {
-        uint64_t off;
-        uint32_t length, label;
-        feed_pack_entry(ds, i, &off, &length, &label);
-        if (length > ds->max_sample_bytes) {
-            rc = FEED_ETOOBIG;
-            goto out;
-        }
-        *data = ds->map + off;
-        *len = length;
-        goto out;
-    }
-    uint64_t cap = ds->max_sample_bytes < scratch->limit ? ds->max_sample_bytes : scratch->limit;
-    rc = read_file(ds->names + ds->path_offset[i], cap, scratch);
-    if (rc)
-        goto out;
-    *data = scratch->data;
-    *len = scratch->len;
-out:
-    return rc;
+    if (i >= ds->count)
+        return FEED_EINVAL;
+    return ds->ops->read(ds, i, scratch, data, len);
 }

@@ -1,14 +1,18 @@
 /*
- * The inside of a feed_dataset, shared by dataset.c (the public accessors and
- * the ImageFolder reader) and pack.c (the pack reader). Not installed; nothing
- * outside common/src includes it. Filled by one thread at open, read-only
- * afterwards.
+ * The inside of a feed_dataset: the fields every format shares and one ops
+ * table per format (dataset_folder.c: ImageFolder trees; pack.c: packs;
+ * tar.c: tar shards). dataset.c holds the public accessors and picks the
+ * format at open by asking each format's `claims` in turn, so a new format is
+ * one more ops table and one more line in dataset.c's list, and no accessor
+ * switches on the format. Not installed; nothing outside common/src includes
+ * it. Filled by one thread at open, read-only afterwards.
  */
 #ifndef FEED_COMMON_DATASET_IMPL_H
 #define FEED_COMMON_DATASET_IMPL_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "feed/dataset.h"
 
@@ -17,25 +21,45 @@
 #define FEED_DATASET_MAX_NAME 255u        /* bytes in one class or file name (NAME_MAX) */
 #define FEED_DATASET_MAX_PATH 4095u       /* bytes in one sample path (PATH_MAX - 1) */
 
-enum dataset_format { DATASET_IMAGEFOLDER, DATASET_PACK };
+typedef struct feed_dataset_ops {
+    const char *format; /* feed_dataset_format() */
+    /*
+     * 1 when this format reads `location`. st is the location's stat, or NULL
+     * when it is not a local file system object (a URL, a brace pattern).
+     */
+    int (*claims)(const char *location, const struct stat *st);
+    /*
+     * Fill ds (zeroed by the caller but for ops and max_sample_bytes): count,
+     * num_classes, class_names (an array close frees) and impl. On failure
+     * the caller calls close, so open leaves whatever it built in ds.
+     */
+    int (*open)(struct feed_dataset *ds, const char *location, const feed_dataset_limits *lim,
+                char *err, size_t err_cap);
+    /* i < count, checked by the caller. */
+    uint32_t (*label)(const struct feed_dataset *ds, uint64_t i);
+    /* NULL: the format has no per-sample file. */
+    const char *(*sample_path)(const struct feed_dataset *ds, uint64_t i);
+    /* i < count, checked by the caller; the contract of feed_dataset_read. */
+    int (*read)(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch, const uint8_t **data,
+                size_t *len);
+    /* NULL: nothing to prefetch. The contract of feed_dataset_prefetch. */
+    void (*prefetch)(const struct feed_dataset *ds, const uint64_t *indices, size_t n);
+    /* Free impl (which may be half built). */
+    void (*close)(struct feed_dataset *ds);
+} feed_dataset_ops;
 
 struct feed_dataset {
-    enum dataset_format format;
+    const feed_dataset_ops *ops;
     uint64_t count;
     uint32_t num_classes;
     uint64_t max_sample_bytes;
-    const char **class_names; /* num_classes entries (tree: into names; pack: into map) */
-
-    /* ImageFolder. */
-    char *names;           /* class names then sample paths, NUL-terminated, back to back */
-    uint64_t *path_offset; /* count entries: offset of sample i's path in names */
-    uint32_t *labels;      /* count entries */
-
-    /* Pack (see pack.c). */
-    const uint8_t *map;
-    size_t map_len;
-    const uint8_t *index; /* count entries of FEED_PACK_ENTRY_BYTES, inside map */
+    const char **class_names; /* num_classes entries, into the format's own storage */
+    void *impl;               /* the format's own state */
 };
+
+extern const feed_dataset_ops feed_dataset_folder_ops; /* dataset_folder.c */
+extern const feed_dataset_ops feed_dataset_pack_ops;   /* pack.c */
+extern const feed_dataset_ops feed_dataset_tar_ops;    /* tar.c */
 
 /*
  * dataset.c: 0 when class `label`'s name is valid UTF-8 (it travels in a
@@ -44,13 +68,5 @@ struct feed_dataset {
  */
 int feed_dataset_check_class_name(const char *where, uint32_t label, const char *name, char *err,
                                   size_t err_cap);
-
-/* pack.c: open a regular file as a pack into ds (zeroed by the caller). */
-int feed_pack_open_into(struct feed_dataset *ds, const char *path, const feed_dataset_limits *lim,
-                        char *err, size_t err_cap);
-void feed_pack_unmap(struct feed_dataset *ds);
-/* pack.c: entry i of an open pack. */
-void feed_pack_entry(const struct feed_dataset *ds, uint64_t i, uint64_t *offset, uint32_t *length,
-                     uint32_t *label);
 
 #endif

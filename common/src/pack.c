@@ -84,21 +84,32 @@ static uint32_t pack_crc(const uint8_t *base, uint64_t end)
     return feed_crc32c(crc, base + FEED_PACK_OFF_CRC + 4, end - FEED_PACK_OFF_CRC - 4);
 }
 
-void feed_pack_entry(const struct feed_dataset *ds, uint64_t i, uint64_t *offset, uint32_t *length,
-                     uint32_t *label)
+/* The pack's own state (ds->impl). */
+typedef struct pack_map {
+    const uint8_t *map;
+    size_t map_len;
+    const uint8_t *index; /* count entries of FEED_PACK_ENTRY_BYTES, inside map */
+} pack_map;
+
+/* Entry i of an open pack. */
+static void pack_entry(const pack_map *m, uint64_t i, uint64_t *offset, uint32_t *length,
+                       uint32_t *label)
 {
-    const uint8_t *e = ds->index + i * FEED_PACK_ENTRY_BYTES;
+    const uint8_t *e = m->index + i * FEED_PACK_ENTRY_BYTES;
     *offset = get_u64(e + FEED_PACK_ENTRY_OFF_OFFSET);
     *length = get_u32(e + FEED_PACK_ENTRY_OFF_LENGTH);
     *label = get_u32(e + FEED_PACK_ENTRY_OFF_LABEL);
 }
 
-void feed_pack_unmap(struct feed_dataset *ds)
+static void pack_close(struct feed_dataset *ds)
 {
-    if (ds->map)
-        munmap((void *)ds->map, ds->map_len);
-    ds->map = NULL;
-    ds->map_len = 0;
+    pack_map *m = ds->impl;
+    if (m) {
+        if (m->map)
+            munmap((void *)m->map, m->map_len);
+        free(m);
+    }
+    ds->impl = NULL;
 }
 
 /* Checks the header against the file size; fills the section bounds. */
@@ -194,11 +205,19 @@ static int check_names(struct feed_dataset *ds, const uint8_t *names, uint64_t n
     return 0;
 }
 
-int feed_pack_open_into(struct feed_dataset *ds, const char *path, const feed_dataset_limits *lim,
-                        char *err, size_t err_cap)
+static int pack_open(struct feed_dataset *ds, const char *path, const feed_dataset_limits *lim,
+                     char *err, size_t err_cap)
 {
     int rc = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = -1;
+    pack_map *m = calloc(1, sizeof(*m));
+    if (!m) {
+        rc = FEED_ENOMEM;
+        feed_set_err(err, err_cap, "%s: out of memory", path);
+        goto out;
+    }
+    ds->impl = m;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         rc = errno == ENOENT ? FEED_ENOTFOUND : FEED_EIO;
         feed_set_err(err, err_cap, "%s: %s", path, strerror(errno));
@@ -229,9 +248,9 @@ int feed_pack_open_into(struct feed_dataset *ds, const char *path, const feed_da
         feed_set_err(err, err_cap, "%s: mmap: %s", path, strerror(errno));
         goto out;
     }
-    ds->map = map;
-    ds->map_len = (size_t)size;
-    const uint8_t *h = ds->map;
+    m->map = map;
+    m->map_len = (size_t)size;
+    const uint8_t *h = m->map;
     rc = check_header(h, size, path, lim, err, err_cap);
     if (rc)
         goto out;
@@ -253,11 +272,11 @@ int feed_pack_open_into(struct feed_dataset *ds, const char *path, const feed_da
     rc = check_names(ds, h + names_off, data_off - names_off, path, err, err_cap);
     if (rc)
         goto out;
-    ds->index = h + FEED_PACK_HEADER_BYTES;
+    m->index = h + FEED_PACK_HEADER_BYTES;
     for (uint64_t i = 0; i < ds->count; i++) {
         uint64_t off, end;
         uint32_t len, label;
-        feed_pack_entry(ds, i, &off, &len, &label);
+        pack_entry(m, i, &off, &len, &label);
         if (off < data_off || __builtin_add_overflow(off, (uint64_t)len, &end) || end > data_end) {
             rc = FEED_ECORRUPT;
             feed_set_err(err, err_cap,
@@ -280,6 +299,46 @@ out:
         close(fd);
     return rc;
 }
+
+static int pack_claims(const char *location, const struct stat *st)
+{
+    (void)location;
+    return st && S_ISREG(st->st_mode);
+}
+
+static uint32_t pack_label(const struct feed_dataset *ds, uint64_t i)
+{
+    uint64_t off;
+    uint32_t len, label;
+    pack_entry(ds->impl, i, &off, &len, &label);
+    return label;
+}
+
+static int pack_read(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch,
+                     const uint8_t **data, size_t *len)
+{
+    const pack_map *m = ds->impl;
+    uint64_t off;
+    uint32_t length, label;
+    (void)scratch;
+    pack_entry(m, i, &off, &length, &label);
+    if (length > ds->max_sample_bytes)
+        return FEED_ETOOBIG;
+    *data = m->map + off;
+    *len = length;
+    return 0;
+}
+
+const feed_dataset_ops feed_dataset_pack_ops = {
+    .format = "pack",
+    .claims = pack_claims,
+    .open = pack_open,
+    .label = pack_label,
+    .sample_path = NULL,
+    .read = pack_read,
+    .prefetch = NULL,
+    .close = pack_close,
+};
 
 /* ---- writer ---- */
 

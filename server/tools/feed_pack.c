@@ -1,10 +1,15 @@
 /*
  * feed-pack SRC OUT.pack [--max-side N] [--quality Q] [--subsample 420|444|keep] [--threads N]
- * feed-pack --verify PACK_OR_DIR [--expect-max-side N]
+ * feed-pack SRC OUT --format tar [--shard-samples N] [re-encoding options]
+ * feed-pack SRC OUT --format folder [re-encoding options]
+ * feed-pack --verify DATASET [--expect-max-side N]
+ * feed-pack --index SHARD_OR_PATTERN
  * feed-pack --help
  *
- * Writes a pack (layout in common/src/pack.c) from an ImageFolder tree (or
- * another pack), optionally re-encoding each image: decode with libjpeg
+ * Writes a pack (layout in common/src/pack.c), tar shards (OUT-000000.tar,
+ * ..., each with its index OUT-000000.tar.idx; see common/src/tar.c) or an
+ * ImageFolder tree (OUT/<class>/<index>.jpg) from any dataset feedd reads (a
+ * tree, a pack, tar shards), optionally re-encoding each image: decode with libjpeg
  * (using its DCT scaling to get close to the target cheaply), shrink so the
  * longer side is at most --max-side with an antialiasing triangle filter,
  * encode at --quality (default 90) with 4:2:0 chroma unless --subsample says
@@ -22,13 +27,17 @@
  * times the largest sample. The pack goes to OUT.pack.tmp.<pid> and is renamed
  * when complete; a failure removes the temporary file, and so does SIGINT or
  * SIGTERM (the handler unlinks it and dies of the signal), so an interrupted
- * run leaves nothing behind and an older OUT.pack untouched. On a terminal,
+ * run leaves nothing behind and an older OUT.pack untouched. Shards are
+ * written one at a time the same way, so an interrupted run leaves the
+ * shards finished so far and no partial one. On a terminal,
  * stderr shows progress after each chunk (files, bytes in and out, rate, time
  * left); otherwise the tool prints only its summary and per-sample problems.
  *
  * --verify opens a dataset as feedd would, decodes every sample with libjpeg
  * and prints counts (undecodable ones included); with --expect-max-side it
- * fails if any image is larger.
+ * fails if any image is larger. --index scans existing shards (made by any
+ * WebDataset writer) and writes SHARD.idx beside each, so feedd opens them
+ * with one small read each.
  *
  * This file is the tool: options, the workers and the writing; the JPEG work
  * on one image (re-encode, verify) is in recode.c.
@@ -52,6 +61,7 @@
 #include "feed/errors.h"
 #include "feed/opts.h"
 #include "feed/pack.h"
+#include "out_sink.h"
 #include "recode.h"
 
 #define MAX_THREADS 64u
@@ -62,6 +72,8 @@
 typedef struct pack_opts {
     recode_opts recode;
     unsigned threads;
+    enum sink_format format;
+    uint32_t shard_samples;
 } pack_opts;
 
 enum outcome { OUT_UNCHANGED, OUT_REENCODED, OUT_KEPT_BAD };
@@ -158,31 +170,6 @@ static const char *sample_name(const feed_dataset *ds, uint64_t i, char *buf, si
     return buf;
 }
 
-/*
- * The writer's temporary file (feed/pack.h: PATH.tmp.<pid>), for the signal
- * handler: set before the writer opens it, read only by the handler.
- */
-static char g_tmp_path[PATH_MAX + 32];
-
-static void on_fatal_signal(int sig)
-{
-    unlink(g_tmp_path);
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-static int remove_tmp_on_signals(const char *dst)
-{
-    int n = snprintf(g_tmp_path, sizeof(g_tmp_path), "%s.tmp.%ld", dst, (long)getpid());
-    if (n < 0 || (size_t)n >= sizeof(g_tmp_path))
-        return -1;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_fatal_signal;
-    sigemptyset(&sa.sa_mask);
-    return sigaction(SIGINT, &sa, NULL) || sigaction(SIGTERM, &sa, NULL) ? -1 : 0;
-}
-
 /* Progress on a terminal: one line rewritten in place. */
 typedef struct progress {
     bool on;    /* stderr is a terminal */
@@ -218,7 +205,7 @@ static int run_pack(const char *src, const char *dst, const pack_opts *o)
 {
     int rc = 1;
     feed_dataset *ds = NULL;
-    feed_pack_writer *pw = NULL;
+    out_sink sink = {0};
     worker *workers = NULL;
     pthread_t *tids = NULL;
     result *results = NULL;
@@ -249,11 +236,8 @@ static int run_pack(const char *src, const char *dst, const pack_opts *o)
     }
     for (uint32_t c = 0; c < classes; c++)
         names[c] = feed_dataset_class_name(ds, c);
-    if (remove_tmp_on_signals(dst) != 0) {
-        fprintf(stderr, "feed-pack: %s: path too long\n", dst);
-        goto out;
-    }
-    e = feed_pack_writer_open(dst, count, classes, names, &pw, err, sizeof(err));
+    e = sink_open(&sink, o->format, dst, count, classes, names, o->shard_samples, err,
+                  sizeof(err));
     if (e) {
         fprintf(stderr, "feed-pack: %s (%s)\n", err, feed_err_name(e));
         goto out;
@@ -263,6 +247,7 @@ static int run_pack(const char *src, const char *dst, const pack_opts *o)
 
     uint64_t n_recoded = 0, n_unchanged = 0, n_bad = 0, in_bytes = 0, out_bytes = 0;
     int read_failed = 0;
+    err[0] = '\0';
     for (uint64_t first = 0; first < count; first += chunk) {
         unsigned n = count - first < chunk ? (unsigned)(count - first) : chunk;
         atomic_uint next = 0;
@@ -291,7 +276,8 @@ static int run_pack(const char *src, const char *dst, const pack_opts *o)
                 read_failed = 1;
             }
             if (!e)
-                e = feed_pack_writer_add(pw, feed_dataset_label(ds, i), r->data, r->len);
+                e = sink_add(&sink, i, feed_dataset_label(ds, i), r->data, r->len, err,
+                             sizeof(err));
             in_bytes += r->in_len;
             out_bytes += r->len;
             n_recoded += r->outcome == OUT_REENCODED;
@@ -311,18 +297,18 @@ static int run_pack(const char *src, const char *dst, const pack_opts *o)
     progress_clear(&prog);
     if (e) {
         if (!read_failed)
-            fprintf(stderr, "feed-pack: writing %s failed (%s)\n", dst, feed_strerror(e));
+            fprintf(stderr, "feed-pack: writing %s failed: %s (%s)\n", dst,
+                    err[0] ? err : feed_strerror(e), feed_err_name(e));
         goto out;
     }
-    e = feed_pack_writer_finish(pw, err, sizeof(err));
-    pw = NULL;
+    e = sink_finish(&sink, err, sizeof(err));
     if (e) {
         fprintf(stderr, "feed-pack: %s (%s)\n", err, feed_err_name(e));
         goto out;
     }
     double secs = now_s() - t0;
-    printf("feed-pack: %s -> %s: %llu samples, %u classes, %u threads, %.2f s\n", src, dst,
-           (unsigned long long)count, classes, o->threads, secs);
+    printf("feed-pack: %s -> %s: %llu samples, %u classes, %u threads, %.2f s\n", src,
+           sink.written, (unsigned long long)count, classes, o->threads, secs);
     printf("  re-encoded %llu, unchanged %llu, kept as-is (undecodable) %llu\n",
            (unsigned long long)n_recoded, (unsigned long long)n_unchanged,
            (unsigned long long)n_bad);
@@ -331,7 +317,7 @@ static int run_pack(const char *src, const char *dst, const pack_opts *o)
            (double)out_bytes / count, in_bytes ? 100.0 * out_bytes / in_bytes : 0.0);
     rc = 0;
 out:
-    feed_pack_writer_abort(pw);
+    sink_abort(&sink);
     for (unsigned t = 0; t < nworkers; t++)
         worker_free(&workers[t]);
     free(workers);
@@ -396,11 +382,28 @@ out:
     return rc;
 }
 
+/* Write SHARD.idx beside each shard of a path or brace pattern. */
+static int run_index(const char *location)
+{
+    char err[1024];
+    size_t n = 0;
+    int e = sink_index_shards(location, &n, err, sizeof(err));
+    if (e) {
+        fprintf(stderr, "feed-pack: %s (%s)\n", err, feed_err_name(e));
+        return 1;
+    }
+    printf("feed-pack: indexed %zu shard(s) of %s\n", n, location);
+    return 0;
+}
+
 static void usage(FILE *f, unsigned default_threads)
 {
     fprintf(f,
-            "usage: feed-pack SRC OUT.pack [options]   pack an ImageFolder tree (or a pack)\n"
-            "       feed-pack --verify PACK_OR_DIR [--expect-max-side N]\n"
+            "usage: feed-pack SRC OUT.pack [options]   pack a dataset (tree, pack or tar shards)\n"
+            "       feed-pack SRC OUT --format tar [--shard-samples N] [options]\n"
+            "       feed-pack SRC OUT --format folder [options]\n"
+            "       feed-pack --verify DATASET [--expect-max-side N]\n"
+            "       feed-pack --index SHARD_OR_PATTERN\n"
             "\n"
             "Writes OUT.pack.tmp.<pid> and renames it onto OUT.pack when complete; a failure,\n"
             "SIGINT or SIGTERM removes it (an older OUT.pack stays as it was). Progress\n"
@@ -416,12 +419,32 @@ static void usage(FILE *f, unsigned default_threads)
             "                     the source's (default: 420 with --max-side or --quality;\n"
             "                     420 or 444 alone re-encodes images that differ)\n"
             "  --threads N        decoding/encoding threads, 1..%u (default: CPUs online, %u)\n"
+            "  --format F         pack (default); tar: WebDataset shards OUT-000000.tar, ...\n"
+            "                     (KEY.jpg, KEY.cls, __classes__.txt) with OUT-000000.tar.idx\n"
+            "                     beside each; folder: an ImageFolder tree OUT/<class>/*.jpg\n"
+            "  --shard-samples N  samples per tar shard, 1..10000000 (default %u)\n"
+            "  --index            write SHARD.idx beside each shard of SHARD_OR_PATTERN\n"
+            "                     (shards from any WebDataset writer)\n"
             "  --verify           open PACK_OR_DIR as feedd would, decode every sample, print\n"
             "                     counts (undecodable ones included)\n"
             "  --expect-max-side N  with --verify: fail if an image has a longer side than N\n"
             "                     (default: no check)\n"
             "  -h, --help         print this and exit\n",
-            RECODE_DEFAULT_QUALITY, MAX_THREADS, default_threads);
+            RECODE_DEFAULT_QUALITY, MAX_THREADS, default_threads, SINK_DEFAULT_SHARD_SAMPLES);
+}
+
+static int parse_format(void *ctx, const char *arg)
+{
+    enum sink_format *f = ctx;
+    if (strcmp(arg, "pack") == 0)
+        *f = SINK_PACK;
+    else if (strcmp(arg, "tar") == 0)
+        *f = SINK_TAR;
+    else if (strcmp(arg, "folder") == 0)
+        *f = SINK_FOLDER;
+    else
+        return 1;
+    return 0;
 }
 
 static int parse_subsample(void *ctx, const char *arg)
@@ -437,17 +460,22 @@ static int parse_subsample(void *ctx, const char *arg)
 int main(int argc, char **argv)
 {
     pack_opts o = {0};
-    bool verify = false;
+    bool verify = false, index = false;
     uint32_t quality = 0, expect_max_side = 0;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o.threads = ncpu < 1 ? 1 : ncpu > (long)MAX_THREADS ? MAX_THREADS : (unsigned)ncpu;
     unsigned default_threads = o.threads;
+    o.format = SINK_PACK;
+    o.shard_samples = SINK_DEFAULT_SHARD_SAMPLES;
     const feed_opt opts[] = {
         {.name = "max-side", .u32 = &o.recode.max_side, .lo = 1, .hi = 65535},
         {.name = "quality", .u32 = &quality, .lo = 1, .hi = 100},
         {.name = "subsample", .call = parse_subsample, .ctx = &o.recode.sub},
         {.name = "threads", .u32 = &o.threads, .lo = 1, .hi = MAX_THREADS},
         {.name = "verify", .flag = &verify},
+        {.name = "index", .flag = &index},
+        {.name = "format", .call = parse_format, .ctx = &o.format},
+        {.name = "shard-samples", .u32 = &o.shard_samples, .lo = 1, .hi = 10000000},
         {.name = "expect-max-side", .u32 = &expect_max_side, .lo = 1, .hi = 65535},
         {.name = NULL},
     };
@@ -461,7 +489,9 @@ int main(int argc, char **argv)
     int npos = argc - first;
     if (pr == 0 && verify && npos == 1)
         return run_verify(argv[first], expect_max_side);
-    if (pr || verify || npos != 2) {
+    if (pr == 0 && index && !verify && npos == 1)
+        return run_index(argv[first]);
+    if (pr || verify || index || npos != 2) {
         usage(stderr, default_threads);
         return 2;
     }

@@ -96,6 +96,51 @@ static void test_tool_round_trip(void **state)
     feed_dataset_close(tree);
 }
 
+/* Tree -> tar shards -> pack -> tree with the tool, each the same dataset; --index rebuilds indexes. */
+static void test_tool_shards_either_way(void **state)
+{
+    (void)state;
+    make_byte_tree(); /* 3 classes of 7, 8 and 9 samples */
+    char src[1024], shards[1024], pat[1100], pack[1024], back[1024];
+    path_in(src, sizeof(src), "tree");
+    path_in(shards, sizeof(shards), "sh");
+    path_in(pack, sizeof(pack), "from-shards.pack");
+    path_in(back, sizeof(back), "back");
+    snprintf(pat, sizeof(pat), "%s-{000000..000002}.tar", shards);
+    const char *to_tar[] = {src, shards, "--format", "tar", "--shard-samples", "10", NULL};
+    assert_int_equal(run_feed_pack(to_tar), 0);
+    const char *to_pack[] = {pat, pack, NULL};
+    assert_int_equal(run_feed_pack(to_pack), 0);
+    const char *to_tree[] = {pack, back, "--format", "folder", NULL};
+    assert_int_equal(run_feed_pack(to_tree), 0);
+    const char *again[] = {pack, back, "--format", "folder", NULL}; /* never over a tree */
+    assert_int_equal(run_feed_pack(again), 1);
+    feed_dataset *tree = open_path("tree", NULL);
+    feed_dataset *t = open_path("sh-{000000..000002}.tar", NULL);
+    feed_dataset *p = open_path("from-shards.pack", NULL);
+    feed_dataset *b = open_path("back", NULL);
+    assert_same_dataset(tree, t);
+    assert_same_dataset(tree, p);
+    assert_same_dataset(tree, b);
+    feed_dataset_close(t);
+
+    char idx[1200];
+    size_t la, lb;
+    snprintf(idx, sizeof(idx), "%s-000002.tar.idx", shards);
+    uint8_t *written = read_all(idx, &la);
+    assert_int_equal(unlink(idx), 0);
+    const char *index[] = {"--index", pat, NULL};
+    assert_int_equal(run_feed_pack(index), 0);
+    uint8_t *rebuilt = read_all(idx, &lb);
+    assert_int_equal(la, lb);
+    assert_memory_equal(written, rebuilt, la);
+    free(written);
+    free(rebuilt);
+    feed_dataset_close(b);
+    feed_dataset_close(p);
+    feed_dataset_close(tree);
+}
+
 /* The tree of the re-encode tests, in sample order (classes a, b; names sorted). */
 static const jpeg_spec k_wide = {640, 480, 0, 1, 1, 0, {200, 40, 40}};  /* a/1: 4:4:4 */
 static const jpeg_spec k_small = {200, 100, 0, 2, 2, 0, {30, 160, 60}}; /* a/2: 4:2:0 */
@@ -325,6 +370,7 @@ int main(int argc, char **argv)
                                        : FEED_TEST_SKIP;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_tool_round_trip, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_tool_shards_either_way, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_tool_reencode, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_tool_interrupted, setup_tmp, teardown_tmp),
     };

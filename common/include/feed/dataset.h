@@ -2,13 +2,17 @@
  * Datasets as the server sees them: a count of samples, a label per sample,
  * class names, and the JPEG bytes of sample i.
  *
- * Two formats, chosen by what `path` is:
+ * Three formats, chosen by what `path` is:
+ *  - tar shards: a path or URL ending in .tar, a brace pattern
+ *    (dir/shard-{000000..000146}.tar) or any http(s):// or s3:// location;
+ *    WebDataset members KEY.jpg|jpeg (image) and KEY.cls (decimal label),
+ *    read by ranges through feed/blob.h (see common/src/tar.c);
  *  - a directory: an ImageFolder tree root/<class>/<file>.{jpg,jpeg,JPEG};
  *    classes sorted by name (byte order) give labels 0..C-1, samples sorted by
  *    (class, file name);
- *  - a file: a pack written by feed-pack (see common/src/pack.c for the
- *    layout), memory-mapped; every offset and length is checked against the
- *    file size at open, so a truncated or corrupt pack is refused.
+ *  - any other file: a pack written by feed-pack (see common/src/pack.c for
+ *    the layout), memory-mapped; every offset and length is checked against
+ *    the file size at open, so a truncated or corrupt pack is refused.
  *
  * Class names must be valid UTF-8: they travel in DescribeResponse's
  * protobuf `string` fields, and strict clients (Python's protobuf, among
@@ -51,7 +55,7 @@ void feed_dataset_close(feed_dataset *ds); /* accepts NULL */
 uint64_t feed_dataset_count(const feed_dataset *ds);
 uint32_t feed_dataset_num_classes(const feed_dataset *ds);
 const char *feed_dataset_class_name(const feed_dataset *ds, uint32_t label);
-/* "imagefolder" or "pack". */
+/* "imagefolder", "pack" or "tar". */
 const char *feed_dataset_format(const feed_dataset *ds);
 /* Label of sample i (i < count). */
 uint32_t feed_dataset_label(const feed_dataset *ds, uint64_t i);
@@ -60,12 +64,20 @@ const char *feed_dataset_sample_path(const feed_dataset *ds, uint64_t i);
 
 /*
  * The JPEG bytes of sample i. For a pack, *data points into the mapping and
- * scratch is untouched; for a tree the file is read into scratch (bounded by
- * both scratch->limit and max_sample_bytes). Returns 0, FEED_ENOTFOUND (the
+ * scratch is untouched; for a tree the file, for tar shards the image member,
+ * is read into scratch (bounded by both scratch->limit and max_sample_bytes). Returns 0, FEED_ENOTFOUND (the
  * file is gone: removed since the open), FEED_EIO (any other failure to read
  * it, or no longer a regular file), FEED_ETOOBIG or FEED_EINVAL (i out of range).
  */
 int feed_dataset_read(const feed_dataset *ds, uint64_t i, feed_buf *scratch, const uint8_t **data,
                       size_t *len);
+
+/*
+ * A hint that these samples will be read soon, in this order: tar shards
+ * pass their byte ranges to feed_blob_prefetch (posix_fadvise WILLNEED for
+ * local files, read-ahead for remote objects); trees and packs ignore it.
+ * Never blocks on I/O. Indices out of range are ignored.
+ */
+void feed_dataset_prefetch(const feed_dataset *ds, const uint64_t *indices, size_t n);
 
 #endif

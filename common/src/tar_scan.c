@@ -1,0 +1,643 @@
+/*
+ * Indexing one tar shard (see tar_format.h): scanning its headers through a
+ * blob, and reading and writing its index file. Runs on the thread that
+ * opens the dataset (or feed-pack's main thread); nothing here is shared.
+ *
+ * What the scanner accepts: POSIX ustar (the prefix field joined to the
+ * name), GNU tar (long names in 'L' members, base-256 sizes), pax ('x'
+ * headers: path and size apply to the next member; 'g' global headers are
+ * skipped), v7 headers. Directories, links, devices and GNU long link names
+ * are skipped; sparse ('S') and multi-volume ('M') members are refused as
+ * unsupported, and so are PNG images (the engine decodes JPEG only). A
+ * header's checksum is checked (unsigned and, as old tars wrote it, signed
+ * sums); the archive ends at the first zero block or at the end of the
+ * object. Every size read from a header is checked against the object's size
+ * before anything is read or skipped, so a damaged shard is refused with the
+ * member's name, never read past.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "dataset_impl.h"
+#include "feed/crc32c.h"
+#include "feed/errors.h"
+#include "feed/strutil.h"
+#include "tar_format.h"
+
+void tar_index_free(tar_index *ix)
+{
+    free(ix->v);
+    free(ix->classes);
+    memset(ix, 0, sizeof(*ix));
+}
+
+static int index_push(tar_index *ix, uint64_t offset, uint64_t length, uint32_t label)
+{
+    if (ix->n == ix->cap) {
+        size_t cap = ix->cap ? ix->cap * 2 : 256;
+        tar_entry *v = realloc(ix->v, cap * sizeof(*v));
+        if (!v)
+            return FEED_ENOMEM;
+        ix->v = v;
+        ix->cap = cap;
+    }
+    ix->v[ix->n++] = (tar_entry){.offset = offset, .length = length, .label = label, .shard = 0};
+    return 0;
+}
+
+/* ---- headers ---- */
+
+/* An octal field (leading spaces, then digits, ended by NUL or space) or GNU base-256. */
+static int parse_number(const uint8_t *f, size_t n, uint64_t *out)
+{
+    uint64_t v = 0;
+    size_t i = 0;
+    if (f[0] & 0x80) {
+        if (f[0] != 0x80)
+            return -1; /* negative, or more than 56 bits we would not trust anyway */
+        for (i = 1; i < n; i++) {
+            if (v >> 55)
+                return -1;
+            v = v << 8 | f[i];
+        }
+        *out = v;
+        return 0;
+    }
+    while (i < n && f[i] == ' ')
+        i++;
+    for (; i < n && f[i] != '\0' && f[i] != ' '; i++) {
+        if (f[i] < '0' || f[i] > '7' || v >> 60)
+            return -1;
+        v = v * 8 + (uint64_t)(f[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+static int checksum_ok(const uint8_t *h)
+{
+    uint64_t want;
+    if (parse_number(h + 148, 8, &want) != 0)
+        return 0;
+    uint64_t u = 0;
+    int64_t s = 0;
+    for (size_t i = 0; i < TAR_BLOCK; i++) {
+        uint8_t c = i >= 148 && i < 156 ? ' ' : h[i];
+        u += c;
+        s += (int8_t)c;
+    }
+    return u == want || (uint64_t)s == want;
+}
+
+static int all_zero(const uint8_t *h)
+{
+    for (size_t i = 0; i < TAR_BLOCK; i++)
+        if (h[i])
+            return 0;
+    return 1;
+}
+
+/* ---- the scan ---- */
+
+typedef struct scan {
+    feed_blob *b;
+    uint8_t *chunk;
+    uint64_t chunk_off;
+    size_t chunk_len;
+    char *err;
+    size_t err_cap;
+    /* The member being looked at, for messages. */
+    char name[FEED_DATASET_MAX_PATH + 1];
+    /* The pending sample: consecutive members with one key. */
+    char key[FEED_DATASET_MAX_PATH + 1];
+    int have_key;
+    int have_image, have_label;
+    uint64_t image_off, image_len;
+    uint32_t label;
+    char other_image[16]; /* an image extension the engine does not decode, for the message */
+    /* Keys of finished samples, to refuse a key that comes back. */
+    feed_buf keys;
+    uint64_t *key_off;
+    size_t n_keys, keys_cap;
+} scan;
+
+/* Bytes [off, off+len) of the object, len <= TAR_SCAN_CHUNK, through the chunk. */
+static int scan_get(scan *s, uint64_t off, size_t len, const uint8_t **p)
+{
+    if (off >= s->chunk_off && off + len <= s->chunk_off + s->chunk_len) {
+        *p = s->chunk + (off - s->chunk_off);
+        return 0;
+    }
+    uint64_t left = s->b->size - off;
+    size_t n = left < TAR_SCAN_CHUNK ? (size_t)left : TAR_SCAN_CHUNK;
+    s->chunk_len = 0;
+    int rc = feed_blob_read(s->b, off, n, s->chunk, s->err, s->err_cap);
+    if (rc)
+        return rc;
+    s->chunk_off = off;
+    s->chunk_len = n;
+    *p = s->chunk;
+    return 0;
+}
+
+/* Bytes [off, off+len) into dst (any len the caller capped). */
+static int scan_copy(scan *s, uint64_t off, size_t len, uint8_t *dst)
+{
+    const uint8_t *p;
+    if (len <= TAR_SCAN_CHUNK) {
+        int rc = scan_get(s, off, len, &p);
+        if (!rc)
+            memcpy(dst, p, len);
+        return rc;
+    }
+    return feed_blob_read(s->b, off, len, dst, s->err, s->err_cap);
+}
+
+static int cmp_key(const void *a, const void *b, void *arg)
+{
+    const char *base = arg;
+    return strcmp(base + *(const uint64_t *)a, base + *(const uint64_t *)b);
+}
+
+static int remember_key(scan *s)
+{
+    if (s->n_keys == s->keys_cap) {
+        size_t cap = s->keys_cap ? s->keys_cap * 2 : 256;
+        uint64_t *v = realloc(s->key_off, cap * sizeof(*v));
+        if (!v)
+            return FEED_ENOMEM;
+        s->key_off = v;
+        s->keys_cap = cap;
+    }
+    s->key_off[s->n_keys++] = s->keys.len;
+    return feed_buf_append(&s->keys, s->key, strlen(s->key) + 1);
+}
+
+/* The pending sample is complete: add it, or say what it lacks. */
+static int finish_sample(scan *s, tar_index *out, uint64_t max_samples)
+{
+    int rc = 0;
+    if (!s->have_key)
+        goto out;
+    if (s->have_image && !s->have_label) {
+        rc = FEED_ECORRUPT;
+        feed_set_err(s->err, s->err_cap, "%s: sample '%s' has an image but no '%s.cls' label",
+                     s->b->name, s->key, s->key);
+    } else if (!s->have_image && s->have_label && s->other_image[0]) {
+        rc = FEED_EUNSUPPORTED;
+        feed_set_err(s->err, s->err_cap,
+                     "%s: sample '%s' has a .%s image; feedd decodes JPEG only (.jpg/.jpeg): "
+                     "convert the images to JPEG",
+                     s->b->name, s->key, s->other_image);
+    } else if (!s->have_image && s->have_label) {
+        rc = FEED_ECORRUPT;
+        feed_set_err(s->err, s->err_cap, "%s: sample '%s' has a label but no '%s.jpg' image",
+                     s->b->name, s->key, s->key);
+    } else if (s->have_image) {
+        if (out->n >= max_samples) {
+            rc = FEED_ETOOBIG;
+            feed_set_err(s->err, s->err_cap, "%s: more than %llu samples (the max_samples limit)",
+                         s->b->name, (unsigned long long)max_samples);
+        } else {
+            rc = index_push(out, s->image_off, s->image_len, s->label);
+        }
+    }
+    if (!rc)
+        rc = remember_key(s);
+out:
+    s->have_key = s->have_image = s->have_label = 0;
+    s->other_image[0] = '\0';
+    return rc;
+}
+
+static int parse_label(scan *s, uint64_t off, uint64_t len)
+{
+    char text[TAR_MAX_LABEL_BYTES + 1];
+    if (len > TAR_MAX_LABEL_BYTES) {
+        feed_set_err(s->err, s->err_cap, "%s: member '%s': %llu bytes, not a label (at most %u)",
+                     s->b->name, s->name, (unsigned long long)len, TAR_MAX_LABEL_BYTES);
+        return FEED_ECORRUPT;
+    }
+    int rc = scan_copy(s, off, (size_t)len, (uint8_t *)text);
+    if (rc)
+        return rc;
+    text[len] = '\0';
+    size_t a = 0, e = (size_t)len;
+    while (a < e && (text[a] == ' ' || text[a] == '\t' || text[a] == '\n' || text[a] == '\r'))
+        a++;
+    while (e > a && (text[e - 1] == ' ' || text[e - 1] == '\t' || text[e - 1] == '\n' ||
+                     text[e - 1] == '\r'))
+        e--;
+    text[e] = '\0';
+    uint64_t v = 0;
+    if (a == e || feed_parse_u64(text + a, 0, FEED_DATASET_MAX_CLASSES - 1, &v) < 0) {
+        feed_set_err(s->err, s->err_cap,
+                     "%s: member '%s': label is not a decimal integer 0..%u", s->b->name, s->name,
+                     FEED_DATASET_MAX_CLASSES - 1);
+        return FEED_ECORRUPT;
+    }
+    s->label = (uint32_t)v;
+    s->have_label = 1;
+    return 0;
+}
+
+static int read_classes(scan *s, tar_index *out, uint64_t off, uint64_t len)
+{
+    if (out->classes)
+        return 0; /* the first one counts */
+    if (len > TAR_MAX_CLASSES_BYTES) {
+        feed_set_err(s->err, s->err_cap, "%s: member '%s': %llu bytes of class names, over %u",
+                     s->b->name, s->name, (unsigned long long)len, TAR_MAX_CLASSES_BYTES);
+        return FEED_ETOOBIG;
+    }
+    out->classes = malloc((size_t)len + 1);
+    if (!out->classes)
+        return FEED_ENOMEM;
+    int rc = scan_copy(s, off, (size_t)len, (uint8_t *)out->classes);
+    out->classes[len] = '\0';
+    out->classes_len = (size_t)len;
+    return rc;
+}
+
+/* A regular member named s->name with len bytes at off. */
+static int add_member(scan *s, tar_index *out, uint64_t max_samples, uint64_t off, uint64_t len)
+{
+    const char *base = strrchr(s->name, '/');
+    base = base ? base + 1 : s->name;
+    const char *dot = strchr(base, '.');
+    if (!dot || dot == base)
+        return 0; /* no extension, or a hidden file: not part of a sample */
+    size_t klen = (size_t)(dot - s->name);
+    const char *ext = dot + 1;
+    int rc = 0;
+    if (s->have_key && (strncmp(s->key, s->name, klen) != 0 || s->key[klen] != '\0'))
+        rc = finish_sample(s, out, max_samples);
+    if (rc)
+        return rc;
+    if (!s->have_key) {
+        memcpy(s->key, s->name, klen);
+        s->key[klen] = '\0';
+        s->have_key = 1;
+    }
+    if (strcmp(s->key, TAR_CLASSES_KEY) == 0 && strcasecmp(ext, "txt") == 0)
+        return read_classes(s, out, off, len);
+    if (strcasecmp(ext, "jpg") == 0 || strcasecmp(ext, "jpeg") == 0) {
+        if (s->have_image) {
+            feed_set_err(s->err, s->err_cap, "%s: sample '%s' has a second image '%s'",
+                         s->b->name, s->key, s->name);
+            return FEED_ECORRUPT;
+        }
+        s->have_image = 1;
+        s->image_off = off;
+        s->image_len = len;
+        return 0;
+    }
+    if (strcasecmp(ext, "cls") == 0) {
+        if (s->have_label) {
+            feed_set_err(s->err, s->err_cap, "%s: sample '%s' has a second label '%s'",
+                         s->b->name, s->key, s->name);
+            return FEED_ECORRUPT;
+        }
+        return parse_label(s, off, len);
+    }
+    if (strcasecmp(ext, "png") == 0 || strcasecmp(ext, "webp") == 0 ||
+        strcasecmp(ext, "ppm") == 0)
+        snprintf(s->other_image, sizeof(s->other_image), "%s", ext);
+    return 0;
+}
+
+/* Pax records "LEN key=value\n": path and size for the next member. */
+static int parse_pax(scan *s, const char *p, size_t n, char *path, uint64_t *size, int *has_size)
+{
+    size_t pos = 0;
+    while (pos < n) {
+        size_t i = pos;
+        uint64_t rlen = 0;
+        while (i < n && p[i] >= '0' && p[i] <= '9' && rlen < n)
+            rlen = rlen * 10 + (uint64_t)(p[i++] - '0');
+        if (i == pos || i >= n || p[i] != ' ' || rlen < 5 || rlen > n - pos ||
+            p[pos + rlen - 1] != '\n') {
+            feed_set_err(s->err, s->err_cap, "%s: malformed pax header before offset %zu",
+                         s->b->name, pos);
+            return FEED_ECORRUPT;
+        }
+        const char *kv = p + i + 1, *end = p + pos + rlen - 1;
+        const char *eq = memchr(kv, '=', (size_t)(end - kv));
+        if (eq) {
+            size_t klen = (size_t)(eq - kv), vlen = (size_t)(end - eq - 1);
+            if (klen == 4 && memcmp(kv, "path", 4) == 0) {
+                if (vlen == 0 || vlen > FEED_DATASET_MAX_PATH) {
+                    feed_set_err(s->err, s->err_cap, "%s: pax path of %zu bytes (1..%u)",
+                                 s->b->name, vlen, FEED_DATASET_MAX_PATH);
+                    return FEED_ECORRUPT;
+                }
+                memcpy(path, eq + 1, vlen);
+                path[vlen] = '\0';
+            } else if (klen == 4 && memcmp(kv, "size", 4) == 0) {
+                char num[24];
+                if (vlen == 0 || vlen >= sizeof(num)) {
+                    feed_set_err(s->err, s->err_cap, "%s: malformed pax size", s->b->name);
+                    return FEED_ECORRUPT;
+                }
+                memcpy(num, eq + 1, vlen);
+                num[vlen] = '\0';
+                if (feed_parse_u64(num, 0, UINT64_MAX >> 1, size) < 0) {
+                    feed_set_err(s->err, s->err_cap, "%s: malformed pax size '%s'", s->b->name,
+                                 num);
+                    return FEED_ECORRUPT;
+                }
+                *has_size = 1;
+            }
+        }
+        pos += (size_t)rlen;
+    }
+    return 0;
+}
+
+static int scan_members(scan *s, tar_index *out, uint64_t max_samples)
+{
+    int rc = 0;
+    uint64_t pos = 0, size = s->b->size;
+    char next_path[FEED_DATASET_MAX_PATH + 1] = ""; /* from 'L' or pax, for the next member */
+    uint64_t pax_size = 0;
+    int has_pax_size = 0;
+    char *meta = malloc(TAR_MAX_META_BYTES + 1);
+    if (!meta)
+        return FEED_ENOMEM;
+    snprintf(s->name, sizeof(s->name), "%s", "(start)");
+    while (pos < size) {
+        const uint8_t *h;
+        if (size - pos < TAR_BLOCK) {
+            rc = FEED_ECORRUPT;
+            feed_set_err(s->err, s->err_cap,
+                         "%s: %llu trailing bytes after member '%s', not a whole 512-byte block "
+                         "(truncated?)",
+                         s->b->name, (unsigned long long)(size - pos), s->name);
+            break;
+        }
+        rc = scan_get(s, pos, TAR_BLOCK, &h);
+        if (rc || all_zero(h))
+            break;
+        if (!checksum_ok(h)) {
+            rc = FEED_ECORRUPT;
+            feed_set_err(s->err, s->err_cap,
+                         "%s: bad header checksum at offset %llu (after member '%s')", s->b->name,
+                         (unsigned long long)pos, s->name);
+            break;
+        }
+        uint64_t len, data = pos + TAR_BLOCK, padded;
+        if (parse_number(h + 124, 12, &len) != 0) {
+            rc = FEED_ECORRUPT;
+            feed_set_err(s->err, s->err_cap, "%s: bad size field at offset %llu", s->b->name,
+                         (unsigned long long)pos);
+            break;
+        }
+        if (has_pax_size)
+            len = pax_size;
+        char type = (char)h[156];
+        if (next_path[0]) {
+            snprintf(s->name, sizeof(s->name), "%s", next_path);
+        } else if (memcmp(h + 257, "ustar\0", 6) == 0 && h[345]) {
+            snprintf(s->name, sizeof(s->name), "%.*s/%.*s", (int)strnlen((const char *)h + 345, 155),
+                     (const char *)h + 345, (int)strnlen((const char *)h, 100), (const char *)h);
+        } else {
+            snprintf(s->name, sizeof(s->name), "%.*s", (int)strnlen((const char *)h, 100),
+                     (const char *)h);
+        }
+        int is_meta = type == 'L' || type == 'x' || type == 'K' || type == 'g';
+        if (!is_meta) {
+            next_path[0] = '\0';
+            has_pax_size = 0;
+        }
+        if (len > size - data || (padded = (len + TAR_BLOCK - 1) / TAR_BLOCK * TAR_BLOCK) >
+                                     size - data + (TAR_BLOCK - 1)) {
+            rc = FEED_ECORRUPT;
+            feed_set_err(s->err, s->err_cap,
+                         "%s: member '%s' at offset %llu: %llu bytes, but only %llu follow "
+                         "(truncated)",
+                         s->b->name, s->name, (unsigned long long)pos, (unsigned long long)len,
+                         (unsigned long long)(size - data));
+            break;
+        }
+        if (type == 'L' || type == 'x') {
+            if (len > TAR_MAX_META_BYTES) {
+                rc = FEED_ETOOBIG;
+                feed_set_err(s->err, s->err_cap, "%s: %s header of %llu bytes at offset %llu (at "
+                                                 "most %u)",
+                             s->b->name, type == 'L' ? "GNU long-name" : "pax",
+                             (unsigned long long)len, (unsigned long long)pos,
+                             TAR_MAX_META_BYTES);
+                break;
+            }
+            rc = scan_copy(s, data, (size_t)len, (uint8_t *)meta);
+            if (rc)
+                break;
+            meta[len] = '\0';
+            if (type == 'x') {
+                rc = parse_pax(s, meta, (size_t)len, next_path, &pax_size, &has_pax_size);
+            } else if (strnlen(meta, (size_t)len) == 0 ||
+                       strnlen(meta, (size_t)len) > FEED_DATASET_MAX_PATH) {
+                rc = FEED_ECORRUPT;
+                feed_set_err(s->err, s->err_cap, "%s: GNU long name at offset %llu is empty or "
+                                                 "longer than %u bytes",
+                             s->b->name, (unsigned long long)pos, FEED_DATASET_MAX_PATH);
+            } else {
+                snprintf(next_path, sizeof(next_path), "%s", meta);
+            }
+        } else if (type == 'S' || type == 'M') {
+            rc = FEED_EUNSUPPORTED;
+            feed_set_err(s->err, s->err_cap, "%s: member '%s' is a GNU %s member (unsupported)",
+                         s->b->name, s->name, type == 'S' ? "sparse" : "multi-volume");
+        } else if (type == '0' || type == '\0' || type == '7') {
+            rc = add_member(s, out, max_samples, data, len);
+        }
+        if (rc)
+            break;
+        pos = data + padded;
+    }
+    if (!rc && (next_path[0] || has_pax_size)) {
+        rc = FEED_ECORRUPT;
+        feed_set_err(s->err, s->err_cap, "%s: the archive ends after a long-name or pax header",
+                     s->b->name);
+    }
+    if (!rc)
+        rc = finish_sample(s, out, max_samples);
+    free(meta);
+    return rc;
+}
+
+int tar_scan(feed_blob *b, uint64_t max_samples, tar_index *out, char *err, size_t err_cap)
+{
+    int rc = 0;
+    scan *s = calloc(1, sizeof(*s));
+    memset(out, 0, sizeof(*out));
+    if (!s || !(s->chunk = malloc(TAR_SCAN_CHUNK))) {
+        rc = FEED_ENOMEM;
+        goto out;
+    }
+    s->b = b;
+    s->err = err;
+    s->err_cap = err_cap;
+    feed_buf_init(&s->keys, SIZE_MAX);
+    rc = scan_members(s, out, max_samples);
+    if (!rc && s->n_keys > 1) {
+        qsort_r(s->key_off, s->n_keys, sizeof(*s->key_off), cmp_key, s->keys.data);
+        for (size_t i = 1; i < s->n_keys && !rc; i++) {
+            const char *a = (const char *)s->keys.data + s->key_off[i - 1];
+            if (strcmp(a, (const char *)s->keys.data + s->key_off[i]) == 0) {
+                rc = FEED_ECORRUPT;
+                feed_set_err(err, err_cap,
+                             "%s: key '%s' appears in two places (members of a sample must be "
+                             "consecutive, and keys unique)",
+                             b->name, a);
+            }
+        }
+    }
+out:
+    if (rc == FEED_ENOMEM)
+        feed_set_err(err, err_cap, "%s: out of memory indexing the shard", b->name);
+    if (s) {
+        feed_buf_free(&s->keys);
+        free(s->key_off);
+        free(s->chunk);
+        free(s);
+    }
+    if (rc)
+        tar_index_free(out);
+    return rc;
+}
+
+/* ---- the index file ---- */
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    put_u32(p, (uint32_t)v);
+    put_u32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint32_t idx_crc(const uint8_t *buf, size_t len)
+{
+    static const uint8_t zero[4];
+    uint32_t crc = feed_crc32c(0, buf, 12);
+    crc = feed_crc32c(crc, zero, 4);
+    return feed_crc32c(crc, buf + 16, len - 16);
+}
+
+int tar_idx_parse(const uint8_t *buf, size_t len, uint64_t shard_bytes, uint64_t max_samples,
+                  const char *name, tar_index *out, char *err, size_t err_cap)
+{
+    int rc = FEED_ECORRUPT;
+    memset(out, 0, sizeof(*out));
+    if (len < TAR_IDX_HEADER_BYTES || memcmp(buf, TAR_IDX_MAGIC, 8) != 0 ||
+        get_u32(buf + 8) != TAR_IDX_VERSION) {
+        feed_set_err(err, err_cap, "%s: not a version-%u shard index", name, TAR_IDX_VERSION);
+        goto out;
+    }
+    if (get_u32(buf + 12) != idx_crc(buf, len)) {
+        feed_set_err(err, err_cap, "%s: checksum mismatch", name);
+        goto out;
+    }
+    uint64_t made_for = get_u64(buf + 16), count = get_u64(buf + 24), k = get_u64(buf + 32);
+    if (made_for != shard_bytes) {
+        rc = FEED_ESTATE;
+        feed_set_err(err, err_cap, "%s: made for a shard of %llu bytes, the shard has %llu", name,
+                     (unsigned long long)made_for, (unsigned long long)shard_bytes);
+        goto out;
+    }
+    if (count > max_samples) {
+        rc = FEED_ETOOBIG;
+        feed_set_err(err, err_cap, "%s: %llu samples, over the max_samples limit", name,
+                     (unsigned long long)count);
+        goto out;
+    }
+    if (count > (len - TAR_IDX_HEADER_BYTES) / TAR_IDX_ENTRY_BYTES || k > TAR_MAX_CLASSES_BYTES ||
+        TAR_IDX_HEADER_BYTES + count * TAR_IDX_ENTRY_BYTES + k != len) {
+        feed_set_err(err, err_cap, "%s: its size does not match its header", name);
+        goto out;
+    }
+    for (uint64_t i = 0; i < count; i++) {
+        const uint8_t *e = buf + TAR_IDX_HEADER_BYTES + i * TAR_IDX_ENTRY_BYTES;
+        uint64_t off = get_u64(e), n = get_u32(e + 8);
+        uint32_t label = get_u32(e + 12);
+        if (off < TAR_BLOCK || off % TAR_BLOCK || off > shard_bytes || n > shard_bytes - off ||
+            label >= FEED_DATASET_MAX_CLASSES) {
+            feed_set_err(err, err_cap, "%s: entry %llu (offset %llu, %llu bytes, label %u) does "
+                                       "not fit the shard",
+                         name, (unsigned long long)i, (unsigned long long)off,
+                         (unsigned long long)n, label);
+            goto out;
+        }
+        if (index_push(out, off, n, label)) {
+            rc = FEED_ENOMEM;
+            feed_set_err(err, err_cap, "%s: out of memory", name);
+            goto out;
+        }
+    }
+    if (k) {
+        out->classes = malloc((size_t)k + 1);
+        if (!out->classes) {
+            rc = FEED_ENOMEM;
+            feed_set_err(err, err_cap, "%s: out of memory", name);
+            goto out;
+        }
+        memcpy(out->classes, buf + len - k, (size_t)k);
+        out->classes[k] = '\0';
+        out->classes_len = (size_t)k;
+    }
+    rc = 0;
+out:
+    if (rc)
+        tar_index_free(out);
+    return rc;
+}
+
+int tar_idx_build(const tar_index *ix, uint64_t shard_bytes, uint8_t **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    if (ix->n > (SIZE_MAX - TAR_IDX_HEADER_BYTES - ix->classes_len) / TAR_IDX_ENTRY_BYTES)
+        return FEED_ETOOBIG;
+    size_t n = TAR_IDX_HEADER_BYTES + ix->n * TAR_IDX_ENTRY_BYTES + ix->classes_len;
+    uint8_t *buf = calloc(1, n);
+    if (!buf)
+        return FEED_ENOMEM;
+    memcpy(buf, TAR_IDX_MAGIC, 8);
+    put_u32(buf + 8, TAR_IDX_VERSION);
+    put_u64(buf + 16, shard_bytes);
+    put_u64(buf + 24, ix->n);
+    put_u64(buf + 32, ix->classes_len);
+    for (size_t i = 0; i < ix->n; i++) {
+        uint8_t *e = buf + TAR_IDX_HEADER_BYTES + i * TAR_IDX_ENTRY_BYTES;
+        if (ix->v[i].length > UINT32_MAX) {
+            free(buf);
+            return FEED_ETOOBIG;
+        }
+        put_u64(e, ix->v[i].offset);
+        put_u32(e + 8, (uint32_t)ix->v[i].length);
+        put_u32(e + 12, ix->v[i].label);
+    }
+    if (ix->classes_len)
+        memcpy(buf + n - ix->classes_len, ix->classes, ix->classes_len);
+    put_u32(buf + 12, idx_crc(buf, n));
+    *out = buf;
+    *len = n;
+    return 0;
+}
