@@ -110,6 +110,22 @@ static const key_def keys[] = {
      "cache-bytes; above it, a connection whose bytes in, less what reached feedd as calls and "
      "messages, pass max-request-bytes + 64K (+ 1K/s up to 256K, + 1/256 of its bytes out) is "
      "cut: gRPC buffers an HTTP/2 header block of any size; not with TLS; 0 = off"},
+    {"s3-endpoint", KEY_STR, OFF(s3_endpoint), SZ(s3_endpoint), 0, 0, "",
+     "S3 endpoint URL for s3:// datasets (MinIO, Ceph, GCS); \"\" = AWS_ENDPOINT_URL or AWS"},
+    {"s3-region", KEY_STR, OFF(s3_region), SZ(s3_region), 0, 0, "",
+     "region s3:// requests are signed for; \"\" = AWS_REGION, AWS_DEFAULT_REGION or us-east-1"},
+    {"s3-addressing", KEY_STR, OFF(s3_addressing), SZ(s3_addressing), 0, 0, "auto",
+     "path (endpoint/bucket/key), virtual (bucket.endpoint/key) or auto (path with an "
+     "endpoint or a dotted bucket)"},
+    {"remote-connections", KEY_U32, OFF(remote_connections), 0, 1, 256, "8",
+     "parallel ranged reads of remote datasets (the process's HTTP connections)"},
+    {"remote-readahead", KEY_BYTES, OFF(remote_readahead), 0, 0, 64 * GiB, "64M",
+     "bytes of queued batches' samples fetched ahead and not yet read; 0 = no read-ahead"},
+    {"remote-timeout-ms", KEY_U32, OFF(remote_timeout_ms), 0, 100, 3600000, "30000",
+     "one remote request's limit"},
+    {"remote-retries", KEY_U32, OFF(remote_retries), 0, 0, 100, "4",
+     "retries of a remote request after a 5xx, a timeout or a cut connection (backoff 50 ms "
+     "doubling to 2 s)"},
     {"log-level", KEY_LEVEL, OFF(log_level), 0, 0, 0, "info", "error, warn, info or debug"},
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
@@ -456,6 +472,12 @@ int feedd_config_parse(int argc, char **argv, feedd_config *cfg, char *err, size
     }
     if (cfg->tls_client_ca[0] && !cfg->tls_cert[0]) {
         feed_set_err(err, cap, "tls-client-ca: mutual TLS needs tls-cert and tls-key");
+        return FEED_EINVAL;
+    }
+    if (strcmp(cfg->s3_addressing, "auto") != 0 && strcmp(cfg->s3_addressing, "path") != 0 &&
+        strcmp(cfg->s3_addressing, "virtual") != 0) {
+        feed_set_err(err, cap, "s3-addressing: '%s' is not auto, path or virtual",
+                     cfg->s3_addressing);
         return FEED_EINVAL;
     }
     if (cfg->n_datasets == 0) {

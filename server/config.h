@@ -52,6 +52,14 @@ typedef struct feedd_config {
     uint32_t send_stall_ms; /* a send pending this long ends its stream; 0 = never */
     uint64_t cache_bytes; /* decoded-sample cache, shared by the datasets with cache=SIDE */
     uint64_t transport_memory; /* guard.h: beyond start, max_memory and cache_bytes; 0 = off */
+    /* Remote datasets (s3://, http(s)://): feed_blob_remote_options, see feed/blob.h. */
+    char s3_endpoint[1024]; /* "" = AWS_ENDPOINT_URL or AWS */
+    char s3_region[64];     /* "" = AWS_REGION / AWS_DEFAULT_REGION / us-east-1 */
+    char s3_addressing[16]; /* auto, path or virtual */
+    uint32_t remote_connections;
+    uint64_t remote_readahead;
+    uint32_t remote_timeout_ms;
+    uint32_t remote_retries;
     int log_level;
     feedd_dataset_arg datasets[FEEDD_MAX_DATASETS];
     size_t n_datasets;

@@ -26,6 +26,7 @@
 #include "cache.h"
 #include "config.h"
 #include "engine.h"
+#include "feed/blob.h"
 #include "feed/dataset.h"
 #include "feed/errors.h"
 #include "feed/log.h"
@@ -150,6 +151,18 @@ int main(int argc, char **argv)
     feed_dataset_limits dlim;
     feed_dataset_limits_default(&dlim);
     dlim.max_sample_bytes = cfg.max_jpeg_bytes;
+    feed_blob_remote_options remote = {
+        .endpoint = cfg.s3_endpoint[0] ? cfg.s3_endpoint : NULL,
+        .region = cfg.s3_region[0] ? cfg.s3_region : NULL,
+        .path_style = strcmp(cfg.s3_addressing, "path") == 0      ? 1
+                      : strcmp(cfg.s3_addressing, "virtual") == 0 ? 0
+                                                                  : -1,
+        .connections = cfg.remote_connections,
+        .readahead_bytes = cfg.remote_readahead,
+        .timeout_ms = cfg.remote_timeout_ms,
+        .retries = cfg.remote_retries,
+    };
+    dlim.remote = &remote;
     for (size_t i = 0; i < cfg.n_datasets; i++) {
         rc = feed_dataset_open(cfg.datasets[i].path, &dlim, &ds[i], err, sizeof err);
         if (rc < 0) {

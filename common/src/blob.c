@@ -2,7 +2,7 @@
  * Blobs (see feed/blob.h): feed_blob_open chooses by the location's scheme;
  * a local path becomes a local-file blob read with pread, so any number of
  * threads read one descriptor at once without sharing a file position.
- * Remote locations go to open_remote.
+ * Remote locations go to feed_remote_blob_open (remote_blob.c).
  *
  * A local blob's version is mtime_ns ^ inode at open; each read checks
  * nothing further (a pread is one system call and adding an fstat to each
@@ -156,19 +156,6 @@ out:
     return rc;
 }
 
-/* Remote objects are not built into this version. */
-static int open_remote(const char *location, const feed_blob_options *o, feed_blob **out,
-                       char *err, size_t err_cap)
-{
-    (void)o;
-    *out = NULL;
-    size_t scheme = strcspn(location, ":");
-    feed_set_err(err, err_cap,
-                 "%.*s: remote objects (http://, https://, s3://) are not supported by this build",
-                 (int)scheme, location);
-    return FEED_EUNSUPPORTED;
-}
-
 int feed_blob_open(const char *location, const feed_blob_options *o, feed_blob **out, char *err,
                    size_t err_cap)
 {
@@ -178,7 +165,7 @@ int feed_blob_open(const char *location, const feed_blob_options *o, feed_blob *
         o = &dflt;
     }
     if (feed_blob_is_remote(location))
-        return open_remote(location, o, out, err, err_cap);
+        return feed_remote_blob_open(location, o, out, err, err_cap);
     return open_local(location, o, out, err, err_cap);
 }
 

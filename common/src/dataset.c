@@ -26,6 +26,7 @@ void feed_dataset_limits_default(feed_dataset_limits *lim)
 {
     lim->max_samples = DEFAULT_MAX_SAMPLES;
     lim->max_sample_bytes = DEFAULT_MAX_SAMPLE_BYTES;
+    lim->remote = NULL;
 }
 
 int feed_dataset_check_class_name(const char *where, uint32_t label, const char *name, char *err,

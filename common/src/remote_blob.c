@@ -97,9 +97,11 @@ static int acquire_process_state(const feed_blob_options *o)
     return rc;
 }
 
-int feed_remote_blob_open(const char *location, const feed_blob_options *o, feed_blob **out,
+int feed_remote_blob_open(const char *location, const feed_blob_options *opts, feed_blob **out,
                           char *err, size_t err_cap)
 {
+    feed_blob_options defaults;
+    const feed_blob_options *o = opts;
     remote_blob *b = NULL;
     remote_resp resp;
     int counted = 0;
@@ -107,9 +109,8 @@ int feed_remote_blob_open(const char *location, const feed_blob_options *o, feed
 
     *out = NULL;
     if (!o) {
-        rc = FEED_EINVAL;
-        feed_set_err(err, err_cap, "remote blob: no options (feed_blob_open fills the defaults)");
-        goto out;
+        feed_blob_options_default(&defaults);
+        o = &defaults;
     }
     b = calloc(1, sizeof *b);
     if (!b) {

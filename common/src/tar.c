@@ -165,7 +165,8 @@ static int tar_claims(const char *location, const struct stat *st)
 }
 
 /* The shard's index from SHARD.idx when it has a usable one; 1 when it has none. */
-static int load_idx(const char *shard, feed_blob *b, uint64_t max_samples, tar_index *ix)
+static int load_idx(const char *shard, feed_blob *b, const feed_blob_options *bo,
+                    uint64_t max_samples, tar_index *ix)
 {
     int rc = 1;
     char *path = NULL, err[512] = "";
@@ -175,7 +176,7 @@ static int load_idx(const char *shard, feed_blob *b, uint64_t max_samples, tar_i
         path = NULL;
         goto out;
     }
-    int e = feed_blob_open(path, NULL, &ib, err, sizeof(err));
+    int e = feed_blob_open(path, bo, &ib, err, sizeof(err));
     if (e == FEED_ENOTFOUND)
         goto out;
     if (!e && ib->size > TAR_IDX_MAX_BYTES) {
@@ -289,13 +290,15 @@ static int tar_open(struct feed_dataset *ds, const char *location, const feed_da
     feed_blob_options_default(&bo);
     if (lim->max_sample_bytes > bo.max_read_bytes)
         bo.max_read_bytes = lim->max_sample_bytes;
+    if (lim->remote)
+        bo.remote = *lim->remote;
     for (size_t s = 0; s < shards.n; s++) {
         rc = feed_blob_open(shards.v[s], &bo, &t->shards[s], err, err_cap);
         if (rc)
             goto out;
         t->n_shards++;
         uint64_t room = lim->max_samples - ds->count;
-        if (load_idx(shards.v[s], t->shards[s], room, &ix) != 0) {
+        if (load_idx(shards.v[s], t->shards[s], &bo, room, &ix) != 0) {
             rc = tar_scan(t->shards[s], room, &ix, err, err_cap);
             if (rc)
                 goto out;

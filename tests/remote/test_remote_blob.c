@@ -129,11 +129,11 @@ static void test_s3_ranged_reads(void **state)
     assert_int_not_equal(b->version, 0);
     assert_string_equal(b->name, "s3://" REMOTE_TEST_BUCKET "/obj.bin");
     check_ranges(b);
-    b->ops->close(b);
+    feed_blob_close(b);
     /* A key that needs encoding (the signature covers the encoded path). */
     b = open_ok("s3://" REMOTE_TEST_BUCKET "/dir with space/small.bin", &o);
     assert_int_equal(b->size, 1000);
-    b->ops->close(b);
+    feed_blob_close(b);
 }
 
 static void test_http_ranged_reads(void **state)
@@ -146,7 +146,7 @@ static void test_http_ranged_reads(void **state)
     feed_blob *b = open_ok(url, &o);
     assert_null(strstr(b->name, "hunter2"));
     check_ranges(b);
-    b->ops->close(b);
+    feed_blob_close(b);
 }
 
 static void test_wrong_credentials(void **state)
@@ -181,7 +181,7 @@ static void test_wrong_credentials(void **state)
     assert_non_null(strstr(err, "s3://" REMOTE_TEST_BUCKET "/copy0.bin"));
     assert_int_equal(remote_servers_cmd(&g_srv, "allow copy0.bin", NULL, NULL), 0);
     assert_int_equal(feed_blob_read(b, 0, sizeof buf, buf, err, sizeof err), 0);
-    b->ops->close(b);
+    feed_blob_close(b);
 }
 
 static void test_not_found(void **state)
@@ -206,7 +206,7 @@ static void test_not_found(void **state)
     uint8_t buf[10];
     assert_int_equal(feed_blob_read(b, 0, sizeof buf, buf, err, sizeof err), FEED_ENOTFOUND);
     assert_non_null(strstr(err, "s3://" REMOTE_TEST_BUCKET "/copy1.bin"));
-    b->ops->close(b);
+    feed_blob_close(b);
 }
 
 static void test_changed_object(void **state)
@@ -221,7 +221,7 @@ static void test_changed_object(void **state)
     assert_int_equal(remote_servers_cmd(&g_srv, "replace copy2.bin", NULL, NULL), 0);
     assert_int_equal(feed_blob_read(b, 100, sizeof buf, buf, err, sizeof err), FEED_ESTATE);
     assert_non_null(strstr(err, "s3://" REMOTE_TEST_BUCKET "/copy2.bin"));
-    b->ops->close(b);
+    feed_blob_close(b);
 }
 
 /* Through the fault proxy: 5xx, cuts and stalls are retried; an over-long body is not. */
@@ -276,7 +276,7 @@ static void test_faults_retried(void **state)
     assert_int_equal(buf[10], 0xA5);
     feed_remote_stats_get(&after);
     assert_int_equal(after.retries, before.retries);
-    b->ops->close(b);
+    feed_blob_close(b);
 }
 
 static void test_read_cap(void **state)
@@ -296,7 +296,7 @@ static void test_read_cap(void **state)
     feed_remote_stats_get(&after);
     assert_int_equal(after.requests, before.requests); /* refused before any request */
     assert_int_equal(feed_blob_read(b, 0, 4096, buf, err, sizeof err), 0);
-    b->ops->close(b);
+    feed_blob_close(b);
 }
 
 /* Hinted ranges are fetched in the background; a later read takes them. */
@@ -334,7 +334,7 @@ static void test_readahead(void **state)
     feed_remote_stats_get(&now);
     assert_int_equal(now.readahead_hits - before.readahead_hits, 8);
     assert_int_equal(feed_blob_read(b, 1, 10, buf, err, sizeof err), FEED_ENOTFOUND);
-    b->ops->close(b);
+    feed_blob_close(b);
 }
 
 typedef struct reader_arg {
@@ -391,7 +391,7 @@ static void test_connection_pool(void **state)
     assert_int_equal(remote_servers_cmd(&g_srv, "delay 0", NULL, &c2), 0);
     if (c2 - c0 > 2)
         fail_msg("%ld connections", c2 - c0);
-    b->ops->close(b);
+    feed_blob_close(b);
 }
 
 int main(int argc, char **argv)

@@ -40,6 +40,8 @@ typedef struct feed_dataset feed_dataset;
 typedef struct feed_dataset_limits {
     uint64_t max_samples;     /* refuse larger datasets (default 100,000,000) */
     uint64_t max_sample_bytes; /* larger files are reported as too large (default 64 MiB) */
+    /* Remote shards (s3://, http(s)://): endpoint, connections, read-ahead...; NULL = defaults. */
+    const struct feed_blob_remote_options *remote;
 } feed_dataset_limits;
 
 void feed_dataset_limits_default(feed_dataset_limits *lim);
