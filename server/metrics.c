@@ -27,6 +27,7 @@
 #include <microhttpd.h>
 
 #include "feed/errors.h"
+#include "feed/remote.h"
 #include "feed/log.h"
 #include "feed/timeutil.h"
 #include "listener.h"
@@ -167,6 +168,21 @@ char *feedd_metrics_render(size_t *len)
           ldg(&m->cache_bytes));
     gauge(&t, "feedd_cache_budget_bytes", "The decoded-sample cache's budget (--cache-bytes).",
           ldg(&m->cache_budget));
+    feed_remote_stats rs;
+    feed_remote_stats_get(&rs);
+    counter(&t, "feedd_remote_requests_total",
+            "HTTP requests to remote datasets (s3://, http(s)://), retries included.",
+            rs.requests);
+    counter(&t, "feedd_remote_retries_total",
+            "Remote requests sent again after a 5xx, 429, timeout or cut connection.",
+            rs.retries);
+    counter(&t, "feedd_remote_bytes_total", "Body bytes received from remote datasets.",
+            rs.bytes);
+    counter(&t, "feedd_remote_readahead_hits_total",
+            "Remote sample reads served by bytes fetched ahead (--remote-readahead).",
+            rs.readahead_hits);
+    counter(&t, "feedd_remote_readahead_dropped_total",
+            "Read-ahead hints dropped: no room under --remote-readahead.", rs.readahead_dropped);
     gauge(&t, "feedd_queue_depth", "Samples waiting for a worker.", ldg(&m->queue_depth));
     gauge(&t, "feedd_active_streams", "Open Stream calls.", ldg(&m->active_streams));
     gauge(&t, "feedd_inflight_batches", "Accepted batches not yet handed to gRPC.",

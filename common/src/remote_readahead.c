@@ -212,9 +212,19 @@ int remote_ra_take(remote_blob *b, uint64_t offset, size_t len, uint8_t *dst)
     if (e && e->claimed)
         e = NULL; /* another reader of the same range waits for it: read it directly */
     if (e && e->state == RA_QUEUED) {
-        unlink_entry(e); /* not started: the reader fetches it now, itself */
-        free_entry(e);
-        e = NULL;
+        /*
+         * Not started: it goes to the head of the queue, so the next free
+         * worker fetches it. Fetching it here instead would wait for a pool
+         * connection behind the workers anyway, and leave the entry to be
+         * fetched a second time.
+         */
+        unlink_entry(e);
+        e->next = ra.head;
+        ra.head = e;
+        if (!ra.tail)
+            ra.tail = e;
+        ra.bytes += e->len;
+        pthread_cond_signal(&ra_work);
     }
     if (e) {
         e->claimed = 1;

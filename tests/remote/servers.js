@@ -12,7 +12,9 @@
  *    on command, answers with a status, cuts a response half-way, appends
  *    bytes to a body, delays, stalls, or refuses one object;
  *  - with --latency-ms N, a TCP proxy in front of the S3 server that delays
- *    every chunk N/2 ms each way (N ms per round trip), for the benchmark.
+ *    every chunk N/2 ms each way (N ms per round trip), for the benchmark; it
+ *    runs in a child process of its own, so it does not queue behind the S3
+ *    server's work on one event loop.
  *
  * Prints one line "ready s3=P s3proxy=P http=P httpproxy=P latency=P" when
  * everything listens; then reads commands on stdin, one a line, and answers
@@ -27,6 +29,7 @@ const os = require('os');
 const path = require('path');
 const readline = require('readline');
 const S3rver = require('@20minutes/s3rver');
+const { fork } = require('child_process');
 const AWSAccount = require('@20minutes/s3rver/lib/models/account');
 const httpServer = require('http-server');
 
@@ -38,7 +41,7 @@ function arg(name, dflt) {
 const dataDir = arg('--data');
 const bucket = arg('--bucket', 'feed-test');
 const latencyMs = Number(arg('--latency-ms', '0'));
-if (!dataDir) {
+if (!dataDir && !process.argv.includes('--latency-child')) {
   console.error('usage: node servers.js --data DIR --bucket NAME [--latency-ms N]');
   process.exit(2);
 }
@@ -155,6 +158,22 @@ function makeLatencyProxy(upstreamPort, rttMs) {
   });
 }
 
+/* --latency-child PORT MS: only the latency proxy, in its own process (own core). */
+async function latencyChild() {
+  const i = process.argv.indexOf('--latency-child');
+  const port = await listen(makeLatencyProxy(Number(process.argv[i + 1]), Number(process.argv[i + 2])));
+  process.send(port);
+  process.on('disconnect', () => process.exit(0));
+}
+
+function startLatencyChild(upstreamPort, rttMs) {
+  return new Promise((resolve, reject) => {
+    const child = fork(__filename, ['--latency-child', String(upstreamPort), String(rttMs)]);
+    child.once('message', (port) => resolve({ child, port }));
+    child.once('error', reject);
+  });
+}
+
 async function main() {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'feed-remote-servers-'));
   const httpRoot = path.join(tmp, 'http');
@@ -172,7 +191,8 @@ async function main() {
   const httpPort = await listen(hs.server);
   const s3proxy = await listen(makeFaultProxy(s3port));
   const httpproxy = await listen(makeFaultProxy(httpPort));
-  const latency = latencyMs > 0 ? await listen(makeLatencyProxy(s3port, latencyMs)) : 0;
+  const lat = latencyMs > 0 ? await startLatencyChild(s3port, latencyMs) : { child: null, port: 0 };
+  const latency = lat.port;
   console.log(`ready s3=${s3port} s3proxy=${s3proxy} http=${httpPort} httpproxy=${httpproxy} ` +
               `latency=${latency}`);
 
@@ -203,13 +223,14 @@ async function main() {
     }
   });
   rl.on('close', () => {
+    if (lat.child) lat.child.disconnect();
     for (const r of stalled) r.socket && r.socket.destroy();
     fs.rmSync(tmp, { recursive: true, force: true });
     process.exit(0);
   });
 }
 
-main().catch((e) => {
+(process.argv.includes('--latency-child') ? latencyChild() : main()).catch((e) => {
   console.error(e.stack || String(e));
   process.exit(1);
 });
