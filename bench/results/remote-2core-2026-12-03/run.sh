@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The same tar shards served by feedd from local disk and from an
+# S3-compatible server (@20minutes/s3rver, SigV4 checked) behind a proxy that
+# adds 20 ms to every round trip (tests/remote/servers.js --latency-ms 20: a
+# TCP proxy holding each chunk 10 ms each way), on the 2-core machine shared
+# with other jobs. The ImageNet sample (1,000 JPEGs) as 10 shards of 100
+# written by feed-pack, with their .idx files. Two feedd processes, 2 worker
+# threads each, dataset 'bench': one reads the local shards (page cache),
+# one reads s3://feed-test/shard-{000000..000009}.tar with
+# --remote-connections $CONN and --remote-readahead $RA (the samples of
+# queued batches are fetched ahead: feed-wire-bench keeps 2 streams x 4
+# batches x 64 samples in flight, so up to 512 samples are hinted ahead).
+# feed-wire-bench --mode preproc (every sample read, decoded and augmented to
+# 224x224, indices sweep the dataset) measures each for 10 s after 3 s of
+# warm-up; 5 rounds, the order alternating by round (ABBA). The S3 server and
+# the proxy run on the same 2 cores as feedd (node: their CPU is charged to the
+# remote case; cpu.csv has the CPU seconds each process used in each run).
+# Reports images/s, median and range, and remote/local per round.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+b=${BUILD:-build}
+data=${DATA:-/work/shared/datasets/imagenet-sample}
+out=bench/results/remote-2core-2026-12-03
+CONN=${CONN:-32}
+RA=${RA:-64M}
+THREADS=${THREADS:-2}
+ROUNDS=${ROUNDS:-5}
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
+tmp=${TMPDIR:-/tmp}/remote-bench
+rm -rf "$tmp"
+mkdir -p "$tmp/data"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  exec 3>&- 2>/dev/null || true
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+"$b/server/tools/feed-pack" "$data" "$tmp/data/shard" --format tar --shard-samples 100 \
+  > "$out/pack.txt"
+shards="shard-{000000..000009}.tar"
+
+# The servers: S3 + latency proxy. Commands on fd 3; "ready ..." on its stdout.
+export FEED_TEST_S3_KEY=BENCHKEY FEED_TEST_S3_SECRET=bench-secret
+mkfifo "$tmp/ctl"
+node tests/remote/servers.js --data "$tmp/data" --bucket feed-test --latency-ms 20 \
+  < "$tmp/ctl" > "$tmp/servers.out" 2> "$tmp/servers.err" &
+pids+=($!)
+exec 3> "$tmp/ctl"
+until grep -q '^ready' "$tmp/servers.out"; do
+  kill -0 "${pids[0]}" || { cat "$tmp/servers.err"; exit 1; }
+  sleep 0.2
+done
+s3=$(sed -n 's/.* s3=\([0-9]*\).*/\1/p' "$tmp/servers.out")
+latency=$(sed -n 's/.*latency=\([0-9]*\).*/\1/p' "$tmp/servers.out")
+
+# The added round trip, as curl sees it: 5 HEADs direct and through the proxy.
+for port in "$s3" "$latency"; do
+  for i in 1 2 3 4 5; do
+    curl -s -o /dev/null -I -w "$port %{time_connect} %{time_starttransfer}\n" \
+      "http://127.0.0.1:$port/feed-test/shard-000000.tar.idx"
+  done
+done > "$out/rtt.txt"
+
+start_feedd() { # NAME DATASET [ARGS...]
+  local name=$1 ds=$2
+  shift 2
+  "$b/server/feedd" --listen 127.0.0.1:0 --port-file "$tmp/$name.port" --threads "$THREADS" \
+    --dataset "bench=$ds" "$@" > "$tmp/$name.log" 2>&1 &
+  pids+=($!)
+  until [ -s "$tmp/$name.port" ]; do sleep 0.2; done
+}
+start_feedd local "$tmp/data/$shards"
+AWS_ACCESS_KEY_ID=BENCHKEY AWS_SECRET_ACCESS_KEY=bench-secret \
+  start_feedd s3 "s3://feed-test/$shards" --s3-endpoint "http://127.0.0.1:$latency" \
+  --remote-connections "$CONN" --remote-readahead "$RA"
+cat "$tmp"/data/*.tar > /dev/null
+
+# CPU seconds (user + system) of a process and its children so far.
+cpu_s() { awk '{printf "%.2f", ($14 + $15 + $16 + $17) / 100}' "/proc/$1/stat"; }
+node_pid=${pids[0]}
+latency_pid=$(pgrep -P "$node_pid" | head -1)
+rm -f "$out/wire.csv" "$out/wire.txt"
+echo "round,name,feedd_cpu_s,s3server_cpu_s,latency_proxy_cpu_s" > "$out/cpu.csv"
+for round in $(seq 1 "$ROUNDS"); do
+  if [ $((round % 2)) = 1 ]; then order=(local s3); else order=(s3 local); fi
+  for name in "${order[@]}"; do
+    port=$(cat "$tmp/$name.port")
+    fpid=$([ "$name" = local ] && echo "${pids[1]}" || echo "${pids[2]}")
+    c0=("$(cpu_s "$fpid")" "$(cpu_s "$node_pid")" "$(cpu_s "$latency_pid")")
+    echo "# round $round $name" >> "$out/wire.txt"
+    "$b/bench/wire/feed-wire-bench" --target "127.0.0.1:${port##*:}" --mode preproc \
+      --threads 2 --seconds "$SECONDS_PER_RUN" --warmup 3 --csv "$tmp/row.csv" \
+      >> "$out/wire.txt"
+    echo "$round,$name,$(tail -1 "$tmp/row.csv")" >> "$out/wire.csv"
+    c1=("$(cpu_s "$fpid")" "$(cpu_s "$node_pid")" "$(cpu_s "$latency_pid")")
+    echo "$round,$name,$(echo "${c1[0]} - ${c0[0]}" | bc),$(echo "${c1[1]} - ${c0[1]}" | bc),$(echo "${c1[2]} - ${c0[2]}" | bc)" >> "$out/cpu.csv"
+  done
+done
+cp "$tmp/s3.log" "$out/feedd-s3.log"
+
+python3 - "$out/wire.csv" "$CONN" "$RA" "$out/cpu.csv" "$SECONDS_PER_RUN" > "$out/table.md" <<'PY'
+import csv, statistics, sys
+rows = list(csv.reader(open(sys.argv[1])))
+cpu = {(int(r["round"]), r["name"]): r for r in csv.DictReader(open(sys.argv[4]))}
+secs = float(sys.argv[5]) + 3  # CPU is counted over warm-up and measurement
+# round, name, mode, servers, threads, streams, batch, side, window, gbps, imgps, srv, cli
+by = {}
+for r in rows:
+    by.setdefault(int(r[0]), {})[r[1]] = float(r[10])
+local = [by[k]["local"] for k in sorted(by)]
+s3 = [by[k]["s3"] for k in sorted(by)]
+ratio = [s / l for s, l in zip(s3, local)]
+
+def med(v, f="{:,.1f}"):
+    return f"{f.format(statistics.median(v))} ({f.format(min(v))}-{f.format(max(v))})"
+
+print("| | images/s |")
+print("| --- | ---: |")
+print(f"| local shards | {med(local)} |")
+print(f"| s3:// shards, +20 ms RTT | {med(s3)} |")
+print(f"| s3 / local, per round | {med(ratio, '{:.3f}')} |")
+feedd_ms = {n: [float(cpu[(k, n)]["feedd_cpu_s"]) * 1000 / (by[k][n] * secs) for k in sorted(by)]
+            for n in ("local", "s3")}
+store_share = [(float(cpu[(k, "s3")]["s3server_cpu_s"]) + float(cpu[(k, "s3")]["latency_proxy_cpu_s"]))
+               / (float(cpu[(k, "s3")]["s3server_cpu_s"]) + float(cpu[(k, "s3")]["latency_proxy_cpu_s"])
+                  + float(cpu[(k, "s3")]["feedd_cpu_s"])) for k in sorted(by)]
+print(f"| feedd CPU ms per image, local | {med(feedd_ms['local'], '{:.2f}')} |")
+print(f"| feedd CPU ms per image, s3 | {med(feedd_ms['s3'], '{:.2f}')} |")
+print(f"| S3 server + proxy share of the CPU used in the s3 runs | {med(store_share, '{:.2f}')} |")
+print()
+print(f"median (range) of {len(ratio)} rounds; remote-connections {sys.argv[2]}, "
+      f"remote-readahead {sys.argv[3]}; feedd 2 worker threads; batch 64 at 224x224")
+PY
+cat "$out/rtt.txt" "$out/table.md"
