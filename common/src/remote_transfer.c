@@ -198,13 +198,11 @@ static void s3_code(const char *body, char *out, size_t cap)
     const char *p = strstr(body, "<Code>");
     size_t n = 0;
     out[0] = '\0';
-    if (!p)
-        return;
-    p += 6;
+    p = p ? p + 6 : "";
     while (n + 1 < cap && ((p[n] >= 'A' && p[n] <= 'Z') || (p[n] >= 'a' && p[n] <= 'z') ||
                            (p[n] >= '0' && p[n] <= '9')))
         n++;
-    if (p[n] == '<') {
+    if (n > 0 && p[n] == '<') {
         memcpy(out, p, n);
         out[n] = '\0';
     }

@@ -371,9 +371,8 @@ static int tar_read(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch
             FEED_LOGW("dataset: sample %llu (%llu bytes at offset %llu of shard %s): %s",
                       (unsigned long long)i, (unsigned long long)e->length,
                       (unsigned long long)e->offset, t->shards[e->shard]->name, err);
-        /* A remote shard's refusal (FEED_EAUTH) or change (FEED_ESTATE) keeps its code. */
-        return rc == FEED_ENOTFOUND || rc == FEED_ETOOBIG || rc == FEED_ENOMEM ||
-                       rc == FEED_EAUTH || rc == FEED_ESTATE
+        /* A remote shard's refusal (FEED_EAUTH: 401/403) keeps its code. */
+        return rc == FEED_ENOTFOUND || rc == FEED_ETOOBIG || rc == FEED_ENOMEM || rc == FEED_EAUTH
                    ? rc
                    : FEED_EIO;
     }
