@@ -158,10 +158,9 @@ void feed_tar_shard_names_free(char **names, size_t n)
 static int tar_claims(const char *location, const struct stat *st)
 {
     size_t n = strlen(location);
-    int dot_tar = n > 4 && strcasecmp(location + n - 4, ".tar") == 0;
-    if (feed_blob_is_remote(location) || strchr(location, '{'))
-        return 1;
-    return dot_tar && (!st || S_ISREG(st->st_mode));
+    if (st) /* it exists as written: a regular file named .tar (a directory named {..} is a tree) */
+        return S_ISREG(st->st_mode) && n > 4 && strcasecmp(location + n - 4, ".tar") == 0;
+    return feed_blob_is_remote(location) || strchr(location, '{') != NULL;
 }
 
 /* The shard's index from SHARD.idx when it has a usable one; 1 when it has none. */

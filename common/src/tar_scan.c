@@ -411,8 +411,7 @@ static int scan_members(scan *s, tar_index *out, uint64_t max_samples)
             next_path[0] = '\0';
             has_pax_size = 0;
         }
-        if (len > size - data || (padded = (len + TAR_BLOCK - 1) / TAR_BLOCK * TAR_BLOCK) >
-                                     size - data + (TAR_BLOCK - 1)) {
+        if (len > size - data) {
             rc = FEED_ECORRUPT;
             feed_set_err(s->err, s->err_cap,
                          "%s: member '%s' at offset %llu: %llu bytes, but only %llu follow "
@@ -455,6 +454,8 @@ static int scan_members(scan *s, tar_index *out, uint64_t max_samples)
         }
         if (rc)
             break;
+        /* len <= size - data: the padded end may pass the end of a shard cut in its padding. */
+        padded = len + (TAR_BLOCK - len % TAR_BLOCK) % TAR_BLOCK;
         pos = data + padded;
     }
     if (!rc && (next_path[0] || has_pax_size)) {

@@ -417,6 +417,13 @@ static void test_locations(void **state)
     open_fails("x-{0..100000}.tar", FEED_ETOOBIG, "more than 100000 shards", NULL);
     open_fails("x-{0..9}-{0..99999}.tar", FEED_ETOOBIG, "more than 100000 shards", NULL);
     open_fails("missing.tar", FEED_ENOTFOUND, "missing.tar", NULL);
+    /* A tree whose directory name has braces is a tree, not a pattern. */
+    char p[1024];
+    path_in(p, sizeof(p), "tree-{1..2}");
+    assert_int_equal(feed_test_make_imagefolder(p, 2, 1, 3), 0);
+    feed_dataset *tree = open_path("tree-{1..2}", NULL);
+    assert_string_equal(feed_dataset_format(tree), "imagefolder");
+    feed_dataset_close(tree);
     char err[512];
     feed_dataset *ds = NULL;
     assert_int_equal(feed_dataset_open("s3://bucket/shard-{0..3}.tar", NULL, &ds, err,
