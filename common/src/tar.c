@@ -174,7 +174,10 @@ static int load_idx(const char *shard, feed_blob *b, uint64_t max_samples, tar_i
         path = NULL;
         goto out;
     }
-    int e = feed_blob_open(path, NULL, &ib, err, sizeof(err));
+    feed_blob_options bo;
+    feed_blob_options_default(&bo);
+    bo.max_read_bytes = TAR_IDX_MAX_BYTES;
+    int e = feed_blob_open(path, &bo, &ib, err, sizeof(err));
     if (e == FEED_ENOTFOUND)
         goto out;
     if (!e && ib->size > TAR_IDX_MAX_BYTES) {

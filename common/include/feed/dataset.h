@@ -59,7 +59,7 @@ const char *feed_dataset_class_name(const feed_dataset *ds, uint32_t label);
 const char *feed_dataset_format(const feed_dataset *ds);
 /* Label of sample i (i < count). */
 uint32_t feed_dataset_label(const feed_dataset *ds, uint64_t i);
-/* Source path of sample i (ImageFolder) or NULL (pack). */
+/* Source path of sample i (ImageFolder) or NULL (pack, tar shards). */
 const char *feed_dataset_sample_path(const feed_dataset *ds, uint64_t i);
 
 /*
