@@ -106,6 +106,7 @@ typedef struct scan {
     uint8_t *chunk;
     uint64_t chunk_off;
     size_t chunk_len;
+    size_t want; /* the next read's size, TAR_SCAN_MIN..TAR_SCAN_CHUNK: see scan_get */
     char *err;
     size_t err_cap;
     /* The member being looked at, for messages. */
@@ -123,15 +124,28 @@ typedef struct scan {
     size_t n_keys, keys_cap;
 } scan;
 
-/* Bytes [off, off+len) of the object, len <= TAR_SCAN_CHUNK, through the chunk. */
+/*
+ * Bytes [off, off+len) of the object, len <= TAR_SCAN_CHUNK, through the
+ * chunk. The read size adapts to the members: a miss right after the chunk
+ * (small members, several headers a chunk) doubles it, a miss far past it
+ * (a large member skipped) halves it, so shards of big images cost one small
+ * read a member and shards of small ones few large reads.
+ */
 static int scan_get(scan *s, uint64_t off, size_t len, const uint8_t **p)
 {
-    if (off >= s->chunk_off && off + len <= s->chunk_off + s->chunk_len) {
+    uint64_t end = s->chunk_off + s->chunk_len;
+    if (off >= s->chunk_off && off + len <= end) {
         *p = s->chunk + (off - s->chunk_off);
         return 0;
     }
+    if (off >= end && off - end < TAR_BLOCK && s->want < TAR_SCAN_CHUNK)
+        s->want *= 2;
+    else if (off >= end && off - end > s->want && s->want > TAR_SCAN_MIN)
+        s->want /= 2;
     uint64_t left = s->b->size - off;
-    size_t n = left < TAR_SCAN_CHUNK ? (size_t)left : TAR_SCAN_CHUNK;
+    size_t n = s->want > len ? s->want : len;
+    if (n > left)
+        n = (size_t)left;
     s->chunk_len = 0;
     int rc = feed_blob_read(s->b, off, n, s->chunk, s->err, s->err_cap);
     if (rc)
@@ -479,6 +493,7 @@ int tar_scan(feed_blob *b, uint64_t max_samples, tar_index *out, char *err, size
         goto out;
     }
     s->b = b;
+    s->want = TAR_SCAN_MIN;
     s->err = err;
     s->err_cap = err_cap;
     feed_buf_init(&s->keys, SIZE_MAX);
