@@ -1,5 +1,6 @@
 /*
  * Unit tests for tar shards (common/src/tar.c, tar_scan.c, tar_write.c):
+ * the header scan reads headers, not member bytes (a counting blob);
  * shards written from real JPEGs serve the same classes, labels and bytes as
  * the tree they came from; the shard index is used when it matches and
  * ignored when it does not; GNU tar's own shards (ustar, gnu and pax
@@ -31,6 +32,7 @@
 #include "feedtest.h"
 #include "feedtest_skip.h"
 #include "pack_testlib.h"
+#include "tar_format.h"
 
 extern char **environ;
 
@@ -240,6 +242,65 @@ static void test_index_used_and_mismatch_ignored(void **state)
     assert_same_dataset(tree, ds);
     feed_dataset_close(ds);
     feed_dataset_close(tree);
+}
+
+/* A blob over memory that counts what is read. */
+typedef struct count_blob {
+    feed_blob b;
+    const uint8_t *p;
+    uint64_t reads, bytes;
+} count_blob;
+
+static int count_read(feed_blob *b, uint64_t offset, size_t len, uint8_t *dst, char *err,
+                      size_t err_cap)
+{
+    (void)err;
+    (void)err_cap;
+    count_blob *c = (count_blob *)b;
+    assert_true(offset <= b->size && len <= b->size - offset);
+    memcpy(dst, c->p + offset, len);
+    c->reads++;
+    c->bytes += len;
+    return 0;
+}
+
+static void count_close(feed_blob *b)
+{
+    (void)b;
+}
+
+/* The scan reads headers and labels, not the images: 8 images of 1 MiB cost a few KiB each. */
+static void test_scan_skips_member_bytes(void **state)
+{
+    (void)state;
+    static const feed_blob_ops ops = {.read = count_read, .prefetch = NULL, .close = count_close};
+    size_t big = 1u << 20;
+    char *img = malloc(big + 1);
+    assert_non_null(img);
+    memset(img, 'j', big);
+    img[big] = '\0';
+    tar_img t = {0};
+    for (int k = 0; k < 8; k++) {
+        char key[8];
+        snprintf(key, sizeof(key), "k%d", k);
+        sample(&t, key, "1", img);
+    }
+    uint8_t end[1024] = {0};
+    img_put(&t, end, sizeof(end));
+    count_blob c = {.b = {.ops = &ops, .size = t.len, .version = 0, .name = "mem.tar"},
+                    .p = t.data};
+    tar_index ix;
+    char err[256];
+    assert_int_equal(tar_scan(&c.b, 100, &ix, err, sizeof(err)), 0);
+    assert_int_equal(ix.n, 8);
+    assert_int_equal(ix.v[7].length, big);
+    print_message("scan of %zu bytes: %llu reads, %llu bytes\n", t.len,
+                  (unsigned long long)c.reads, (unsigned long long)c.bytes);
+    assert_true(c.reads <= 2 * 8 + 2);
+    assert_true(c.bytes <= 16 * TAR_SCAN_MIN); /* under 1 % of the shard */
+    tar_index_free(&ix);
+    free(t.data);
+    free(img);
 }
 
 static void test_truncated_member(void **state)
@@ -585,6 +646,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_shards_match_tree, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_index_used_and_mismatch_ignored, setup_tmp,
                                         teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_scan_skips_member_bytes, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_truncated_member, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_bad_checksum, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_missing_label, setup_tmp, teardown_tmp),
