@@ -52,7 +52,6 @@ int feed_dataset_check_class_name(const char *where, uint32_t label, const char 
     return FEED_EINVAL;
 }
 
-
 /* The formats, asked in this order whether they read a location. */
 static const feed_dataset_ops *const formats[] = {
     &feed_dataset_tar_ops, /* before packs: a .tar file is a shard */

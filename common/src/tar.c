@@ -218,7 +218,8 @@ static int make_names(struct feed_dataset *ds, tar_ds *t, const char *text, cons
         for (const char *p = text; *p && !rc;) {
             size_t len = strcspn(p, "\n");
             size_t name_len = len && p[len - 1] == '\r' ? len - 1 : len;
-            if (name_len == 0 || name_len > FEED_DATASET_MAX_NAME || n >= FEED_DATASET_MAX_CLASSES) {
+            if (name_len == 0 || name_len > FEED_DATASET_MAX_NAME ||
+                n >= FEED_DATASET_MAX_CLASSES) {
                 rc = FEED_ECORRUPT;
                 feed_set_err(err, err_cap,
                              "%s: __classes__.txt line %u: a class name must be 1..%u bytes "
@@ -233,8 +234,9 @@ static int make_names(struct feed_dataset *ds, tar_ds *t, const char *text, cons
         }
         if (!rc && max_label >= n) {
             rc = FEED_ECORRUPT;
-            feed_set_err(err, err_cap, "%s: a sample has label %u, but __classes__.txt names %u "
-                                       "classes",
+            feed_set_err(err, err_cap,
+                         "%s: a sample has label %u, but __classes__.txt names %u "
+                         "classes",
                          where, max_label, n);
         }
     } else {
@@ -329,8 +331,9 @@ static int tar_open(struct feed_dataset *ds, const char *location, const feed_da
     }
     if (ds->count == 0) {
         rc = FEED_ENOTFOUND;
-        feed_set_err(err, err_cap, "%s: no samples in %zu shard(s) (expected KEY.jpg and "
-                                   "KEY.cls members)",
+        feed_set_err(err, err_cap,
+                     "%s: no samples in %zu shard(s) (expected KEY.jpg and "
+                     "KEY.cls members)",
                      location, shards.n);
         goto out;
     }

@@ -19,10 +19,10 @@
 #include "feed/blob.h"
 
 #define TAR_BLOCK 512u
-#define TAR_SCAN_MIN (4u << 10)         /* bytes one header-scanning read asks for, at least */
-#define TAR_SCAN_CHUNK (64u << 10)      /* and at most */
-#define TAR_MAX_META_BYTES (64u << 10)  /* a pax header, a GNU long name */
-#define TAR_MAX_LABEL_BYTES 32u         /* a KEY.cls member */
+#define TAR_SCAN_MIN (4u << 10)           /* bytes one header-scanning read asks for, at least */
+#define TAR_SCAN_CHUNK (64u << 10)        /* and at most */
+#define TAR_MAX_META_BYTES (64u << 10)    /* a pax header, a GNU long name */
+#define TAR_MAX_LABEL_BYTES 32u           /* a KEY.cls member */
 #define TAR_MAX_CLASSES_BYTES (16u << 20) /* the __classes__.txt member */
 #define TAR_CLASSES_KEY "__classes__"
 

@@ -247,9 +247,8 @@ static int parse_label(scan *s, uint64_t off, uint64_t len)
     text[e] = '\0';
     uint64_t v = 0;
     if (a == e || feed_parse_u64(text + a, 0, FEED_DATASET_MAX_CLASSES - 1, &v) < 0) {
-        feed_set_err(s->err, s->err_cap,
-                     "%s: member '%s': label is not a decimal integer 0..%u", s->b->name, s->name,
-                     FEED_DATASET_MAX_CLASSES - 1);
+        feed_set_err(s->err, s->err_cap, "%s: member '%s': label is not a decimal integer 0..%u",
+                     s->b->name, s->name, FEED_DATASET_MAX_CLASSES - 1);
         return FEED_ECORRUPT;
     }
     s->label = (uint32_t)v;
@@ -299,8 +298,8 @@ static int add_member(scan *s, tar_index *out, uint64_t max_samples, uint64_t of
         return read_classes(s, out, off, len);
     if (strcasecmp(ext, "jpg") == 0 || strcasecmp(ext, "jpeg") == 0) {
         if (s->have_image) {
-            feed_set_err(s->err, s->err_cap, "%s: sample '%s' has a second image '%s'",
-                         s->b->name, s->key, s->name);
+            feed_set_err(s->err, s->err_cap, "%s: sample '%s' has a second image '%s'", s->b->name,
+                         s->key, s->name);
             return FEED_ECORRUPT;
         }
         s->have_image = 1;
@@ -310,14 +309,13 @@ static int add_member(scan *s, tar_index *out, uint64_t max_samples, uint64_t of
     }
     if (strcasecmp(ext, "cls") == 0) {
         if (s->have_label) {
-            feed_set_err(s->err, s->err_cap, "%s: sample '%s' has a second label '%s'",
-                         s->b->name, s->key, s->name);
+            feed_set_err(s->err, s->err_cap, "%s: sample '%s' has a second label '%s'", s->b->name,
+                         s->key, s->name);
             return FEED_ECORRUPT;
         }
         return parse_label(s, off, len);
     }
-    if (strcasecmp(ext, "png") == 0 || strcasecmp(ext, "webp") == 0 ||
-        strcasecmp(ext, "ppm") == 0)
+    if (strcasecmp(ext, "png") == 0 || strcasecmp(ext, "webp") == 0 || strcasecmp(ext, "ppm") == 0)
         snprintf(s->other_image, sizeof(s->other_image), "%s", ext);
     return 0;
 }
@@ -414,8 +412,9 @@ static int scan_members(scan *s, tar_index *out, uint64_t max_samples)
         if (next_path[0]) {
             snprintf(s->name, sizeof(s->name), "%s", next_path);
         } else if (memcmp(h + 257, "ustar\0", 6) == 0 && h[345]) {
-            snprintf(s->name, sizeof(s->name), "%.*s/%.*s", (int)strnlen((const char *)h + 345, 155),
-                     (const char *)h + 345, (int)strnlen((const char *)h, 100), (const char *)h);
+            snprintf(s->name, sizeof(s->name), "%.*s/%.*s",
+                     (int)strnlen((const char *)h + 345, 155), (const char *)h + 345,
+                     (int)strnlen((const char *)h, 100), (const char *)h);
         } else {
             snprintf(s->name, sizeof(s->name), "%.*s", (int)strnlen((const char *)h, 100),
                      (const char *)h);
@@ -437,11 +436,11 @@ static int scan_members(scan *s, tar_index *out, uint64_t max_samples)
         if (type == 'L' || type == 'x') {
             if (len > TAR_MAX_META_BYTES) {
                 rc = FEED_ETOOBIG;
-                feed_set_err(s->err, s->err_cap, "%s: %s header of %llu bytes at offset %llu (at "
-                                                 "most %u)",
+                feed_set_err(s->err, s->err_cap,
+                             "%s: %s header of %llu bytes at offset %llu (at "
+                             "most %u)",
                              s->b->name, type == 'L' ? "GNU long-name" : "pax",
-                             (unsigned long long)len, (unsigned long long)pos,
-                             TAR_MAX_META_BYTES);
+                             (unsigned long long)len, (unsigned long long)pos, TAR_MAX_META_BYTES);
                 break;
             }
             rc = scan_copy(s, data, (size_t)len, (uint8_t *)meta);
@@ -453,8 +452,9 @@ static int scan_members(scan *s, tar_index *out, uint64_t max_samples)
             } else if (strnlen(meta, (size_t)len) == 0 ||
                        strnlen(meta, (size_t)len) > FEED_DATASET_MAX_PATH) {
                 rc = FEED_ECORRUPT;
-                feed_set_err(s->err, s->err_cap, "%s: GNU long name at offset %llu is empty or "
-                                                 "longer than %u bytes",
+                feed_set_err(s->err, s->err_cap,
+                             "%s: GNU long name at offset %llu is empty or "
+                             "longer than %u bytes",
                              s->b->name, (unsigned long long)pos, FEED_DATASET_MAX_PATH);
             } else {
                 snprintf(next_path, sizeof(next_path), "%s", meta);
@@ -595,8 +595,9 @@ int tar_idx_parse(const uint8_t *buf, size_t len, uint64_t shard_bytes, uint64_t
         uint32_t label = get_u32(e + 12);
         if (off < TAR_BLOCK || off % TAR_BLOCK || off > shard_bytes || n > shard_bytes - off ||
             label >= FEED_DATASET_MAX_CLASSES) {
-            feed_set_err(err, err_cap, "%s: entry %llu (offset %llu, %llu bytes, label %u) does "
-                                       "not fit the shard",
+            feed_set_err(err, err_cap,
+                         "%s: entry %llu (offset %llu, %llu bytes, label %u) does "
+                         "not fit the shard",
                          name, (unsigned long long)i, (unsigned long long)off,
                          (unsigned long long)n, label);
             goto out;

@@ -102,7 +102,8 @@ int feed_tar_writer_open(const char *path, uint32_t num_classes, const char *con
             goto out;
         }
         rc = feed_dataset_check_class_name(path, c, class_names[c], err, err_cap);
-        if (!rc && (feed_buf_append(&names, class_names[c], n) || feed_buf_append(&names, "\n", 1))) {
+        if (!rc &&
+            (feed_buf_append(&names, class_names[c], n) || feed_buf_append(&names, "\n", 1))) {
             rc = FEED_ETOOBIG;
             feed_set_err(err, err_cap, "%s: class names over %u bytes", path,
                          TAR_MAX_CLASSES_BYTES);

@@ -119,8 +119,9 @@ static void test_shards_serve_the_tree(void **state)
     snprintf(tree_arg, sizeof tree_arg, "tree=%s", good_dir);
     snprintf(tar_arg, sizeof tar_arg, "shards=%s-{000000..000004}.tar", prefix);
     snprintf(cached_arg, sizeof cached_arg, "cached=%s-{000000..000004}.tar,cache=64", prefix);
-    const char *args[] = {"--dataset", tree_arg, "--dataset", tar_arg, "--dataset", cached_arg,
-                          "--cache-bytes", "16M", "--threads", "2", "--log-level", "warn", NULL};
+    const char *args[] = {"--dataset",   tree_arg,        "--dataset", tar_arg,     "--dataset",
+                          cached_arg,    "--cache-bytes", "16M",       "--threads", "2",
+                          "--log-level", "warn",          NULL};
     feed_test_server s;
     assert_int_equal(feed_test_server_start(args, &s), 0);
     grpc_channel *ch = feedtest_channel(s.target);
@@ -199,8 +200,8 @@ static void test_imagenet_sample_shards(void **state)
     assert_int_equal(write_shards(dir, prefix, 300), 4);
     snprintf(tree_arg, sizeof tree_arg, "tree=%s", dir);
     snprintf(tar_arg, sizeof tar_arg, "shards=%s-{000000..000003}.tar", prefix);
-    const char *args[] = {"--dataset", tree_arg, "--dataset", tar_arg, "--threads", "2",
-                          "--log-level", "warn", NULL};
+    const char *args[] = {"--dataset", tree_arg,      "--dataset", tar_arg, "--threads",
+                          "2",         "--log-level", "warn",      NULL};
     feed_test_server s;
     assert_int_equal(feed_test_server_start(args, &s), 0);
     grpc_channel *ch = feedtest_channel(s.target);

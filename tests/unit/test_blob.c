@@ -50,8 +50,9 @@ static void test_local_reads(void **state)
     assert_string_equal(b->name, p);
     struct stat st;
     assert_int_equal(stat(p, &st), 0);
-    assert_int_equal(b->version, ((uint64_t)st.st_mtim.tv_sec * 1000000000u +
-                                  (uint64_t)st.st_mtim.tv_nsec) ^ (uint64_t)st.st_ino);
+    assert_int_equal(b->version,
+                     ((uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec) ^
+                         (uint64_t)st.st_ino);
     uint8_t buf[16];
     assert_int_equal(feed_blob_read(b, 4, 6, buf, err, sizeof err), 0);
     assert_memory_equal(buf, "456789", 6);

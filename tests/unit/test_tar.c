@@ -294,8 +294,8 @@ static void test_scan_skips_member_bytes(void **state)
     assert_int_equal(tar_scan(&c.b, 100, &ix, err, sizeof(err)), 0);
     assert_int_equal(ix.n, 8);
     assert_int_equal(ix.v[7].length, big);
-    print_message("scan of %zu bytes: %llu reads, %llu bytes\n", t.len,
-                  (unsigned long long)c.reads, (unsigned long long)c.bytes);
+    print_message("scan of %zu bytes: %llu reads, %llu bytes\n", t.len, (unsigned long long)c.reads,
+                  (unsigned long long)c.bytes);
     assert_true(c.reads <= 2 * 8 + 2);
     assert_true(c.bytes <= 16 * TAR_SCAN_MIN); /* under 1 % of the shard */
     tar_index_free(&ix);
@@ -323,7 +323,8 @@ static void test_bad_checksum(void **state)
     member(&t, "b.jpg", '0', "y", 1, 1);
     member(&t, "b.cls", '0', "0", 1, 0);
     finish(&t, "sum.tar");
-    open_fails("sum.tar", FEED_ECORRUPT, "bad header checksum at offset 2048", "after member 'a.cls'");
+    open_fails("sum.tar", FEED_ECORRUPT, "bad header checksum at offset 2048",
+               "after member 'a.cls'");
 }
 
 static void test_missing_label(void **state)
@@ -487,8 +488,7 @@ static void test_locations(void **state)
     feed_dataset_close(tree);
     char err[512];
     feed_dataset *ds = NULL;
-    assert_int_equal(feed_dataset_open("s3://bucket/shard-{0..3}.tar", NULL, &ds, err,
-                                       sizeof(err)),
+    assert_int_equal(feed_dataset_open("s3://bucket/shard-{0..3}.tar", NULL, &ds, err, sizeof(err)),
                      FEED_EUNSUPPORTED);
     assert_non_null(strstr(err, "s3: remote objects"));
     assert_null(ds);
@@ -561,8 +561,9 @@ static void test_gnu_tar_shards(void **state)
     char dir[1024], p[1200], key[1300];
     path_in(dir, sizeof(dir), "flat");
     assert_int_equal(mkdir(dir, 0755), 0);
-    snprintf(p, sizeof(p), "%s/%s", dir, "a-directory-name-long-enough-to-need-a-long-name-"
-                                         "in-the-older-formats-padding-padding-padding");
+    snprintf(p, sizeof(p), "%s/%s", dir,
+             "a-directory-name-long-enough-to-need-a-long-name-"
+             "in-the-older-formats-padding-padding-padding");
     assert_int_equal(mkdir(p, 0755), 0);
     feed_buf scratch;
     feed_buf_init(&scratch, 1u << 20);
