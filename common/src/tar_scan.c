@@ -406,9 +406,10 @@ static int scan_members(scan *s, tar_index *out, uint64_t max_samples)
                          (unsigned long long)pos);
             break;
         }
-        if (has_pax_size)
-            len = pax_size;
         char type = (char)h[156];
+        int is_meta = type == 'L' || type == 'x' || type == 'K' || type == 'g';
+        if (has_pax_size && !is_meta)
+            len = pax_size; /* a pax size is the next file's, not another header's */
         if (next_path[0]) {
             snprintf(s->name, sizeof(s->name), "%s", next_path);
         } else if (memcmp(h + 257, "ustar\0", 6) == 0 && h[345]) {
@@ -419,7 +420,6 @@ static int scan_members(scan *s, tar_index *out, uint64_t max_samples)
             snprintf(s->name, sizeof(s->name), "%.*s", (int)strnlen((const char *)h, 100),
                      (const char *)h);
         }
-        int is_meta = type == 'L' || type == 'x' || type == 'K' || type == 'g';
         if (!is_meta) {
             next_path[0] = '\0';
             has_pax_size = 0;
