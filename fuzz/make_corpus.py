@@ -5,8 +5,10 @@ Messages are encoded by hand (field numbers from proto/feed.proto), so this
 needs nothing but Python 3. The pack seeds are made by feed-pack instead; see
 README.md. Run from anywhere: python3 fuzz/make_corpus.py
 """
+import io
 import os
 import struct
+import tarfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -146,5 +148,41 @@ def write(sub, seeds):
             f.write(blob)
 
 
+# ---- tar shards (byte 0 even) and shard index files (byte 0 odd)
+
+
+def shard(fmt, members):
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=fmt) as t:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+LONG = "d/" + "k" * 120
+SAMPLES = [("__classes__.txt", b"cat\ndog\n"), ("a.jpg", b"\xff\xd8jpeg-a"), ("a.cls", b"0"),
+           ("b.json", b"{}"), ("b.jpeg", b"\xff\xd8jpeg-b"), ("b.cls", b"1\n"),
+           (LONG + ".jpg", b"\xff\xd8long"), (LONG + ".cls", b"1")]
+
+
+def idx(shard_bytes, entries, classes=b""):
+    body = b"".join(struct.pack("<QII", o, n, l) for o, n, l in entries) + classes
+    head = b"FEEDTIDX" + struct.pack("<II", 1, 0) + struct.pack("<QQQQ", shard_bytes,
+                                                                  len(entries), len(classes), 0)
+    whole = head + body
+    crc = crc32c(whole)
+    return whole[:12] + struct.pack("<I", crc) + whole[16:]
+
+
+TAR = {
+    "gnu": b"\x00" + shard(tarfile.GNU_FORMAT, SAMPLES),
+    "pax": b"\x00" + shard(tarfile.PAX_FORMAT, SAMPLES),
+    "ustar": b"\x00" + shard(tarfile.USTAR_FORMAT, SAMPLES[:6]),
+    "idx": b"\x01" + idx(4096, [(512, 10, 0), (1536, 20, 1)], b"cat\ndog\n"),
+}
+
 write("request", REQUESTS)
 write("wire", WIRE)
+write("tar", TAR)

@@ -81,8 +81,9 @@ static int local_read(feed_blob *b, uint64_t offset, size_t len, uint8_t *dst, c
         }
         if (r == 0) {
             rc = FEED_ESTATE;
-            feed_set_err(err, err_cap, "%s: ends at %llu, before the %llu bytes it had at open "
-                                       "(changed since open)",
+            feed_set_err(err, err_cap,
+                         "%s: ends at %llu, before the %llu bytes it had at open "
+                         "(changed since open)",
                          b->name, (unsigned long long)(offset + got), (unsigned long long)b->size);
             goto out;
         }
@@ -96,8 +97,7 @@ static void local_prefetch(feed_blob *b, const feed_blob_range *ranges, size_t n
 {
     local_blob *l = (local_blob *)b;
     for (size_t i = 0; i < n; i++)
-        posix_fadvise(l->fd, (off_t)ranges[i].offset, (off_t)ranges[i].length,
-                      POSIX_FADV_WILLNEED);
+        posix_fadvise(l->fd, (off_t)ranges[i].offset, (off_t)ranges[i].length, POSIX_FADV_WILLNEED);
 }
 
 static void local_close(feed_blob *b)

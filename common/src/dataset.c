@@ -53,7 +53,6 @@ int feed_dataset_check_class_name(const char *where, uint32_t label, const char 
     return FEED_EINVAL;
 }
 
-
 /* The formats, asked in this order whether they read a location. */
 static const feed_dataset_ops *const formats[] = {
     &feed_dataset_tar_ops, /* before packs: a .tar file is a shard */
@@ -80,6 +79,7 @@ int feed_dataset_open(const char *path, const feed_dataset_limits *lim, feed_dat
     const feed_dataset_ops *ops = NULL;
     struct stat st;
     const struct stat *stp = NULL;
+    int stat_errno = 0;
     *out = NULL;
     feed_set_err(err, err_cap, "%s", "");
     if (!path || !*path) {
@@ -93,12 +93,14 @@ int feed_dataset_open(const char *path, const feed_dataset_limits *lim, feed_dat
     }
     if (stat(path, &st) == 0)
         stp = &st;
+    else
+        stat_errno = errno;
     for (size_t f = 0; f < sizeof(formats) / sizeof(formats[0]) && !ops; f++)
         if (formats[f]->claims(path, stp))
             ops = formats[f];
     if (!ops && !stp) {
-        rc = errno == ENOENT ? FEED_ENOTFOUND : FEED_EIO;
-        feed_set_err(err, err_cap, "%s: %s", path, strerror(errno));
+        rc = stat_errno == ENOENT ? FEED_ENOTFOUND : FEED_EIO;
+        feed_set_err(err, err_cap, "%s: %s", path, strerror(stat_errno));
         goto out;
     }
     if (!ops) {

@@ -158,10 +158,9 @@ void feed_tar_shard_names_free(char **names, size_t n)
 static int tar_claims(const char *location, const struct stat *st)
 {
     size_t n = strlen(location);
-    int dot_tar = n > 4 && strcasecmp(location + n - 4, ".tar") == 0;
-    if (feed_blob_is_remote(location) || strchr(location, '{'))
-        return 1;
-    return dot_tar && (!st || S_ISREG(st->st_mode));
+    if (st) /* it exists as written: a regular file named .tar (a directory named {..} is a tree) */
+        return S_ISREG(st->st_mode) && n > 4 && strcasecmp(location + n - 4, ".tar") == 0;
+    return feed_blob_is_remote(location) || strchr(location, '{') != NULL;
 }
 
 /* The shard's index from SHARD.idx when it has a usable one; 1 when it has none. */
@@ -176,7 +175,9 @@ static int load_idx(const char *shard, feed_blob *b, const feed_blob_options *bo
         path = NULL;
         goto out;
     }
-    int e = feed_blob_open(path, bo, &ib, err, sizeof(err));
+    feed_blob_options idx_opts = *bo;
+    idx_opts.max_read_bytes = TAR_IDX_MAX_BYTES;
+    int e = feed_blob_open(path, &idx_opts, &ib, err, sizeof(err));
     if (e == FEED_ENOTFOUND)
         goto out;
     if (!e && ib->size > TAR_IDX_MAX_BYTES) {
@@ -217,7 +218,8 @@ static int make_names(struct feed_dataset *ds, tar_ds *t, const char *text, cons
         for (const char *p = text; *p && !rc;) {
             size_t len = strcspn(p, "\n");
             size_t name_len = len && p[len - 1] == '\r' ? len - 1 : len;
-            if (name_len == 0 || name_len > FEED_DATASET_MAX_NAME || n >= FEED_DATASET_MAX_CLASSES) {
+            if (name_len == 0 || name_len > FEED_DATASET_MAX_NAME ||
+                n >= FEED_DATASET_MAX_CLASSES) {
                 rc = FEED_ECORRUPT;
                 feed_set_err(err, err_cap,
                              "%s: __classes__.txt line %u: a class name must be 1..%u bytes "
@@ -232,8 +234,9 @@ static int make_names(struct feed_dataset *ds, tar_ds *t, const char *text, cons
         }
         if (!rc && max_label >= n) {
             rc = FEED_ECORRUPT;
-            feed_set_err(err, err_cap, "%s: a sample has label %u, but __classes__.txt names %u "
-                                       "classes",
+            feed_set_err(err, err_cap,
+                         "%s: a sample has label %u, but __classes__.txt names %u "
+                         "classes",
                          where, max_label, n);
         }
     } else {
@@ -330,8 +333,9 @@ static int tar_open(struct feed_dataset *ds, const char *location, const feed_da
     }
     if (ds->count == 0) {
         rc = FEED_ENOTFOUND;
-        feed_set_err(err, err_cap, "%s: no samples in %zu shard(s) (expected KEY.jpg and "
-                                   "KEY.cls members)",
+        feed_set_err(err, err_cap,
+                     "%s: no samples in %zu shard(s) (expected KEY.jpg and "
+                     "KEY.cls members)",
                      location, shards.n);
         goto out;
     }

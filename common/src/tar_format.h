@@ -19,9 +19,10 @@
 #include "feed/blob.h"
 
 #define TAR_BLOCK 512u
-#define TAR_SCAN_CHUNK (64u << 10)      /* bytes one header-scanning read asks for */
-#define TAR_MAX_META_BYTES (64u << 10)  /* a pax header, a GNU long name */
-#define TAR_MAX_LABEL_BYTES 32u         /* a KEY.cls member */
+#define TAR_SCAN_MIN (4u << 10)           /* bytes one header-scanning read asks for, at least */
+#define TAR_SCAN_CHUNK (64u << 10)        /* and at most */
+#define TAR_MAX_META_BYTES (64u << 10)    /* a pax header, a GNU long name */
+#define TAR_MAX_LABEL_BYTES 32u           /* a KEY.cls member */
 #define TAR_MAX_CLASSES_BYTES (16u << 20) /* the __classes__.txt member */
 #define TAR_CLASSES_KEY "__classes__"
 
@@ -59,7 +60,7 @@ typedef struct tar_index {
 void tar_index_free(tar_index *ix);
 
 /*
- * Index the shard in b by reading its headers in chunks of TAR_SCAN_CHUNK
+ * Index the shard in b by reading its headers in chunks of TAR_SCAN_MIN to TAR_SCAN_CHUNK
  * (member bytes are skipped unread, except labels, class names and pax
  * headers). At most max_samples samples. 0, or FEED_ECORRUPT (damaged or
  * malformed: bad checksum, truncated member, missing label or image,

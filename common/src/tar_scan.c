@@ -106,6 +106,7 @@ typedef struct scan {
     uint8_t *chunk;
     uint64_t chunk_off;
     size_t chunk_len;
+    size_t want; /* the next read's size, TAR_SCAN_MIN..TAR_SCAN_CHUNK: see scan_get */
     char *err;
     size_t err_cap;
     /* The member being looked at, for messages. */
@@ -123,15 +124,28 @@ typedef struct scan {
     size_t n_keys, keys_cap;
 } scan;
 
-/* Bytes [off, off+len) of the object, len <= TAR_SCAN_CHUNK, through the chunk. */
+/*
+ * Bytes [off, off+len) of the object, len <= TAR_SCAN_CHUNK, through the
+ * chunk. The read size adapts to the members: a miss right after the chunk
+ * (small members, several headers a chunk) doubles it, a miss far past it
+ * (a large member skipped) halves it, so shards of big images cost one small
+ * read a member and shards of small ones few large reads.
+ */
 static int scan_get(scan *s, uint64_t off, size_t len, const uint8_t **p)
 {
-    if (off >= s->chunk_off && off + len <= s->chunk_off + s->chunk_len) {
+    uint64_t end = s->chunk_off + s->chunk_len;
+    if (off >= s->chunk_off && off + len <= end) {
         *p = s->chunk + (off - s->chunk_off);
         return 0;
     }
+    if (off >= end && off - end < TAR_BLOCK && s->want < TAR_SCAN_CHUNK)
+        s->want *= 2;
+    else if (off >= end && off - end > s->want && s->want > TAR_SCAN_MIN)
+        s->want /= 2;
     uint64_t left = s->b->size - off;
-    size_t n = left < TAR_SCAN_CHUNK ? (size_t)left : TAR_SCAN_CHUNK;
+    size_t n = s->want > len ? s->want : len;
+    if (n > left)
+        n = (size_t)left;
     s->chunk_len = 0;
     int rc = feed_blob_read(s->b, off, n, s->chunk, s->err, s->err_cap);
     if (rc)
@@ -233,9 +247,8 @@ static int parse_label(scan *s, uint64_t off, uint64_t len)
     text[e] = '\0';
     uint64_t v = 0;
     if (a == e || feed_parse_u64(text + a, 0, FEED_DATASET_MAX_CLASSES - 1, &v) < 0) {
-        feed_set_err(s->err, s->err_cap,
-                     "%s: member '%s': label is not a decimal integer 0..%u", s->b->name, s->name,
-                     FEED_DATASET_MAX_CLASSES - 1);
+        feed_set_err(s->err, s->err_cap, "%s: member '%s': label is not a decimal integer 0..%u",
+                     s->b->name, s->name, FEED_DATASET_MAX_CLASSES - 1);
         return FEED_ECORRUPT;
     }
     s->label = (uint32_t)v;
@@ -285,8 +298,8 @@ static int add_member(scan *s, tar_index *out, uint64_t max_samples, uint64_t of
         return read_classes(s, out, off, len);
     if (strcasecmp(ext, "jpg") == 0 || strcasecmp(ext, "jpeg") == 0) {
         if (s->have_image) {
-            feed_set_err(s->err, s->err_cap, "%s: sample '%s' has a second image '%s'",
-                         s->b->name, s->key, s->name);
+            feed_set_err(s->err, s->err_cap, "%s: sample '%s' has a second image '%s'", s->b->name,
+                         s->key, s->name);
             return FEED_ECORRUPT;
         }
         s->have_image = 1;
@@ -296,14 +309,13 @@ static int add_member(scan *s, tar_index *out, uint64_t max_samples, uint64_t of
     }
     if (strcasecmp(ext, "cls") == 0) {
         if (s->have_label) {
-            feed_set_err(s->err, s->err_cap, "%s: sample '%s' has a second label '%s'",
-                         s->b->name, s->key, s->name);
+            feed_set_err(s->err, s->err_cap, "%s: sample '%s' has a second label '%s'", s->b->name,
+                         s->key, s->name);
             return FEED_ECORRUPT;
         }
         return parse_label(s, off, len);
     }
-    if (strcasecmp(ext, "png") == 0 || strcasecmp(ext, "webp") == 0 ||
-        strcasecmp(ext, "ppm") == 0)
+    if (strcasecmp(ext, "png") == 0 || strcasecmp(ext, "webp") == 0 || strcasecmp(ext, "ppm") == 0)
         snprintf(s->other_image, sizeof(s->other_image), "%s", ext);
     return 0;
 }
@@ -394,25 +406,25 @@ static int scan_members(scan *s, tar_index *out, uint64_t max_samples)
                          (unsigned long long)pos);
             break;
         }
-        if (has_pax_size)
-            len = pax_size;
         char type = (char)h[156];
+        int is_meta = type == 'L' || type == 'x' || type == 'K' || type == 'g';
+        if (has_pax_size && !is_meta)
+            len = pax_size; /* a pax size is the next file's, not another header's */
         if (next_path[0]) {
             snprintf(s->name, sizeof(s->name), "%s", next_path);
         } else if (memcmp(h + 257, "ustar\0", 6) == 0 && h[345]) {
-            snprintf(s->name, sizeof(s->name), "%.*s/%.*s", (int)strnlen((const char *)h + 345, 155),
-                     (const char *)h + 345, (int)strnlen((const char *)h, 100), (const char *)h);
+            snprintf(s->name, sizeof(s->name), "%.*s/%.*s",
+                     (int)strnlen((const char *)h + 345, 155), (const char *)h + 345,
+                     (int)strnlen((const char *)h, 100), (const char *)h);
         } else {
             snprintf(s->name, sizeof(s->name), "%.*s", (int)strnlen((const char *)h, 100),
                      (const char *)h);
         }
-        int is_meta = type == 'L' || type == 'x' || type == 'K' || type == 'g';
         if (!is_meta) {
             next_path[0] = '\0';
             has_pax_size = 0;
         }
-        if (len > size - data || (padded = (len + TAR_BLOCK - 1) / TAR_BLOCK * TAR_BLOCK) >
-                                     size - data + (TAR_BLOCK - 1)) {
+        if (len > size - data) {
             rc = FEED_ECORRUPT;
             feed_set_err(s->err, s->err_cap,
                          "%s: member '%s' at offset %llu: %llu bytes, but only %llu follow "
@@ -424,11 +436,11 @@ static int scan_members(scan *s, tar_index *out, uint64_t max_samples)
         if (type == 'L' || type == 'x') {
             if (len > TAR_MAX_META_BYTES) {
                 rc = FEED_ETOOBIG;
-                feed_set_err(s->err, s->err_cap, "%s: %s header of %llu bytes at offset %llu (at "
-                                                 "most %u)",
+                feed_set_err(s->err, s->err_cap,
+                             "%s: %s header of %llu bytes at offset %llu (at "
+                             "most %u)",
                              s->b->name, type == 'L' ? "GNU long-name" : "pax",
-                             (unsigned long long)len, (unsigned long long)pos,
-                             TAR_MAX_META_BYTES);
+                             (unsigned long long)len, (unsigned long long)pos, TAR_MAX_META_BYTES);
                 break;
             }
             rc = scan_copy(s, data, (size_t)len, (uint8_t *)meta);
@@ -440,8 +452,9 @@ static int scan_members(scan *s, tar_index *out, uint64_t max_samples)
             } else if (strnlen(meta, (size_t)len) == 0 ||
                        strnlen(meta, (size_t)len) > FEED_DATASET_MAX_PATH) {
                 rc = FEED_ECORRUPT;
-                feed_set_err(s->err, s->err_cap, "%s: GNU long name at offset %llu is empty or "
-                                                 "longer than %u bytes",
+                feed_set_err(s->err, s->err_cap,
+                             "%s: GNU long name at offset %llu is empty or "
+                             "longer than %u bytes",
                              s->b->name, (unsigned long long)pos, FEED_DATASET_MAX_PATH);
             } else {
                 snprintf(next_path, sizeof(next_path), "%s", meta);
@@ -455,6 +468,8 @@ static int scan_members(scan *s, tar_index *out, uint64_t max_samples)
         }
         if (rc)
             break;
+        /* len <= size - data: the padded end may pass the end of a shard cut in its padding. */
+        padded = len + (TAR_BLOCK - len % TAR_BLOCK) % TAR_BLOCK;
         pos = data + padded;
     }
     if (!rc && (next_path[0] || has_pax_size)) {
@@ -478,6 +493,7 @@ int tar_scan(feed_blob *b, uint64_t max_samples, tar_index *out, char *err, size
         goto out;
     }
     s->b = b;
+    s->want = TAR_SCAN_MIN;
     s->err = err;
     s->err_cap = err_cap;
     feed_buf_init(&s->keys, SIZE_MAX);
@@ -579,8 +595,9 @@ int tar_idx_parse(const uint8_t *buf, size_t len, uint64_t shard_bytes, uint64_t
         uint32_t label = get_u32(e + 12);
         if (off < TAR_BLOCK || off % TAR_BLOCK || off > shard_bytes || n > shard_bytes - off ||
             label >= FEED_DATASET_MAX_CLASSES) {
-            feed_set_err(err, err_cap, "%s: entry %llu (offset %llu, %llu bytes, label %u) does "
-                                       "not fit the shard",
+            feed_set_err(err, err_cap,
+                         "%s: entry %llu (offset %llu, %llu bytes, label %u) does "
+                         "not fit the shard",
                          name, (unsigned long long)i, (unsigned long long)off,
                          (unsigned long long)n, label);
             goto out;

@@ -95,14 +95,15 @@ int feed_tar_writer_open(const char *path, uint32_t num_classes, const char *con
     }
     for (uint32_t c = 0; c < num_classes && !rc; c++) {
         size_t n = strlen(class_names[c]);
-        if (n == 0 || n > FEED_DATASET_MAX_NAME || strchr(class_names[c], '\n')) {
+        if (n == 0 || n > FEED_DATASET_MAX_NAME || strpbrk(class_names[c], "\r\n")) {
             rc = FEED_EINVAL;
-            feed_set_err(err, err_cap, "%s: class %u name must be 1..%u bytes without a newline",
+            feed_set_err(err, err_cap, "%s: class %u name must be 1..%u bytes without a line break",
                          path, c, FEED_DATASET_MAX_NAME);
             goto out;
         }
         rc = feed_dataset_check_class_name(path, c, class_names[c], err, err_cap);
-        if (!rc && (feed_buf_append(&names, class_names[c], n) || feed_buf_append(&names, "\n", 1))) {
+        if (!rc &&
+            (feed_buf_append(&names, class_names[c], n) || feed_buf_append(&names, "\n", 1))) {
             rc = FEED_ETOOBIG;
             feed_set_err(err, err_cap, "%s: class names over %u bytes", path,
                          TAR_MAX_CLASSES_BYTES);

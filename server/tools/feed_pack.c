@@ -236,8 +236,7 @@ static int run_pack(const char *src, const char *dst, const pack_opts *o)
     }
     for (uint32_t c = 0; c < classes; c++)
         names[c] = feed_dataset_class_name(ds, c);
-    e = sink_open(&sink, o->format, dst, count, classes, names, o->shard_samples, err,
-                  sizeof(err));
+    e = sink_open(&sink, o->format, dst, count, classes, names, o->shard_samples, err, sizeof(err));
     if (e) {
         fprintf(stderr, "feed-pack: %s (%s)\n", err, feed_err_name(e));
         goto out;
@@ -307,8 +306,8 @@ static int run_pack(const char *src, const char *dst, const pack_opts *o)
         goto out;
     }
     double secs = now_s() - t0;
-    printf("feed-pack: %s -> %s: %llu samples, %u classes, %u threads, %.2f s\n", src,
-           sink.written, (unsigned long long)count, classes, o->threads, secs);
+    printf("feed-pack: %s -> %s: %llu samples, %u classes, %u threads, %.2f s\n", src, sink.written,
+           (unsigned long long)count, classes, o->threads, secs);
     printf("  re-encoded %llu, unchanged %llu, kept as-is (undecodable) %llu\n",
            (unsigned long long)n_recoded, (unsigned long long)n_unchanged,
            (unsigned long long)n_bad);

@@ -1,5 +1,6 @@
 /*
  * Unit tests for tar shards (common/src/tar.c, tar_scan.c, tar_write.c):
+ * the header scan reads headers, not member bytes (a counting blob);
  * shards written from real JPEGs serve the same classes, labels and bytes as
  * the tree they came from; the shard index is used when it matches and
  * ignored when it does not; GNU tar's own shards (ustar, gnu and pax
@@ -31,6 +32,7 @@
 #include "feedtest.h"
 #include "feedtest_skip.h"
 #include "pack_testlib.h"
+#include "tar_format.h"
 
 extern char **environ;
 
@@ -242,6 +244,65 @@ static void test_index_used_and_mismatch_ignored(void **state)
     feed_dataset_close(tree);
 }
 
+/* A blob over memory that counts what is read. */
+typedef struct count_blob {
+    feed_blob b;
+    const uint8_t *p;
+    uint64_t reads, bytes;
+} count_blob;
+
+static int count_read(feed_blob *b, uint64_t offset, size_t len, uint8_t *dst, char *err,
+                      size_t err_cap)
+{
+    (void)err;
+    (void)err_cap;
+    count_blob *c = (count_blob *)b;
+    assert_true(offset <= b->size && len <= b->size - offset);
+    memcpy(dst, c->p + offset, len);
+    c->reads++;
+    c->bytes += len;
+    return 0;
+}
+
+static void count_close(feed_blob *b)
+{
+    (void)b;
+}
+
+/* The scan reads headers and labels, not the images: 8 images of 1 MiB cost a few KiB each. */
+static void test_scan_skips_member_bytes(void **state)
+{
+    (void)state;
+    static const feed_blob_ops ops = {.read = count_read, .prefetch = NULL, .close = count_close};
+    size_t big = 1u << 20;
+    char *img = malloc(big + 1);
+    assert_non_null(img);
+    memset(img, 'j', big);
+    img[big] = '\0';
+    tar_img t = {0};
+    for (int k = 0; k < 8; k++) {
+        char key[8];
+        snprintf(key, sizeof(key), "k%d", k);
+        sample(&t, key, "1", img);
+    }
+    uint8_t end[1024] = {0};
+    img_put(&t, end, sizeof(end));
+    count_blob c = {.b = {.ops = &ops, .size = t.len, .version = 0, .name = "mem.tar"},
+                    .p = t.data};
+    tar_index ix;
+    char err[256];
+    assert_int_equal(tar_scan(&c.b, 100, &ix, err, sizeof(err)), 0);
+    assert_int_equal(ix.n, 8);
+    assert_int_equal(ix.v[7].length, big);
+    print_message("scan of %zu bytes: %llu reads, %llu bytes\n", t.len, (unsigned long long)c.reads,
+                  (unsigned long long)c.bytes);
+    assert_true(c.reads <= 2 * 8 + 2);
+    assert_true(c.bytes <= 16 * TAR_SCAN_MIN); /* under 1 % of the shard */
+    tar_index_free(&ix);
+    free(t.data);
+    free(img);
+}
+
 static void test_truncated_member(void **state)
 {
     (void)state;
@@ -262,7 +323,8 @@ static void test_bad_checksum(void **state)
     member(&t, "b.jpg", '0', "y", 1, 1);
     member(&t, "b.cls", '0', "0", 1, 0);
     finish(&t, "sum.tar");
-    open_fails("sum.tar", FEED_ECORRUPT, "bad header checksum at offset 2048", "after member 'a.cls'");
+    open_fails("sum.tar", FEED_ECORRUPT, "bad header checksum at offset 2048",
+               "after member 'a.cls'");
 }
 
 static void test_missing_label(void **state)
@@ -359,7 +421,11 @@ static void test_long_names_and_pax(void **state)
     snprintf(name, sizeof(name), "path=%s.jpg\n", "pax/sample");
     snprintf(rec, sizeof(rec), "%zu %s", strlen(name) + 3, name);
     member(&t, "PaxHeaders/x", 'x', rec, strlen(rec), 0);
-    member(&t, "ignored", '0', "pax", 3, 0);
+    /* A pax size is the next file's: a GNU long name between keeps its own size. */
+    snprintf(rec, sizeof(rec), "%s", "10 size=3\n");
+    member(&t, "PaxHeaders/y", 'x', rec, strlen(rec), 0);
+    member(&t, "././@LongLink", 'L', "pax/sample.jpg", 15, 0);
+    member(&t, "ignored", '0', "pax and more", 12, 0); /* read as 3 bytes, per the pax size */
     member(&t, "pax/sample.cls", '0', "1", 1, 0);
     member(&t, "pax/dir", '5', "", 0, 0);
     finish(&t, "names.tar");
@@ -417,6 +483,13 @@ static void test_locations(void **state)
     open_fails("x-{0..100000}.tar", FEED_ETOOBIG, "more than 100000 shards", NULL);
     open_fails("x-{0..9}-{0..99999}.tar", FEED_ETOOBIG, "more than 100000 shards", NULL);
     open_fails("missing.tar", FEED_ENOTFOUND, "missing.tar", NULL);
+    /* A tree whose directory name has braces is a tree, not a pattern. */
+    char p[1024];
+    path_in(p, sizeof(p), "tree-{1..2}");
+    assert_int_equal(feed_test_make_imagefolder(p, 2, 1, 3), 0);
+    feed_dataset *tree = open_path("tree-{1..2}", NULL);
+    assert_string_equal(feed_dataset_format(tree), "imagefolder");
+    feed_dataset_close(tree);
     char err[512];
     feed_dataset *ds = NULL;
     /* Remote shards go to the remote blob: here to a port nothing listens on. */
@@ -496,8 +569,9 @@ static void test_gnu_tar_shards(void **state)
     char dir[1024], p[1200], key[1300];
     path_in(dir, sizeof(dir), "flat");
     assert_int_equal(mkdir(dir, 0755), 0);
-    snprintf(p, sizeof(p), "%s/%s", dir, "a-directory-name-long-enough-to-need-a-long-name-"
-                                         "in-the-older-formats-padding-padding-padding");
+    snprintf(p, sizeof(p), "%s/%s", dir,
+             "a-directory-name-long-enough-to-need-a-long-name-"
+             "in-the-older-formats-padding-padding-padding");
     assert_int_equal(mkdir(p, 0755), 0);
     feed_buf scratch;
     feed_buf_init(&scratch, 1u << 20);
@@ -581,6 +655,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_shards_match_tree, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_index_used_and_mismatch_ignored, setup_tmp,
                                         teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_scan_skips_member_bytes, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_truncated_member, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_bad_checksum, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_missing_label, setup_tmp, teardown_tmp),

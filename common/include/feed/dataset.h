@@ -38,7 +38,7 @@
 typedef struct feed_dataset feed_dataset;
 
 typedef struct feed_dataset_limits {
-    uint64_t max_samples;     /* refuse larger datasets (default 100,000,000) */
+    uint64_t max_samples;      /* refuse larger datasets (default 100,000,000) */
     uint64_t max_sample_bytes; /* larger files are reported as too large (default 64 MiB) */
     /* Remote shards (s3://, http(s)://): endpoint, connections, read-ahead...; NULL = defaults. */
     const struct feed_blob_remote_options *remote;
@@ -61,15 +61,17 @@ const char *feed_dataset_class_name(const feed_dataset *ds, uint32_t label);
 const char *feed_dataset_format(const feed_dataset *ds);
 /* Label of sample i (i < count). */
 uint32_t feed_dataset_label(const feed_dataset *ds, uint64_t i);
-/* Source path of sample i (ImageFolder) or NULL (pack). */
+/* Source path of sample i (ImageFolder) or NULL (pack, tar shards). */
 const char *feed_dataset_sample_path(const feed_dataset *ds, uint64_t i);
 
 /*
  * The JPEG bytes of sample i. For a pack, *data points into the mapping and
  * scratch is untouched; for a tree the file, for tar shards the image member,
- * is read into scratch (bounded by both scratch->limit and max_sample_bytes). Returns 0, FEED_ENOTFOUND (the
- * file is gone: removed since the open), FEED_EIO (any other failure to read
- * it, or no longer a regular file), FEED_ETOOBIG or FEED_EINVAL (i out of range).
+ * is read into scratch (bounded by both scratch->limit and max_sample_bytes).
+ * Returns 0, FEED_ENOTFOUND (the file is gone: removed since the open),
+ * FEED_EIO (any other failure to read it, or no longer a regular file, or a
+ * shard cut or changed since the open), FEED_ETOOBIG or FEED_EINVAL (i out of
+ * range).
  */
 int feed_dataset_read(const feed_dataset *ds, uint64_t i, feed_buf *scratch, const uint8_t **data,
                       size_t *len);

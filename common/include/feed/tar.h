@@ -17,7 +17,7 @@ typedef struct feed_tar_writer feed_tar_writer;
 
 /*
  * Start a shard. class_names (num_classes of them, 1..255 bytes of UTF-8
- * without a newline) go into __classes__.txt; num_classes 0 writes none.
+ * without a line break) go into __classes__.txt; num_classes 0 writes none.
  * 0 or a negative FEED_E code with a message in err.
  */
 int feed_tar_writer_open(const char *path, uint32_t num_classes, const char *const *class_names,
