@@ -16,11 +16,25 @@
 # the proxy run on the same 2 cores as feedd (node: their CPU is charged to the
 # remote case; cpu.csv has the CPU seconds each process used in each run).
 # Reports images/s, median and range, and remote/local per round.
+#
+# PIN=1 (results in pinned/): feedd on CPU 0 only (THREADS=1 by default), the
+# S3 server, the proxy and feed-wire-bench on CPU 1, so the object store does
+# not take feedd's core: images/s per feedd core, local against remote.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 b=${BUILD:-build}
 data=${DATA:-/work/shared/datasets/imagenet-sample}
+PIN=${PIN:-0}
 out=bench/results/remote-2core-2026-12-03
+feedd_cpu=()
+other_cpu=()
+if [ "$PIN" = 1 ]; then
+  out=$out/pinned
+  THREADS=${THREADS:-1}
+  feedd_cpu=(taskset -c 0)
+  other_cpu=(taskset -c 1)
+fi
+mkdir -p "$out"
 CONN=${CONN:-32}
 RA=${RA:-64M}
 THREADS=${THREADS:-2}
@@ -44,7 +58,7 @@ shards="shard-{000000..000009}.tar"
 # The servers: S3 + latency proxy. Commands on fd 3; "ready ..." on its stdout.
 export FEED_TEST_S3_KEY=BENCHKEY FEED_TEST_S3_SECRET=bench-secret
 mkfifo "$tmp/ctl"
-node tests/remote/servers.js --data "$tmp/data" --bucket feed-test --latency-ms 20 \
+${other_cpu[@]+"${other_cpu[@]}"} node tests/remote/servers.js --data "$tmp/data" --bucket feed-test --latency-ms 20 \
   < "$tmp/ctl" > "$tmp/servers.out" 2> "$tmp/servers.err" &
 pids+=($!)
 exec 3> "$tmp/ctl"
@@ -66,7 +80,7 @@ done > "$out/rtt.txt"
 start_feedd() { # NAME DATASET [ARGS...]
   local name=$1 ds=$2
   shift 2
-  "$b/server/feedd" --listen 127.0.0.1:0 --port-file "$tmp/$name.port" --threads "$THREADS" \
+  ${feedd_cpu[@]+"${feedd_cpu[@]}"} "$b/server/feedd" --listen 127.0.0.1:0 --port-file "$tmp/$name.port" --threads "$THREADS" \
     --dataset "bench=$ds" "$@" > "$tmp/$name.log" 2>&1 &
   pids+=($!)
   until [ -s "$tmp/$name.port" ]; do sleep 0.2; done
@@ -90,7 +104,7 @@ for round in $(seq 1 "$ROUNDS"); do
     fpid=$([ "$name" = local ] && echo "${pids[1]}" || echo "${pids[2]}")
     c0=("$(cpu_s "$fpid")" "$(cpu_s "$node_pid")" "$(cpu_s "$latency_pid")")
     echo "# round $round $name" >> "$out/wire.txt"
-    "$b/bench/wire/feed-wire-bench" --target "127.0.0.1:${port##*:}" --mode preproc \
+    ${other_cpu[@]+"${other_cpu[@]}"} "$b/bench/wire/feed-wire-bench" --target "127.0.0.1:${port##*:}" --mode preproc \
       --threads 2 --seconds "$SECONDS_PER_RUN" --warmup 3 --csv "$tmp/row.csv" \
       >> "$out/wire.txt"
     echo "$round,$name,$(tail -1 "$tmp/row.csv")" >> "$out/wire.csv"
@@ -100,7 +114,7 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 cp "$tmp/s3.log" "$out/feedd-s3.log"
 
-python3 - "$out/wire.csv" "$CONN" "$RA" "$out/cpu.csv" "$SECONDS_PER_RUN" > "$out/table.md" <<'PY'
+python3 - "$out/wire.csv" "$CONN" "$RA" "$out/cpu.csv" "$SECONDS_PER_RUN" "$THREADS" > "$out/table.md" <<'PY'
 import csv, statistics, sys
 rows = list(csv.reader(open(sys.argv[1])))
 cpu = {(int(r["round"]), r["name"]): r for r in csv.DictReader(open(sys.argv[4]))}
@@ -131,6 +145,6 @@ print(f"| feedd CPU ms per image, s3 | {med(feedd_ms['s3'], '{:.2f}')} |")
 print(f"| S3 server + proxy share of the CPU used in the s3 runs | {med(store_share, '{:.2f}')} |")
 print()
 print(f"median (range) of {len(ratio)} rounds; remote-connections {sys.argv[2]}, "
-      f"remote-readahead {sys.argv[3]}; feedd 2 worker threads; batch 64 at 224x224")
+      f"remote-readahead {sys.argv[3]}; feedd {sys.argv[6]} worker thread(s); batch 64 at 224x224")
 PY
 cat "$out/rtt.txt" "$out/table.md"
