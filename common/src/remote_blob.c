@@ -42,13 +42,13 @@ static int remote_read(feed_blob *base, uint64_t offset, size_t len, uint8_t *ds
     int rc = 0;
     if (len > b->max_read) {
         rc = FEED_ETOOBIG;
-        feed_set_err(err, err_cap, "%s: a read of %zu bytes is over the cap of %llu",
-                     base->name, len, (unsigned long long)b->max_read);
+        feed_set_err(err, err_cap, "%s: a read of %zu bytes is over the cap of %llu", base->name,
+                     len, (unsigned long long)b->max_read);
     } else if (offset > base->size || len > base->size - offset) {
         rc = FEED_EINVAL;
         feed_set_err(err, err_cap, "%s: bytes %llu..%llu are outside the object (%llu bytes)",
-                     base->name, (unsigned long long)offset,
-                     (unsigned long long)(offset + len), (unsigned long long)base->size);
+                     base->name, (unsigned long long)offset, (unsigned long long)(offset + len),
+                     (unsigned long long)base->size);
     } else if (len > 0 && !remote_ra_take(b, offset, len, dst)) {
         rc = remote_fetch(b, offset, len, dst, NULL, err, err_cap);
     }
@@ -145,8 +145,7 @@ int feed_remote_blob_open(const char *location, const feed_blob_options *opts, f
         goto out;
     if (!resp.have_total) {
         rc = FEED_EPROTO;
-        feed_set_err(err, err_cap, "%s: the server did not say the object's size",
-                     b->base.name);
+        feed_set_err(err, err_cap, "%s: the server did not say the object's size", b->base.name);
         goto out;
     }
     b->base.size = resp.total;

@@ -100,9 +100,9 @@ static int resolve_s3(const char *location, const feed_blob_remote_options *o,
     if (!slash || !bucket_ok(b, (size_t)(slash - b)) || slash[1] == '\0' ||
         strlen(slash + 1) > 1024) {
         feed_set_err(err, err_cap,
-                        "%.200s: not an S3 location (want s3://bucket/key: a bucket of 3-63 "
-                        "characters a-z 0-9 . -, and a key of 1-1024 bytes)",
-                        location);
+                     "%.200s: not an S3 location (want s3://bucket/key: a bucket of 3-63 "
+                     "characters a-z 0-9 . -, and a key of 1-1024 bytes)",
+                     location);
         goto out;
     }
     memcpy(bucket, b, (size_t)(slash - b));
@@ -118,8 +118,8 @@ static int resolve_s3(const char *location, const feed_blob_remote_options *o,
     if (!region)
         region = "us-east-1";
     if (copy_str(t->region, sizeof t->region, region, strlen(region)) < 0) {
-        feed_set_err(err, err_cap, "%.200s: the region name is longer than %zu bytes",
-                        location, sizeof t->region - 1);
+        feed_set_err(err, err_cap, "%.200s: the region name is longer than %zu bytes", location,
+                     sizeof t->region - 1);
         goto out;
     }
     if (path_style < 0)
@@ -129,9 +129,9 @@ static int resolve_s3(const char *location, const feed_blob_remote_options *o,
                             sizeof base);
         if (rc < 0) {
             feed_set_err(err, err_cap,
-                            "%.200s: the S3 endpoint is not an http:// or https:// URL without "
-                            "credentials, query or fragment (at most 255 bytes of host)",
-                            location);
+                         "%.200s: the S3 endpoint is not an http:// or https:// URL without "
+                         "credentials, query or fragment (at most 255 bytes of host)",
+                         location);
             goto out;
         }
     } else {
@@ -162,8 +162,8 @@ static int resolve_s3(const char *location, const feed_blob_remote_options *o,
         rc = n < 0 || (size_t)n >= sizeof t->url ? FEED_ETOOBIG : 0;
     }
     if (rc < 0) {
-        feed_set_err(err, err_cap, "%.200s: the request URL would be over %u bytes",
-                        location, FEED_REMOTE_MAX_URL);
+        feed_set_err(err, err_cap, "%.200s: the request URL would be over %u bytes", location,
+                     FEED_REMOTE_MAX_URL);
         rc = FEED_EINVAL;
         goto out;
     }
@@ -185,19 +185,18 @@ static int resolve_http(const char *location, feed_remote_target *t, char *err, 
     int rc = FEED_EINVAL;
 
     if (host == end) {
-        feed_set_err(err, err_cap, "%.*s...: a URL without a host", (int)scheme_len,
-                        location);
+        feed_set_err(err, err_cap, "%.*s...: a URL without a host", (int)scheme_len, location);
         goto out;
     }
     if (scheme_len + (size_t)(end - host) + path_len >= sizeof t->name ||
         url_len >= sizeof t->url) {
-        feed_set_err(err, err_cap, "%.*s%.*s: the URL is longer than %u bytes",
-                        (int)scheme_len, location, (int)(end - host > 200 ? 200 : end - host),
-                        host, FEED_REMOTE_MAX_URL - 1);
+        feed_set_err(err, err_cap, "%.*s%.*s: the URL is longer than %u bytes", (int)scheme_len,
+                     location, (int)(end - host > 200 ? 200 : end - host), host,
+                     FEED_REMOTE_MAX_URL - 1);
         goto out;
     }
-    snprintf(t->name, sizeof t->name, "%.*s%.*s%.*s", (int)scheme_len, location,
-             (int)(end - host), host, (int)path_len, end);
+    snprintf(t->name, sizeof t->name, "%.*s%.*s%.*s", (int)scheme_len, location, (int)(end - host),
+             host, (int)path_len, end);
     memcpy(t->url, location, url_len);
     t->url[url_len] = '\0';
     t->s3 = 0;
@@ -277,8 +276,8 @@ static int parse_creds_file(char *text, const char *profile, feed_remote_creds *
     return rc;
 }
 
-static int load_creds_file(const char *path, const char *profile, feed_remote_creds *c,
-                           char *err, size_t err_cap)
+static int load_creds_file(const char *path, const char *profile, feed_remote_creds *c, char *err,
+                           size_t err_cap)
 {
     FILE *f = fopen(path, "rb");
     char *text = NULL;
@@ -295,7 +294,7 @@ static int load_creds_file(const char *path, const char *profile, feed_remote_cr
     if (n > CREDS_FILE_MAX) {
         rc = FEED_ETOOBIG;
         feed_set_err(err, err_cap, "%.200s: credentials file larger than %u bytes", path,
-                        CREDS_FILE_MAX);
+                     CREDS_FILE_MAX);
         goto out;
     }
     text[n] = '\0';
@@ -341,8 +340,8 @@ int feed_remote_creds_load(feed_remote_creds *c, char *err, size_t err_cap)
         }
         if (copy_str(c->access_key, sizeof c->access_key, id, strlen(id)) < 0 ||
             copy_str(c->secret_key, sizeof c->secret_key, secret, strlen(secret)) < 0 ||
-            (token && copy_str(c->session_token, sizeof c->session_token, token,
-                               strlen(token)) < 0)) {
+            (token &&
+             copy_str(c->session_token, sizeof c->session_token, token, strlen(token)) < 0)) {
             feed_set_err(err, err_cap,
                          "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or AWS_SESSION_TOKEN is "
                          "longer than %u bytes",

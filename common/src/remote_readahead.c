@@ -38,7 +38,7 @@ typedef struct ra_entry {
     size_t len;
     enum ra_state state;
     int rc;
-    int claimed; /* a reader waits for it: not pushed out, not taken by another */
+    int claimed;      /* a reader waits for it: not pushed out, not taken by another */
     uint64_t done_ns; /* CLOCK_MONOTONIC when the fetch finished */
     uint8_t *buf;
 } ra_entry;
@@ -100,8 +100,8 @@ static void *worker(void *arg)
         e->state = RA_FETCHING;
         pthread_mutex_unlock(&ra_lock);
         e->buf = malloc(e->len ? e->len : 1);
-        e->rc = e->buf ? remote_fetch(e->blob, e->offset, e->len, e->buf, NULL, NULL, 0)
-                       : FEED_ENOMEM;
+        e->rc =
+            e->buf ? remote_fetch(e->blob, e->offset, e->len, e->buf, NULL, NULL, 0) : FEED_ENOMEM;
         pthread_mutex_lock(&ra_lock);
         e->state = RA_DONE;
         e->done_ns = now_ns();

@@ -63,8 +63,8 @@ static int hmac(const unsigned char *key, size_t key_len, const char *msg, unsig
 {
     unsigned int len = 0;
     int rc = FEED_EIO;
-    if (HMAC(EVP_sha256(), key, (int)key_len, (const unsigned char *)msg, strlen(msg), out,
-             &len) != NULL &&
+    if (HMAC(EVP_sha256(), key, (int)key_len, (const unsigned char *)msg, strlen(msg), out, &len) !=
+            NULL &&
         len == 32)
         rc = 0;
     return rc;
@@ -77,8 +77,8 @@ int feed_remote_uri_encode(const char *s, int keep_slash, char *out, size_t out_
     int rc = 0;
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         int plain = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
-                    (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' || *p == '_' ||
-                    *p == '~' || (keep_slash && *p == '/');
+                    (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' || *p == '_' || *p == '~' ||
+                    (keep_slash && *p == '/');
         if (o + (plain ? 1u : 3u) >= out_cap) {
             rc = FEED_ETOOBIG;
             break;

@@ -159,8 +159,7 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *arg)
         slash = strrchr(v, '/');
         if (slash && feed_parse_u64(slash + 1, 0, UINT64_MAX, &a->resp.total) == 0)
             a->resp.have_total = 2; /* 2: from Content-Range (a 206) */
-    } else if (n > 15 && strncasecmp(line, "content-length:", 15) == 0 &&
-               a->resp.have_total != 2) {
+    } else if (n > 15 && strncasecmp(line, "content-length:", 15) == 0 && a->resp.have_total != 2) {
         header_value(line, n, 15, v, sizeof v);
         if (feed_parse_u64(v, 0, UINT64_MAX, &a->resp.total) == 0)
             a->resp.have_total = 1;
@@ -251,8 +250,8 @@ static int build_headers(const remote_blob *b, int head, const char *range, head
         sh[n++] = (feed_sigv4_header){"x-amz-date", amz_date};
         if (b->creds.session_token[0])
             sh[n++] = (feed_sigv4_header){"x-amz-security-token", b->creds.session_token};
-        feed_sigv4_request r = {head ? "HEAD" : "GET", b->t.canonical_uri, "", sh, n,
-                                EMPTY_SHA256, amz_date, b->t.region, "s3"};
+        feed_sigv4_request r = {head ? "HEAD" : "GET", b->t.canonical_uri, "",          sh,  n,
+                                EMPTY_SHA256,          amz_date,           b->t.region, "s3"};
         rc = feed_sigv4_authorization(&r, b->creds.access_key, b->creds.secret_key, auth,
                                       sizeof auth);
         if (rc == 0) {
@@ -348,8 +347,8 @@ static enum verdict attempt_once(remote_blob *b, uint64_t offset, size_t len, ui
                      b->base.name, a->resp.status, code[0] ? " " : "", code);
     } else if (a->resp.status == 404 || a->resp.status == 410) {
         *rc = FEED_ENOTFOUND;
-        feed_set_err(err, err_cap, "%s: not found (HTTP %ld%s%s)", b->base.name,
-                     a->resp.status, code[0] ? " " : "", code);
+        feed_set_err(err, err_cap, "%s: not found (HTTP %ld%s%s)", b->base.name, a->resp.status,
+                     code[0] ? " " : "", code);
     } else if (a->resp.status == 412 || a->resp.status == 416) {
         *rc = FEED_ESTATE;
         feed_set_err(err, err_cap, "%s: the object changed since it was opened (HTTP %ld)",
@@ -365,8 +364,8 @@ static enum verdict attempt_once(remote_blob *b, uint64_t offset, size_t len, ui
     } else if (dst && a->got < len) {
         *rc = FEED_EIO;
         v = V_RETRY;
-        feed_set_err(err, err_cap, "%s: the response ended after %zu of %zu bytes",
-                     b->base.name, a->got, len);
+        feed_set_err(err, err_cap, "%s: the response ended after %zu of %zu bytes", b->base.name,
+                     a->got, len);
     } else {
         *rc = 0;
     }

@@ -13,15 +13,15 @@
 
 extern char **environ;
 
-int remote_servers_start(remote_servers *s, const char *node, const char *script,
-                         const char *dir, int latency_ms)
+int remote_servers_start(remote_servers *s, const char *node, const char *script, const char *dir,
+                         int latency_ms)
 {
     int in[2] = {-1, -1}, out[2] = {-1, -1};
     char latency[16];
     char line[512];
     posix_spawn_file_actions_t fa;
-    char *argv[] = {(char *)node, "--no-deprecation", (char *)script, "--data", (char *)dir, "--bucket",
-                    REMOTE_TEST_BUCKET, "--latency-ms", latency, NULL};
+    char *argv[] = {(char *)node, "--no-deprecation", (char *)script, "--data", (char *)dir,
+                    "--bucket",   REMOTE_TEST_BUCKET, "--latency-ms", latency,  NULL};
     int rc = -1;
 
     memset(s, 0, sizeof *s);
@@ -53,8 +53,8 @@ int remote_servers_start(remote_servers *s, const char *node, const char *script
     in[1] = out[0] = -1;
     rc = -1;
     if (!s->to || !s->from || !fgets(line, sizeof line, s->from) ||
-        sscanf(line, "ready s3=%d s3proxy=%d http=%d httpproxy=%d latency=%d", &s->s3,
-               &s->s3proxy, &s->http, &s->httpproxy, &s->latency) != 5) {
+        sscanf(line, "ready s3=%d s3proxy=%d http=%d httpproxy=%d latency=%d", &s->s3, &s->s3proxy,
+               &s->http, &s->httpproxy, &s->latency) != 5) {
         fprintf(stderr, "servers.js did not start (is node_modules installed? "
                         "scripts/test.sh runs npm ci in tests/remote)\n");
         goto out;
@@ -78,8 +78,7 @@ int remote_servers_cmd(remote_servers *s, const char *cmd, long *requests, long 
     char line[512];
     long r = 0, c = 0;
     int rc = -1;
-    if (fprintf(s->to, "%s\n", cmd) < 0 || fflush(s->to) != 0 ||
-        !fgets(line, sizeof line, s->from))
+    if (fprintf(s->to, "%s\n", cmd) < 0 || fflush(s->to) != 0 || !fgets(line, sizeof line, s->from))
         goto out;
     if (sscanf(line, "ok requests=%ld connections=%ld", &r, &c) == 2) {
         rc = 0;

@@ -16,8 +16,8 @@
 
 typedef struct remote_servers {
     pid_t pid;
-    FILE *to;   /* commands */
-    FILE *from; /* answers */
+    FILE *to;                                  /* commands */
+    FILE *from;                                /* answers */
     int s3, s3proxy, http, httpproxy, latency; /* ports on 127.0.0.1 */
 } remote_servers;
 
@@ -26,9 +26,10 @@ typedef struct remote_servers {
  * also a latency proxy) with the test key pair, and waits for its "ready"
  * line. 0, or -1 with the reason on stderr.
  */
-int remote_servers_start(remote_servers *s, const char *node, const char *script,
-                         const char *dir, int latency_ms);
-/* Sends one command; 0 when answered "ok". *requests / *connections (may be NULL) get the proxies' totals. */
+int remote_servers_start(remote_servers *s, const char *node, const char *script, const char *dir,
+                         int latency_ms);
+/* Sends one command; 0 when answered "ok". *requests / *connections (may be NULL) get the proxies'
+ * totals. */
 int remote_servers_cmd(remote_servers *s, const char *cmd, long *requests, long *connections);
 /* Closes its stdin and waits for it to exit. */
 void remote_servers_stop(remote_servers *s);

@@ -103,8 +103,9 @@ static feed_blob *open_ok(const char *loc, const feed_blob_options *o)
 static void check_ranges(feed_blob *b)
 {
     static uint8_t buf[OBJ_SIZE];
-    const uint64_t offs[][2] = {{1, 1}, {0, 4096}, {12345, 54321}, {OBJ_SIZE - 1, 1},
-                                {OBJ_SIZE - 1000, 1000}, {0, OBJ_SIZE}};
+    const uint64_t offs[][2] = {
+        {1, 1},       {0, 4096}, {12345, 54321}, {OBJ_SIZE - 1, 1}, {OBJ_SIZE - 1000, 1000},
+        {0, OBJ_SIZE}};
     char err[512];
     assert_int_equal(b->size, OBJ_SIZE);
     for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
@@ -157,9 +158,9 @@ static void test_wrong_credentials(void **state)
     (void)state;
     set_creds("wrong-secret-hunter2");
     options(&o, ep, sizeof ep, g_srv.s3);
-    assert_int_equal(feed_remote_blob_open("s3://" REMOTE_TEST_BUCKET "/obj.bin", &o, &b, err,
-                                           sizeof err),
-                     FEED_EAUTH);
+    assert_int_equal(
+        feed_remote_blob_open("s3://" REMOTE_TEST_BUCKET "/obj.bin", &o, &b, err, sizeof err),
+        FEED_EAUTH);
     assert_null(b);
     assert_non_null(strstr(err, "s3://" REMOTE_TEST_BUCKET "/obj.bin"));
     assert_non_null(strstr(err, "403"));
@@ -167,9 +168,9 @@ static void test_wrong_credentials(void **state)
     assert_null(strstr(err, "Signature="));
     /* An unknown key id: refused too. */
     setenv("AWS_ACCESS_KEY_ID", "NOSUCHKEY", 1);
-    assert_int_equal(feed_remote_blob_open("s3://" REMOTE_TEST_BUCKET "/obj.bin", &o, &b, err,
-                                           sizeof err),
-                     FEED_EAUTH);
+    assert_int_equal(
+        feed_remote_blob_open("s3://" REMOTE_TEST_BUCKET "/obj.bin", &o, &b, err, sizeof err),
+        FEED_EAUTH);
     assert_null(strstr(err, "hunter2"));
     /* The right key, then a 403 from the store mid-way: the read names the object. */
     set_creds(REMOTE_TEST_SECRET);
@@ -192,9 +193,9 @@ static void test_not_found(void **state)
     (void)state;
     set_creds(REMOTE_TEST_SECRET);
     options(&o, ep, sizeof ep, g_srv.s3);
-    assert_int_equal(feed_remote_blob_open("s3://" REMOTE_TEST_BUCKET "/missing.tar", &o, &b,
-                                           err, sizeof err),
-                     FEED_ENOTFOUND);
+    assert_int_equal(
+        feed_remote_blob_open("s3://" REMOTE_TEST_BUCKET "/missing.tar", &o, &b, err, sizeof err),
+        FEED_ENOTFOUND);
     assert_non_null(strstr(err, "s3://" REMOTE_TEST_BUCKET "/missing.tar"));
     snprintf(url, sizeof url, "http://user:hunter2@127.0.0.1:%d/missing.tar", g_srv.http);
     assert_int_equal(feed_remote_blob_open(url, &o, &b, err, sizeof err), FEED_ENOTFOUND);
@@ -397,11 +398,11 @@ static void test_connection_pool(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_s3_ranged_reads),
-        cmocka_unit_test(test_http_ranged_reads), cmocka_unit_test(test_wrong_credentials),
-        cmocka_unit_test(test_not_found),         cmocka_unit_test(test_changed_object),
-        cmocka_unit_test(test_faults_retried),    cmocka_unit_test(test_read_cap),
-        cmocka_unit_test(test_readahead),         cmocka_unit_test(test_connection_pool),
+        cmocka_unit_test(test_s3_ranged_reads),   cmocka_unit_test(test_http_ranged_reads),
+        cmocka_unit_test(test_wrong_credentials), cmocka_unit_test(test_not_found),
+        cmocka_unit_test(test_changed_object),    cmocka_unit_test(test_faults_retried),
+        cmocka_unit_test(test_read_cap),          cmocka_unit_test(test_readahead),
+        cmocka_unit_test(test_connection_pool),
     };
     if (argc < 3) {
         fprintf(stderr, "usage: %s NODE SERVERS_JS\n", argv[0]);

@@ -70,9 +70,9 @@ static int setup(void **state)
     snprintf(ep, sizeof ep, "http://127.0.0.1:%d", g_srv.s3proxy);
     snprintf(g_log, sizeof g_log, "%s/feedd.log", g_tmp);
     opts.log_path = g_log;
-    const char *args[] = {"--dataset", local,  "--dataset", s3, "--dataset", http,
-                          "--s3-endpoint", ep, "--threads", "2", "--remote-retries", "1",
-                          "--log-level", "debug", NULL};
+    const char *args[] = {"--dataset",     local,   "--dataset", s3,  "--dataset",        http,
+                          "--s3-endpoint", ep,      "--threads", "2", "--remote-retries", "1",
+                          "--log-level",   "debug", NULL};
     if (feed_test_server_start_with(&opts, args, &g_feedd) != 0)
         return -1;
     g_chan = feedtest_channel(g_feedd.target);
@@ -194,7 +194,8 @@ static void test_shard_refused_then_deleted(void **state)
     Feed__V1__Batch *b = fetch_all("s3");
     expect_failed_range(b, ref, 8, 16, "credentials refused");
     feed__v1__batch__free_unpacked(b, NULL);
-    expect_log("s3://" REMOTE_TEST_BUCKET "/shard-000001.tar: access refused (HTTP 403 AccessDenied)");
+    expect_log("s3://" REMOTE_TEST_BUCKET
+               "/shard-000001.tar: access refused (HTTP 403 AccessDenied)");
     b = fetch_all("http");
     expect_failed_range(b, ref, 8, 16, "credentials refused");
     feed__v1__batch__free_unpacked(b, NULL);

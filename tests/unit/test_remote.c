@@ -37,14 +37,14 @@ static void test_sigv4_s3_get_object(void **state)
                              {"range", "bytes=0-9"},
                              {"x-amz-content-sha256", EMPTY_SHA256},
                              {"x-amz-date", "20130524T000000Z"}};
-    feed_sigv4_request r = {"GET", "/test.txt", "", h, 4, EMPTY_SHA256, "20130524T000000Z",
-                            "us-east-1", "s3"};
+    feed_sigv4_request r = {"GET",        "/test.txt",        "",          h,   4,
+                            EMPTY_SHA256, "20130524T000000Z", "us-east-1", "s3"};
     char auth[1024];
     assert_int_equal(feed_sigv4_authorization(&r, EX_KEY, EX_SECRET, auth, sizeof auth), 0);
-    assert_string_equal(auth,
-                        "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/"
-                        "aws4_request, SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
-                        "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41");
+    assert_string_equal(
+        auth, "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/"
+              "aws4_request, SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
+              "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41");
 }
 
 /* Same page: GET Bucket Lifecycle and GET Bucket (List Objects), with queries. */
@@ -54,7 +54,7 @@ static void test_sigv4_s3_queries(void **state)
     feed_sigv4_header h[] = {{"host", "examplebucket.s3.amazonaws.com"},
                              {"x-amz-content-sha256", EMPTY_SHA256},
                              {"x-amz-date", "20130524T000000Z"}};
-    feed_sigv4_request r = {"GET", "/", "lifecycle=", h, 3, EMPTY_SHA256, "20130524T000000Z",
+    feed_sigv4_request r = {"GET",       "/", "lifecycle=", h, 3, EMPTY_SHA256, "20130524T000000Z",
                             "us-east-1", "s3"};
     char auth[1024];
     assert_int_equal(feed_sigv4_authorization(&r, EX_KEY, EX_SECRET, auth, sizeof auth), 0);
@@ -71,8 +71,8 @@ static void test_sigv4_get_vanilla(void **state)
 {
     (void)state;
     feed_sigv4_header h[] = {{"host", "example.amazonaws.com"}, {"x-amz-date", "20150830T123600Z"}};
-    feed_sigv4_request r = {"GET", "/", "", h, 2, EMPTY_SHA256, "20150830T123600Z", "us-east-1",
-                            "service"};
+    feed_sigv4_request r = {"GET",       "/",      "", h, 2, EMPTY_SHA256, "20150830T123600Z",
+                            "us-east-1", "service"};
     char auth[1024];
     assert_int_equal(feed_sigv4_authorization(&r, "AKIDEXAMPLE",
                                               "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", auth,
@@ -100,9 +100,10 @@ static void test_uri_encode(void **state)
 
 static void clear_aws_env(void)
 {
-    const char *vars[] = {"AWS_ENDPOINT_URL",  "AWS_ENDPOINT_URL_S3",         "AWS_REGION",
-                          "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID",          "AWS_SECRET_ACCESS_KEY",
-                          "AWS_SESSION_TOKEN",  "AWS_SHARED_CREDENTIALS_FILE", "AWS_PROFILE"};
+    const char *vars[] = {
+        "AWS_ENDPOINT_URL",   "AWS_ENDPOINT_URL_S3",         "AWS_REGION",
+        "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID",           "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",  "AWS_SHARED_CREDENTIALS_FILE", "AWS_PROFILE"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
 }
@@ -117,9 +118,8 @@ static void test_resolve_s3(void **state)
     o.path_style = -1;
     /* AWS itself: virtual-host style, the region from the environment. */
     setenv("AWS_REGION", "eu-west-1", 1);
-    assert_int_equal(feed_remote_target_resolve("s3://my-bucket/train/shard 0.tar", &o, &t, err,
-                                                sizeof err),
-                     0);
+    assert_int_equal(
+        feed_remote_target_resolve("s3://my-bucket/train/shard 0.tar", &o, &t, err, sizeof err), 0);
     assert_string_equal(t.url, "https://my-bucket.s3.eu-west-1.amazonaws.com/train/shard%200.tar");
     assert_string_equal(t.host, "my-bucket.s3.eu-west-1.amazonaws.com");
     assert_string_equal(t.canonical_uri, "/train/shard%200.tar");

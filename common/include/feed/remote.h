@@ -70,8 +70,8 @@ typedef struct feed_sigv4_header {
 
 typedef struct feed_sigv4_request {
     const char *method;
-    const char *canonical_uri;   /* already URI-encoded */
-    const char *canonical_query; /* sorted, encoded; "" for none */
+    const char *canonical_uri;        /* already URI-encoded */
+    const char *canonical_query;      /* sorted, encoded; "" for none */
     const feed_sigv4_header *headers; /* sorted by name, host among them */
     size_t n_headers;
     const char *payload_hash; /* hex SHA-256 of the body, or "UNSIGNED-PAYLOAD" */
@@ -94,11 +94,11 @@ int feed_remote_uri_encode(const char *s, int keep_slash, char *out, size_t out_
 
 /* Process-wide counters, all remote blobs together (monotonic). */
 typedef struct feed_remote_stats {
-    uint64_t requests;         /* HTTP requests sent, retries included */
-    uint64_t retries;          /* requests sent again after a 5xx, timeout or cut */
-    uint64_t bytes;            /* body bytes received */
-    uint64_t readahead_done;   /* hinted ranges fetched in the background */
-    uint64_t readahead_hits;   /* reads served by a hinted range */
+    uint64_t requests;          /* HTTP requests sent, retries included */
+    uint64_t retries;           /* requests sent again after a 5xx, timeout or cut */
+    uint64_t bytes;             /* body bytes received */
+    uint64_t readahead_done;    /* hinted ranges fetched in the background */
+    uint64_t readahead_hits;    /* reads served by a hinted range */
     uint64_t readahead_dropped; /* hints dropped: no room under readahead_bytes */
 } feed_remote_stats;
 
