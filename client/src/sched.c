@@ -51,15 +51,26 @@ size_t sched_sample_bytes(const loader *l)
     return (size_t)l->cfg.transform.out_h * l->cfg.transform.out_w * 3;
 }
 
-static int slot_alloc(loader *l, slot *sl)
+/* routed: room for CLIENT_MAX_PIECES pieces (owner routing), else one. */
+static int slot_alloc(loader *l, slot *sl, bool routed)
 {
     uint32_t bs = l->cfg.batch_size;
     size_t raw_bytes = sched_sample_bytes(l) * bs;
     memset(sl, 0, sizeof(*sl));
+    sl->max_pieces = routed ? (bs < CLIENT_MAX_PIECES ? bs : CLIENT_MAX_PIECES) : 1;
+    sl->pieces = calloc(sl->max_pieces, sizeof(*sl->pieces));
     sl->indices = calloc(bs, sizeof(*sl->indices));
+    sl->order = calloc(bs, sizeof(*sl->order));
+    sl->sent = calloc(bs, sizeof(*sl->sent));
     sl->status = calloc(bs, sizeof(*sl->status));
-    if (!sl->indices || !sl->status)
+    if (!sl->pieces || !sl->indices || !sl->order || !sl->sent || !sl->status)
         return FEED_ENOMEM;
+    if (routed) {
+        sl->swap = malloc(sched_sample_bytes(l));
+        sl->from = calloc(bs, sizeof(*sl->from));
+        if (!sl->swap || !sl->from)
+            return FEED_ENOMEM;
+    }
     if (l->gpu) {
         void *raw = NULL, *labels = NULL;
         int rc = client_gpu_host_alloc(l->gpu, raw_bytes, &raw);
@@ -86,7 +97,12 @@ static int slot_alloc(loader *l, slot *sl)
 
 static void slot_release_memory(loader *l, slot *sl)
 {
+    free(sl->pieces);
     free(sl->indices);
+    free(sl->order);
+    free(sl->sent);
+    free(sl->swap);
+    free(sl->from);
     free(sl->status);
     if (l->gpu) {
         client_gpu_host_free(sl->raw);
@@ -148,15 +164,19 @@ static uint32_t slot_cap(const loader *l)
 static void grow(loader *l)
 {
     slot fresh;
+    bool routed = l->routing;
     l->growing = true;
     pthread_mutex_unlock(&l->mu);
-    int rc = slot_alloc(l, &fresh);
+    int rc = slot_alloc(l, &fresh, routed);
     if (rc)
         slot_release_memory(l, &fresh);
     pthread_mutex_lock(&l->mu);
     l->growing = false;
     if (rc == 0) {
-        l->slots[l->num_slots++] = fresh;
+        slot *sl = &l->slots[l->num_slots++];
+        *sl = fresh;
+        for (uint32_t i = 0; i < sl->max_pieces; i++)
+            sl->pieces[i].slot = sl;
     } else if (l->num_slots > l->cfg.prefetch) {
         /* Enough to keep going (the caller's prefetch plus one being fetched): a soft cap. */
         l->slots_capped = true;
@@ -174,16 +194,24 @@ static void assign(slot *sl, const client_plan *plan, uint32_t epoch, uint64_t b
     const uint32_t *samples;
     uint32_t n;
     client_plan_batch(plan, batch_number, &samples, &n);
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; i < n; i++) {
         sl->indices[i] = samples[i];
+        sl->sent[i] = samples[i];
+        sl->order[i] = i;
+    }
     sl->n = n;
     sl->batch_number = batch_number;
     sl->epoch = epoch;
-    sl->server = NULL;
-    sl->hedge = NULL;
-    sl->hedge_id = 0;
     sl->result = 0;
     sl->state = SLOT_PENDING;
+    /* One piece, the whole batch; owner routing splits it when it is sent. */
+    sl->num_pieces = 1;
+    piece *pc = &sl->pieces[0];
+    memset(pc, 0, sizeof(*pc));
+    pc->slot = sl;
+    pc->state = PIECE_PENDING;
+    pc->n = n;
+    atomic_store_explicit(&sl->landed, 0, memory_order_relaxed);
 }
 
 /* Puts planned batches into free slots up to the cap. Returns whether one more slot should be

@@ -1,8 +1,9 @@
 /*
- * Scheduling, part two (see sched.c for the whole): which server each batch
- * is sent to (balance.c's choices), hedges and probes, a failed server's
- * batches re-issued, batch deadlines and retries on the clock. The loader's
- * mu held; the time is passed in; requests go out through l->transport.
+ * Scheduling, part two (see sched.c for the whole): which server each piece
+ * of a batch is sent to (balance.c's choices, or owner routing's in
+ * sched_route.c), hedges and probes, a failed server's pieces re-issued,
+ * batch deadlines and retries on the clock. The loader's mu held; the time
+ * is passed in; requests go out through l->transport.
  */
 #include "balance.h"
 
@@ -10,35 +11,66 @@
 #include "loader_impl.h"
 #include "sched_impl.h"
 
+bool sched_slot_active(const slot *sl)
+{
+    return sl->state == SLOT_PENDING || sl->state == SLOT_INFLIGHT || sl->state == SLOT_LANDING;
+}
+
+void sched_slot_sync(slot *sl)
+{
+    if (!sched_slot_active(sl))
+        return;
+    bool landing = false, inflight = false;
+    for (uint32_t k = 0; k < sl->num_pieces; k++) {
+        landing = landing || sl->pieces[k].state == PIECE_LANDING;
+        inflight = inflight || sl->pieces[k].state == PIECE_INFLIGHT;
+    }
+    sl->state = landing ? SLOT_LANDING : inflight ? SLOT_INFLIGHT : SLOT_PENDING;
+}
+
+piece *sched_pending_piece(slot *sl)
+{
+    if (!sched_slot_active(sl))
+        return NULL;
+    for (uint32_t k = 0; k < sl->num_pieces; k++) {
+        if (sl->pieces[k].state == PIECE_PENDING)
+            return &sl->pieces[k];
+    }
+    return NULL;
+}
+
 static slot *first_pending(loader *l)
 {
     slot *best = NULL;
     for (uint32_t i = 0; i < l->num_slots; i++) {
         slot *sl = &l->slots[i];
-        if (sl->state == SLOT_PENDING && (!best || balance_plan_before(l, sl, best)))
+        if (sched_pending_piece(sl) && (!best || balance_plan_before(l, sl, best)))
             best = sl;
     }
     return best;
 }
 
-/* Sends sl's batch to s as a new request, whose batch_id it returns; 0 if the transport
- * refused it (s is then failed, which puts sl back as it was before the call). */
-static uint64_t send_to(loader *l, slot *sl, server *s, bool second, uint64_t now)
+uint64_t sched_send(loader *l, piece *pc, server *s, bool second, uint32_t ownership,
+                    uint64_t now)
 {
+    slot *sl = pc->slot;
     uint64_t id = ++l->request_seq;
     if (second) {
-        sl->hedge = s;
-        sl->hedge_id = id;
+        pc->hedge = s;
+        pc->hedge_id = id;
     } else {
-        sl->request_id = id;
-        sl->server = s;
-        sl->sent_ns = now;
-        sl->state = SLOT_INFLIGHT;
+        pc->request_id = id;
+        pc->server = s;
+        pc->sent_ns = now;
+        pc->ownership = ownership;
+        pc->state = PIECE_INFLIGHT;
+        sched_slot_sync(sl);
     }
     /* The server's deadline clock runs from now if it had nothing to do. */
     if (s->outstanding++ == 0)
         s->progress_ns = now;
-    if (!l->transport->send_request(l, s, id, sl->epoch, sl->indices, sl->n)) {
+    if (!l->transport->send_request(l, s, id, sl->epoch, sl->sent + pc->first, pc->n,
+                                    ownership)) {
         sched_fail_server(l, s, "send queue refused a request", now);
         return 0;
     }
@@ -46,9 +78,9 @@ static uint64_t send_to(loader *l, slot *sl, server *s, bool second, uint64_t no
 }
 
 /* A measured server up that has had nothing to do for CLIENT_PROBE_MS while batches wait
- * (balancing holds them back from it) gets a copy of the newest batch in flight elsewhere: its
+ * (balancing holds them back from it) gets a copy of the newest piece in flight elsewhere: its
  * reply measures it again, so a server that recovers gets work back, and the copy cannot delay
- * delivery (whichever reply comes first lands). */
+ * delivery (whichever reply comes first lands). A copy is never admitted to its cache. */
 static void probe_idle_servers(loader *l, uint64_t now)
 {
     if (!first_pending(l))
@@ -58,16 +90,21 @@ static void probe_idle_servers(loader *l, uint64_t now)
         if (!balance_takes_requests(s) || s->state != SRV_UP || !s->service_ns || s->outstanding ||
             now - s->progress_ns < (uint64_t)CLIENT_PROBE_MS * 1000000u)
             continue;
-        slot *newest = NULL;
+        piece *newest = NULL;
         for (uint32_t j = 0; j < l->num_slots; j++) {
             slot *sl = &l->slots[j];
-            if (sl->state == SLOT_INFLIGHT && !sl->hedge && sl->server != s &&
-                (!newest || sl->request_id > newest->request_id))
-                newest = sl;
+            if (!sched_slot_active(sl))
+                continue;
+            for (uint32_t k = 0; k < sl->num_pieces; k++) {
+                piece *pc = &sl->pieces[k];
+                if (pc->state == PIECE_INFLIGHT && !pc->hedge && pc->server != s &&
+                    (!newest || pc->request_id > newest->request_id))
+                    newest = pc;
+            }
         }
         if (!newest)
             return;
-        send_to(l, newest, s, true, now);
+        sched_send(l, newest, s, true, l->routing ? SCHED_NOT_OWNER : 0, now);
     }
 }
 
@@ -77,21 +114,25 @@ void sched_dispatch(loader *l, bool may_grow, uint64_t now)
         return;
     if (!sched_fill(l, may_grow))
         return;
-    for (;;) {
-        slot *sl = first_pending(l);
-        slot *late = balance_straggler_batch(l, now);
-        if (late && (!sl || balance_plan_before(l, late, sl))) {
-            server *s = balance_pick_server(l, late->server, now);
-            if (s) {
-                if (send_to(l, late, s, true, now))
-                    l->stats.hedged++;
-                continue;
+    if (l->routing) {
+        sched_route_dispatch(l, now);
+    } else {
+        for (;;) {
+            slot *sl = first_pending(l);
+            piece *late = balance_straggler_piece(l, now);
+            if (late && (!sl || balance_plan_before(l, late->slot, sl))) {
+                server *s = balance_pick_server(l, late->server, now);
+                if (s) {
+                    if (sched_send(l, late, s, true, 0, now))
+                        l->stats.hedged++;
+                    continue;
+                }
             }
+            server *s = sl ? balance_pick_server(l, NULL, now) : NULL;
+            if (!s)
+                break;
+            sched_send(l, sched_pending_piece(sl), s, false, 0, now);
         }
-        server *s = sl ? balance_pick_server(l, NULL, now) : NULL;
-        if (!s)
-            break;
-        send_to(l, sl, s, false, now);
     }
     probe_idle_servers(l, now);
 }
@@ -104,28 +145,34 @@ static void fail_server(loader *l, server *s, const char *why, bool counted, uin
     s->describe = s->stream = NULL;
     for (uint32_t i = 0; i < l->num_slots; i++) {
         slot *sl = &l->slots[i];
-        if (sl->state != SLOT_INFLIGHT)
+        if (!sched_slot_active(sl))
             continue;
-        if (sl->hedge == s) {
-            sl->hedge = NULL;
-            sl->hedge_id = 0;
-        } else if (sl->server == s && sl->hedge) {
-            /* The second request stays live; its age counts from now. */
-            sl->server = sl->hedge;
-            sl->request_id = sl->hedge_id;
-            sl->sent_ns = now;
-            sl->hedge = NULL;
-            sl->hedge_id = 0;
-        } else if (sl->server == s) {
-            sl->state = SLOT_PENDING;
-            sl->server = NULL;
-            moved++;
+        for (uint32_t k = 0; k < sl->num_pieces; k++) {
+            piece *pc = &sl->pieces[k];
+            if (pc->state != PIECE_INFLIGHT)
+                continue;
+            if (pc->hedge == s) {
+                pc->hedge = NULL;
+                pc->hedge_id = 0;
+            } else if (pc->server == s && pc->hedge) {
+                /* The second request stays live; its age counts from now. */
+                pc->server = pc->hedge;
+                pc->request_id = pc->hedge_id;
+                pc->sent_ns = now;
+                pc->hedge = NULL;
+                pc->hedge_id = 0;
+            } else if (pc->server == s) {
+                pc->state = PIECE_PENDING;
+                pc->server = NULL;
+                moved++;
+            }
         }
+        sched_slot_sync(sl);
     }
     l->stats.reissued += moved;
     if (counted) {
         l->stats.failovers++;
-        client_log(l, FEED_LOG_WARN, "server %s failed (%s); %u batches re-issued", s->target, why,
+        client_log(l, FEED_LOG_WARN, "server %s failed (%s); %u pieces re-issued", s->target, why,
                    moved);
     } else {
         client_log(l, FEED_LOG_DEBUG, "server %s: %s", s->target, why);
@@ -184,12 +231,38 @@ void sched_tick(loader *l, uint64_t now)
     if (any_up)
         l->last_up_ns = now;
     bool asking = false;
-    for (uint32_t i = 0; i < l->num_slots && !asking; i++) {
-        slot_state st = l->slots[i].state;
-        asking = st == SLOT_PENDING || st == SLOT_INFLIGHT || st == SLOT_LANDING;
-    }
+    for (uint32_t i = 0; i < l->num_slots && !asking; i++)
+        asking = sched_slot_active(&l->slots[i]);
     if (!asking)
         l->progress_ns = now;
     l->stats.servers_up = up;
     l->stats.servers_known = known;
+}
+
+bool sched_server_in_use(const loader *l, const server *s)
+{
+    for (uint32_t i = 0; i < l->num_slots; i++) {
+        const slot *sl = &l->slots[i];
+        if (!sched_slot_active(sl))
+            continue;
+        for (uint32_t k = 0; k < sl->num_pieces; k++) {
+            const piece *pc = &sl->pieces[k];
+            if ((pc->state == PIECE_INFLIGHT || pc->state == PIECE_LANDING) && pc->server == s)
+                return true;
+        }
+    }
+    return false;
+}
+
+void sched_forget_server(loader *l, const server *s)
+{
+    for (uint32_t i = 0; i < l->num_slots; i++) {
+        slot *sl = &l->slots[i];
+        for (uint32_t k = 0; k < sl->num_pieces; k++) {
+            if (sl->pieces[k].server == s)
+                sl->pieces[k].server = NULL;
+            if (sl->pieces[k].hedge == s)
+                sl->pieces[k].hedge = NULL;
+        }
+    }
 }

@@ -1,0 +1,215 @@
+/*
+ * Owner routing (README "Owner routing"): every sample of the dataset has
+ * one owning server, by rendezvous (highest-random-weight) hashing of (sample
+ * index, server) over the servers the loader knows and has not seen leave
+ * (removed from DNS); a server's identity is its target as the loader dials
+ * it (a configured "host:port", or an address a DNS name yielded). A batch
+ * is sent as one piece per server: each sample goes to the first server in
+ * its rendezvous order that takes requests and is no straggler, which is its
+ * owner while the owner is healthy; the request says OWNER when it is, and
+ * the server then admits those samples to its decoded-sample cache, and
+ * NOT_OWNER when it stands in, so the fleet's caches each hold their share
+ * and nothing twice. A server joining or leaving changes the owner of only
+ * the samples it gains or had. A straggler's pieces are hedged to the next
+ * server in their first sample's order. Part of the scheduler (sched.c):
+ * the loader's mu held, no I/O, the time passed in.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "balance.h"
+
+#include "feed/log.h"
+#include "loader_impl.h"
+#include "sched_impl.h"
+
+/* splitmix64's finaliser: a bijection that spreads every input bit. */
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+/* FNV-1a of the target, mixed; never 0 (0 means not computed yet). */
+static uint64_t route_key(server *s)
+{
+    if (!s->route_key) {
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (const char *c = s->target; *c; c++)
+            h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+        s->route_key = mix(h) | 1;
+    }
+    return s->route_key;
+}
+
+static uint64_t weight(uint64_t key, uint64_t index)
+{
+    return mix(key ^ mix(index + 0x9e3779b97f4a7c15ull));
+}
+
+uint32_t sched_route_owner(loader *l, uint64_t index)
+{
+    uint32_t owner = UINT32_MAX;
+    uint64_t best = 0;
+    for (uint32_t i = 0; i < l->num_servers; i++) {
+        server *s = &l->servers[i];
+        if (s->removed)
+            continue;
+        uint64_t w = weight(route_key(s), index);
+        if (owner == UINT32_MAX || w > best) {
+            owner = i;
+            best = w;
+        }
+    }
+    return owner;
+}
+
+/* Where sample `index` goes: 2 x the server's index, + 1 when it is the owner; -1 when no
+ * server is usable. */
+static int64_t route_sample(loader *l, const bool *usable, uint64_t index)
+{
+    uint32_t target = UINT32_MAX;
+    uint64_t best = 0;
+    for (uint32_t i = 0; i < l->num_servers; i++) {
+        server *s = &l->servers[i];
+        if (!usable[i])
+            continue;
+        uint64_t w = weight(route_key(s), index);
+        if (target == UINT32_MAX || w > best) {
+            target = i;
+            best = w;
+        }
+    }
+    return target == UINT32_MAX ? -1
+                                : 2 * (int64_t)target + (sched_route_owner(l, index) == target);
+}
+
+/*
+ * Keeps in pc the samples that go where its first one goes (reordering sl->order and sl->sent
+ * within the piece) and moves the others into a new PENDING piece, which the caller's walk
+ * splits in turn. With no room for another piece, pc stays whole and goes to its first
+ * sample's server as NOT_OWNER. Returns that route (route_sample's value).
+ */
+static int64_t split(loader *l, slot *sl, piece *pc, const bool *usable)
+{
+    int64_t route = route_sample(l, usable, sl->sent[pc->first]);
+    uint32_t kept = 1;
+    for (uint32_t k = 1; k < pc->n; k++) {
+        uint32_t at = pc->first + k;
+        if (route_sample(l, usable, sl->sent[at]) != route)
+            continue;
+        uint32_t to = pc->first + kept++;
+        uint64_t idx = sl->sent[at];
+        uint32_t pos = sl->order[at];
+        sl->sent[at] = sl->sent[to];
+        sl->order[at] = sl->order[to];
+        sl->sent[to] = idx;
+        sl->order[to] = pos;
+    }
+    if (kept < pc->n) {
+        if (sl->num_pieces < sl->max_pieces) {
+            piece *rest = &sl->pieces[sl->num_pieces++];
+            memset(rest, 0, sizeof(*rest));
+            rest->slot = sl;
+            rest->state = PIECE_PENDING;
+            rest->first = pc->first + kept;
+            rest->n = pc->n - kept;
+            pc->n = kept;
+        } else if (route >= 0) {
+            route &= ~(int64_t)1;
+        }
+    }
+    return route;
+}
+
+/* The hedge for a straggler's piece: the first server in its first sample's rendezvous order,
+ * other than the one that owes it, that is usable and has a free window; NULL if none. */
+static server *hedge_target(loader *l, const piece *pc, const bool *usable)
+{
+    uint64_t index = pc->slot->sent[pc->first];
+    server *target = NULL;
+    uint64_t best = 0;
+    for (uint32_t i = 0; i < l->num_servers; i++) {
+        server *s = &l->servers[i];
+        if (!usable[i] || s == pc->server || !balance_has_window(s))
+            continue;
+        uint64_t w = weight(route_key(s), index);
+        if (!target || w > best) {
+            target = s;
+            best = w;
+        }
+    }
+    return target;
+}
+
+typedef struct planned {
+    uint64_t key; /* plan order: next epoch's after this one's, then batch number */
+    slot *sl;
+} planned;
+
+static int by_plan(const void *a, const void *b)
+{
+    uint64_t x = ((const planned *)a)->key, y = ((const planned *)b)->key;
+    return x < y ? -1 : x > y;
+}
+
+/* Sends what it can of sl's pending pieces, splitting them by route. */
+static void route_slot(loader *l, slot *sl, bool *usable, uint64_t now)
+{
+    for (uint32_t k = 0; k < sl->num_pieces; k++) {
+        piece *pc = &sl->pieces[k];
+        if (pc->state != PIECE_PENDING)
+            continue;
+        int64_t route = split(l, sl, pc, usable);
+        if (route < 0)
+            continue;
+        server *s = &l->servers[route / 2];
+        if (!balance_has_window(s))
+            continue;
+        if (!sched_send(l, pc, s, false, (route & 1) ? SCHED_OWNER : SCHED_NOT_OWNER, now))
+            balance_usable_servers(l, now, usable); /* s failed */
+    }
+}
+
+void sched_route_dispatch(loader *l, uint64_t now)
+{
+    bool usable[CLIENT_MAX_SERVERS];
+    planned waiting[CLIENT_MAX_SLOTS];
+    uint32_t n = 0;
+    balance_usable_servers(l, now, usable);
+    for (;;) {
+        piece *late = balance_straggler_piece(l, now);
+        server *s = late ? hedge_target(l, late, usable) : NULL;
+        if (!s)
+            break;
+        if (sched_send(l, late, s, true, SCHED_NOT_OWNER, now))
+            l->stats.hedged++;
+        else
+            balance_usable_servers(l, now, usable);
+    }
+    for (uint32_t i = 0; i < l->num_slots; i++) {
+        slot *sl = &l->slots[i];
+        if (!sched_pending_piece(sl))
+            continue;
+        waiting[n].key = (uint64_t)(sl->epoch != l->epoch) << 63 | sl->batch_number;
+        waiting[n++].sl = sl;
+    }
+    qsort(waiting, n, sizeof(*waiting), by_plan);
+    for (uint32_t i = 0; i < n; i++)
+        route_slot(l, waiting[i].sl, usable, now);
+}
+
+void sched_note_cache_side(loader *l, server *s, uint32_t cache_side)
+{
+    s->cache_side = cache_side;
+    if (!l->routing && (l->cfg.owner_routing == FEED_OWNER_ROUTING_ON ||
+                        (l->cfg.owner_routing == FEED_OWNER_ROUTING_AUTO && cache_side))) {
+        l->routing = true;
+        client_log(l, FEED_LOG_INFO, "owner routing on (server %s caches the dataset at %u)",
+                   s->target, cache_side);
+    }
+}
