@@ -5,14 +5,17 @@
  * (removed from DNS); a server's identity is its target as the loader dials
  * it (a configured "host:port", or an address a DNS name yielded). A batch
  * is sent as one piece per server: each sample goes to the first server in
- * its rendezvous order that takes requests and is no straggler, which is its
- * owner while the owner is healthy; the request says OWNER when it is, and
- * the server then admits those samples to its decoded-sample cache, and
- * NOT_OWNER when it stands in, so the fleet's caches each hold their share
- * and nothing twice. A server joining or leaving changes the owner of only
- * the samples it gains or had. A straggler's pieces are hedged to the next
- * server in their first sample's order. Part of the scheduler (sched.c):
- * the loader's mu held, no I/O, the time passed in.
+ * its rendezvous order that takes requests, which is its owner while the
+ * owner is up; the request says OWNER when it is, and the server then admits
+ * those samples to its decoded-sample cache, and NOT_OWNER when it stands
+ * in, so the fleet's caches each hold their share and nothing twice. A
+ * server joining or leaving changes the owner of only the samples it gains
+ * or had. A straggler (balancing's test) keeps its share while its window
+ * has room, so that its cache keeps its samples even while it is judged
+ * slow for a while (a cold cache, one slow piece); what does not fit spills
+ * to the next server, and what it owes for far too long is hedged to the
+ * next server that is no straggler, neither admitted there. Part of the
+ * scheduler (sched.c): the loader's mu held, no I/O, the time passed in.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -68,15 +71,29 @@ uint32_t sched_route_owner(loader *l, uint64_t index)
     return owner;
 }
 
+/* A server on its first Describe since the loader opened (never failed): its samples wait for
+ * it instead of going to the next server uncached, which would leave them out of every cache
+ * for an epoch. Not after a failure, whose retries may take the Describe deadline each. */
+static bool first_describe(const server *s)
+{
+    return s->state == SRV_DESCRIBE && s->backoff_ms == CLIENT_BACKOFF_FIRST_MS && !s->batches;
+}
+
+/* Whether a server takes new pieces (route_dispatch's takes[]): not at all; yes; or, a
+ * straggler, while its window has room, the rest spilling to the next server. */
+enum { TAKES_NOT, TAKES_YES, TAKES_SPILL };
+
 /* Where sample `index` goes: 2 x the server's index, + 1 when it is the owner; -1 when no
- * server is usable. */
-static int64_t route_sample(loader *l, const bool *usable, uint64_t index)
+ * server takes it (takes[i]), or the first in its order is on its first Describe. */
+static int64_t route_sample(loader *l, const uint8_t *takes, uint64_t index)
 {
     uint32_t target = UINT32_MAX;
     uint64_t best = 0;
     for (uint32_t i = 0; i < l->num_servers; i++) {
         server *s = &l->servers[i];
-        if (!usable[i])
+        bool skip = takes[i] == TAKES_NOT ? s->removed || !first_describe(s)
+                                          : takes[i] == TAKES_SPILL && !balance_has_window(s);
+        if (skip)
             continue;
         uint64_t w = weight(route_key(s), index);
         if (target == UINT32_MAX || w > best) {
@@ -84,8 +101,9 @@ static int64_t route_sample(loader *l, const bool *usable, uint64_t index)
             best = w;
         }
     }
-    return target == UINT32_MAX ? -1
-                                : 2 * (int64_t)target + (sched_route_owner(l, index) == target);
+    if (target == UINT32_MAX || takes[target] == TAKES_NOT)
+        return -1;
+    return 2 * (int64_t)target + (sched_route_owner(l, index) == target);
 }
 
 /*
@@ -94,13 +112,13 @@ static int64_t route_sample(loader *l, const bool *usable, uint64_t index)
  * splits in turn. With no room for another piece, pc stays whole and goes to its first
  * sample's server as NOT_OWNER. Returns that route (route_sample's value).
  */
-static int64_t split(loader *l, slot *sl, piece *pc, const bool *usable)
+static int64_t split(loader *l, slot *sl, piece *pc, const uint8_t *takes)
 {
-    int64_t route = route_sample(l, usable, sl->sent[pc->first]);
+    int64_t route = route_sample(l, takes, sl->sent[pc->first]);
     uint32_t kept = 1;
     for (uint32_t k = 1; k < pc->n; k++) {
         uint32_t at = pc->first + k;
-        if (route_sample(l, usable, sl->sent[at]) != route)
+        if (route_sample(l, takes, sl->sent[at]) != route)
             continue;
         uint32_t to = pc->first + kept++;
         uint64_t idx = sl->sent[at];
@@ -157,27 +175,38 @@ static int by_plan(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* takes[i] from balancing's usable[i] (no straggler) and whether i takes requests at all. */
+static void taking_servers(loader *l, uint64_t now, bool *usable, uint8_t *takes)
+{
+    balance_usable_servers(l, now, usable);
+    for (uint32_t i = 0; i < l->num_servers; i++)
+        takes[i] = !balance_takes_requests(&l->servers[i]) ? TAKES_NOT
+                   : usable[i]                             ? TAKES_YES
+                                                           : TAKES_SPILL;
+}
+
 /* Sends what it can of sl's pending pieces, splitting them by route. */
-static void route_slot(loader *l, slot *sl, bool *usable, uint64_t now)
+static void route_slot(loader *l, slot *sl, bool *usable, uint8_t *takes, uint64_t now)
 {
     for (uint32_t k = 0; k < sl->num_pieces; k++) {
         piece *pc = &sl->pieces[k];
         if (pc->state != PIECE_PENDING)
             continue;
-        int64_t route = split(l, sl, pc, usable);
+        int64_t route = split(l, sl, pc, takes);
         if (route < 0)
             continue;
         server *s = &l->servers[route / 2];
         if (!balance_has_window(s))
             continue;
         if (!sched_send(l, pc, s, false, (route & 1) ? SCHED_OWNER : SCHED_NOT_OWNER, now))
-            balance_usable_servers(l, now, usable); /* s failed */
+            taking_servers(l, now, usable, takes); /* s failed */
     }
 }
 
 void sched_route_dispatch(loader *l, uint64_t now)
 {
     bool usable[CLIENT_MAX_SERVERS];
+    uint8_t takes[CLIENT_MAX_SERVERS];
     planned waiting[CLIENT_MAX_SLOTS];
     uint32_t n = 0;
     balance_usable_servers(l, now, usable);
@@ -199,8 +228,9 @@ void sched_route_dispatch(loader *l, uint64_t now)
         waiting[n++].sl = sl;
     }
     qsort(waiting, n, sizeof(*waiting), by_plan);
+    taking_servers(l, now, usable, takes);
     for (uint32_t i = 0; i < n; i++)
-        route_slot(l, waiting[i].sl, usable, now);
+        route_slot(l, waiting[i].sl, usable, takes, now);
 }
 
 void sched_note_cache_side(loader *l, server *s, uint32_t cache_side)
