@@ -53,14 +53,16 @@ static uint64_t median_service(const loader *l)
 }
 
 /* The estimate beyond which a server is a straggler: CLIENT_HEDGE_FACTOR x the median, at
- * least CLIENT_HEDGE_FLOOR_MS; UINT64_MAX (none is) while no server is measured. */
+ * least CLIENT_HEDGE_FLOOR_MS (with owner routing CLIENT_ROUTE_HEDGE_FACTOR and _FLOOR_MS);
+ * UINT64_MAX (none is) while no server is measured. */
 static uint64_t straggler_limit(const loader *l)
 {
     uint64_t median = median_service(l);
     if (!median)
         return UINT64_MAX;
-    uint64_t limit = (uint64_t)CLIENT_HEDGE_FACTOR * median;
-    uint64_t floor = (uint64_t)CLIENT_HEDGE_FLOOR_MS * 1000000u;
+    uint64_t limit = (uint64_t)(l->routing ? CLIENT_ROUTE_HEDGE_FACTOR : CLIENT_HEDGE_FACTOR) * median;
+    uint64_t floor =
+        (uint64_t)(l->routing ? CLIENT_ROUTE_HEDGE_FLOOR_MS : CLIENT_HEDGE_FLOOR_MS) * 1000000u;
     return limit > floor ? limit : floor;
 }
 

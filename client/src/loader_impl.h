@@ -58,6 +58,11 @@
  * balancing leaves idle for CLIENT_PROBE_MS while batches wait gets a copy of one in flight. */
 #define CLIENT_HEDGE_FACTOR 4u
 #define CLIENT_HEDGE_FLOOR_MS 20u
+/* With owner routing (sched_route.c) the same test is more tolerant: work moved off an owner is
+ * decoded from the JPEG by a server that does not cache it, which costs several times what the
+ * owner's cache hit does, and under load a server misses 4 x the median for a moment often. */
+#define CLIENT_ROUTE_HEDGE_FACTOR 8u
+#define CLIENT_ROUTE_HEDGE_FLOOR_MS 100u
 #define CLIENT_PROBE_MS 100u
 /* Owner routing (sched_route.c): most pieces one batch is split into; a piece that would need
  * more goes whole to its first sample's server, not admitted there. */

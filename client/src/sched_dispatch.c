@@ -83,7 +83,8 @@ uint64_t sched_send(loader *l, piece *pc, server *s, bool second, uint32_t owner
  * delivery (whichever reply comes first lands). A copy is never admitted to its cache. */
 static void probe_idle_servers(loader *l, uint64_t now)
 {
-    if (!first_pending(l))
+    /* Owner routing gives every server its share (a straggler while its window has room). */
+    if (l->routing || !first_pending(l))
         return;
     for (uint32_t i = 0; i < l->num_servers; i++) {
         server *s = &l->servers[i];
