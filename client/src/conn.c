@@ -432,8 +432,8 @@ static void on_describe(loader *l, call_ctx *c, bool ok)
         l->num_samples = info->num_samples;
         l->num_classes = (uint32_t)info->n_class_names;
     }
-    s->window = window;
     sched_note_cache_side(l, s, info->cache_side);
+    s->window = l->routing ? sched_route_window(l, window, resp->max_window) : window;
     start_stream(l, s);
 out:
     if (resp)

@@ -366,6 +366,11 @@ bool sched_server_in_use(const loader *l, const server *s);
 void sched_forget_server(loader *l, const server *s);
 /* s described the dataset with cache_side: owner routing turns on if the config allows. */
 void sched_note_cache_side(loader *l, server *s, uint32_t cache_side);
+/* A server's window (requests outstanding) under owner routing: a piece is about 1/N of a
+ * batch over N servers, so window x N pieces keep as many samples in flight as `window`
+ * batches do unrouted; at most max_window (the server's; 0: none) and CLIENT_MAX_WINDOW, at
+ * least window. */
+uint32_t sched_route_window(const loader *l, uint32_t window, uint32_t max_window);
 /* next() at `now`, for a call that began at `since`: 0 with *out the batch's slot, now HANDED
  * and counted in stats (its result, 0 or FEED_EBADSAMPLE, in (*out)->result); FEED_ESTATE
  * (the caller holds prefetch batches already), FEED_EEOF, the fatal error, FEED_EAUTH (every

@@ -233,6 +233,19 @@ void sched_route_dispatch(loader *l, uint64_t now)
         route_slot(l, waiting[i].sl, usable, takes, now);
 }
 
+uint32_t sched_route_window(const loader *l, uint32_t window, uint32_t max_window)
+{
+    uint64_t members = 0;
+    for (uint32_t i = 0; i < l->num_servers; i++)
+        members += !l->servers[i].removed;
+    uint64_t w = (uint64_t)window * (members ? members : 1);
+    if (max_window && w > max_window)
+        w = max_window;
+    if (w > CLIENT_MAX_WINDOW)
+        w = CLIENT_MAX_WINDOW;
+    return w < window ? window : (uint32_t)w;
+}
+
 void sched_note_cache_side(loader *l, server *s, uint32_t cache_side)
 {
     s->cache_side = cache_side;
