@@ -1,14 +1,15 @@
 /*
  * The loader's internal state, shared by loader.c (public API, training
- * thread), sched.c (slots, dispatch, failover, landing), conn.c (gRPC calls
+ * thread), sched*.c (slots, dispatch, owner routing, failover, landing), conn.c (gRPC calls
  * and the receiver threads) and resolve.c (the DNS thread).
  *
  * Threads: the training thread (next/release/set_epoch/stats), receiver
  * threads (2 to CLIENT_MAX_RECEIVERS) that all run the one completion queue,
  * and a resolver thread when a target is "dns:///...". One mutex, `mu`,
  * guards everything marked [mu]. A receiver drops `mu` only while it lands a
- * batch into a slot in state SLOT_LANDING, which nobody else touches; several
- * receivers land different batches at once, each with its own scratch. Any
+ * piece of a batch in state PIECE_LANDING (its slot SLOT_LANDING), whose samples' places
+ * in the slot nobody else touches; several receivers land different pieces, of one batch
+ * or several, at once, each with its own scratch. Any
  * thread in sched_dispatch drops it while it allocates a new slot (growing). The
  * resolver thread only posts address lists ([mu]); a receiver applies them.
  * Lock order: mu, then the log queue's mu (a leaf; logq.c); the resolver's own
@@ -167,6 +168,9 @@ struct slot {
     uint32_t *order;       /* [mu] piece order -> position in the batch */
     uint64_t *sent;        /* [mu] indices in piece order */
     _Atomic uint32_t landed; /* samples of pieces landed; the piece that completes it finishes */
+    /* [mu] the batch is landed (its finishing piece has reported); READY once every piece has
+     * reported too, so that no receiver still holds a piece of a slot handed out and reused. */
+    bool complete;
     uint8_t *swap;         /* one sample, to put pieces in batch order; NULL: one piece only */
     uint32_t *from;        /* batch_size places for that */
     /* Buffers sized for batch_size samples; pinned on the GPU path. */

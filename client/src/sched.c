@@ -1,25 +1,30 @@
 /*
  * Scheduling: delivery slots, which batch goes to which server, failover,
- * retries, and landing a received batch into its slot. Three files: this one
+ * retries, and landing a received batch into its slot. Four files: this one
  * (slots, epochs, delivery to next()), sched_dispatch.c (sending, balancing,
- * hedging, failover, the clock) and sched_land.c (a Batch arriving and
- * landing in its slot); sched_impl.h holds what they share. No I/O and no clock:
+ * hedging, failover, the clock), sched_route.c (owner routing) and
+ * sched_land.c (a Batch arriving and landing in its slot); sched_impl.h holds
+ * what they share. No I/O and no clock:
  * its inputs are calls (a Batch arrived, as a wire.c reader; a server failed;
  * a clock tick; next() and release(); set_epoch), each with the time passed
  * in, and requests go out, connections are retried and failed
  * servers' calls are dropped through l->transport (conn.c's gRPC one, or
  * tests/client/test_client_sched.c's scripted one). Everything here runs with
  * the loader's mu held (see loader_impl.h), except sched_land, which a
- * receiver thread runs unlocked on a slot in SLOT_LANDING, and the plan
+ * receiver thread runs unlocked on a piece in PIECE_LANDING, and the plan
  * building of set_epoch (training thread, sched_build_plans).
  *
  * A slot carries one batch from the moment it is planned until the caller
  * releases it; a re-issued batch keeps its slot, so the memory bound is
  * prefetch + window_per_server x servers up (at least one), capped at
  * max_slots (default CLIENT_MAX_SLOTS) and, once an allocation has failed, at
- * the slots there are. Each request gets a fresh batch_id; a reply is accepted
- * only if its batch_id is the live request of an INFLIGHT slot on the stream
- * it arrived on, so late duplicates and replies to dropped epochs are ignored.
+ * the slots there are. A batch is asked as pieces (loader_impl.h): one, the
+ * whole batch, unless owner routing (sched_route.c) splits it by the servers
+ * its samples go to; the slot is READY when every piece has landed. Each
+ * request gets a fresh batch_id; a reply is accepted only if its batch_id is
+ * the live request of an INFLIGHT piece on the stream it arrived on, so late
+ * duplicates and replies to dropped epochs are ignored. Failover, hedging
+ * and probes below work on pieces.
  *
  * Balancing: each server's service time per batch is measured from its replies (an EWMA of
  * the time from progress_ns to its next Batch), and a new batch goes to the server with a free
@@ -28,7 +33,7 @@
  * straggler (estimate beyond CLIENT_HEDGE_FACTOR x the median) gets no new work, and the
  * batches it has owed for long are asked of a second server too, in plan order before new
  * work; a server left idle while batches wait gets, every CLIENT_PROBE_MS, a copy of a batch
- * in flight elsewhere, which measures it again at no cost to delivery. A slot then carries two
+ * in flight elsewhere, which measures it again at no cost to delivery. A piece then carries two
  * live requests (server/request_id and hedge/hedge_id): the first reply lands, the other is a
  * late duplicate, and a failure of either server leaves the other's request live.
  *
@@ -203,6 +208,7 @@ static void assign(slot *sl, const client_plan *plan, uint32_t epoch, uint64_t b
     sl->batch_number = batch_number;
     sl->epoch = epoch;
     sl->result = 0;
+    sl->complete = false;
     sl->state = SLOT_PENDING;
     /* One piece, the whole batch; owner routing splits it when it is sent. */
     sl->num_pieces = 1;

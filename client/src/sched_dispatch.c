@@ -18,25 +18,23 @@ bool sched_slot_active(const slot *sl)
 
 void sched_slot_sync(slot *sl)
 {
-    if (!sched_slot_active(sl))
-        return;
     bool landing = false, inflight = false;
     for (uint32_t k = 0; k < sl->num_pieces; k++) {
         landing = landing || sl->pieces[k].state == PIECE_LANDING;
         inflight = inflight || sl->pieces[k].state == PIECE_INFLIGHT;
     }
-    sl->state = landing ? SLOT_LANDING : inflight ? SLOT_INFLIGHT : SLOT_PENDING;
+    if (sched_slot_active(sl))
+        sl->state = landing ? SLOT_LANDING : inflight ? SLOT_INFLIGHT : SLOT_PENDING;
 }
 
 piece *sched_pending_piece(slot *sl)
 {
-    if (!sched_slot_active(sl))
-        return NULL;
-    for (uint32_t k = 0; k < sl->num_pieces; k++) {
+    piece *found = NULL;
+    for (uint32_t k = 0; k < sl->num_pieces && !found && sched_slot_active(sl); k++) {
         if (sl->pieces[k].state == PIECE_PENDING)
-            return &sl->pieces[k];
+            found = &sl->pieces[k];
     }
-    return NULL;
+    return found;
 }
 
 static slot *first_pending(loader *l)
@@ -242,17 +240,15 @@ void sched_tick(loader *l, uint64_t now)
 
 bool sched_server_in_use(const loader *l, const server *s)
 {
-    for (uint32_t i = 0; i < l->num_slots; i++) {
+    bool used = false;
+    for (uint32_t i = 0; i < l->num_slots && !used; i++) {
         const slot *sl = &l->slots[i];
-        if (!sched_slot_active(sl))
-            continue;
-        for (uint32_t k = 0; k < sl->num_pieces; k++) {
+        for (uint32_t k = 0; k < sl->num_pieces && !used && sched_slot_active(sl); k++) {
             const piece *pc = &sl->pieces[k];
-            if ((pc->state == PIECE_INFLIGHT || pc->state == PIECE_LANDING) && pc->server == s)
-                return true;
+            used = (pc->state == PIECE_INFLIGHT || pc->state == PIECE_LANDING) && pc->server == s;
         }
     }
-    return false;
+    return used;
 }
 
 void sched_forget_server(loader *l, const server *s)

@@ -205,13 +205,17 @@ void sched_batch_landed(loader *l, server *s, const call_ctx *from, piece *pc, i
         l->progress_ns = now;
         s->batches++;
         l->stats.bytes_received += sched_sample_bytes(l) * pc->n;
-        if (pc->finished) {
+        sl->complete = sl->complete || pc->finished;
+        bool all_done = true;
+        for (uint32_t k = 0; k < sl->num_pieces; k++)
+            all_done = all_done && sl->pieces[k].state == PIECE_DONE;
+        if (sl->complete && all_done) {
             sl->state = SLOT_READY;
             sl->ready_seq = ++l->ready_seq;
         } else {
             sched_slot_sync(sl);
         }
-        return;
+        goto out;
     }
     pc->state = PIECE_PENDING;
     pc->server = NULL;
@@ -228,4 +232,6 @@ void sched_batch_landed(loader *l, server *s, const call_ctx *from, piece *pc, i
         client_log(l, FEED_LOG_WARN, "server %s: %s", s->target, why);
         sched_fail_server(l, s, "protocol error", now);
     }
+out:
+    return;
 }

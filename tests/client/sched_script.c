@@ -185,20 +185,29 @@ void arrive(loader *l, arrival *a, uint32_t server_index, const call_ctx *from, 
     pthread_mutex_unlock(&l->mu);
 }
 
-int land(loader *l, arrival *a)
+int land_unlocked(loader *l, arrival *a)
 {
-    int rc = 0;
+    a->rc = a->pc ? sched_land(l, a->pc, &a->r, &a->arena, a->why, sizeof a->why) : 0;
+    return a->rc;
+}
+
+void land_report(loader *l, arrival *a)
+{
     if (a->pc) {
-        char why[160];
-        rc = sched_land(l, a->pc, &a->r, &a->arena, why, sizeof why);
         pthread_mutex_lock(&l->mu);
-        sched_batch_landed(l, &l->servers[a->server], a->from, a->pc, rc, why, g.now);
+        sched_batch_landed(l, &l->servers[a->server], a->from, a->pc, a->rc, a->why, g.now);
         pthread_mutex_unlock(&l->mu);
     }
     wire_batch_reader_destroy(&a->r);
     wire_arena_free(&a->arena);
     feed_buf_free(&a->rest);
     free(a->msg);
+}
+
+int land(loader *l, arrival *a)
+{
+    int rc = land_unlocked(l, a);
+    land_report(l, a);
     return rc;
 }
 

@@ -66,6 +66,8 @@ typedef struct arrival {
     uint32_t server;
     const call_ctx *from;
     piece *pc; /* NULL: dropped */
+    int rc;    /* land_unlocked's */
+    char why[160];
 } arrival;
 
 /* A loader over `samples` samples in batches of `batch`, nservers servers up with `window`
@@ -84,6 +86,10 @@ void arrive(loader *l, arrival *a, uint32_t server_index, const call_ctx *from, 
             uint32_t epoch);
 /* Lands an arrival (unlocked, as a receiver does), then reports it; sched_land's rc. */
 int land(loader *l, arrival *a);
+/* The two halves of land: sched_land unlocked (its rc), then sched_batch_landed with mu and
+ * the arrival freed. */
+int land_unlocked(loader *l, arrival *a);
+void land_report(loader *l, arrival *a);
 /* The right reply to r, arrived on `from` and landed. */
 void reply_from(loader *l, uint32_t server_index, const call_ctx *from, const sent *r);
 /* The same on the stream r was sent on. */

@@ -8,7 +8,9 @@
  * server leaving (removed from DNS) hands its share to the next owners, now
  * OWNER; a server joining or leaving changes the owner of its share only;
  * an owner that fails while one of its pieces lands and a second piece of
- * the same batch fails its checks: the batch is delivered once, whole; a
+ * the same batch fails its checks: the batch is delivered once, whole; two
+ * pieces landing at once, the completing one reporting first: the batch is
+ * handed out only once both have reported; a
  * straggling owner is hedged to the next server and the epoch is delivered
  * exactly once; owner routing off sends batches whole.
  */
@@ -262,6 +264,51 @@ static void test_exactly_once_under_a_failure_during_landing(void **state)
     free_loader(l);
 }
 
+/* Two pieces of one batch land at once: the one that completes it (the second to add its
+ * samples) reports first. The batch is not handed out until the other has reported too: were
+ * it, the slot could be released and reused by the next batch before that receiver retook mu,
+ * and its report would mark a piece of the new batch landed (the batch then never completes). */
+static void test_batch_ready_only_when_every_piece_reported(void **state)
+{
+    (void)state;
+    loader *l = make_routed(240, 16, 4, 8, 1);
+    l->cfg.max_slots = 2;
+    dispatch(l);
+    const uint32_t *b0;
+    uint32_t n0;
+    client_plan_batch(&l->plan, 0, &b0, &n0);
+    const sent *mine[4];
+    uint32_t npieces = 0;
+    for (uint32_t s = 0; s < 4; s++)
+        if (piece_of(s, b0, n0))
+            mine[npieces++] = piece_of(s, b0, n0);
+    assert_true(npieces >= 2);
+    /* Every piece but the first lands and reports; then the first and the last land at once. */
+    for (uint32_t k = 2; k < npieces; k++)
+        reply(l, mine[k]);
+    arrival first, last;
+    arrive(l, &first, mine[0]->server, l->servers[mine[0]->server].stream, mine[0],
+           mine[0]->epoch);
+    arrive(l, &last, mine[1]->server, l->servers[mine[1]->server].stream, mine[1],
+           mine[1]->epoch);
+    assert_int_equal(land_unlocked(l, &first), 0);
+    assert_int_equal(land_unlocked(l, &last), 0);
+    assert_true(last.pc->finished);
+    slot *sl = last.pc->slot;
+    land_report(l, &last);
+    assert_int_equal(sl->state, SLOT_LANDING);
+    feed_batch *b = NULL;
+    assert_int_equal(next_at(l, &b, NULL), SCHED_WAIT);
+    land_report(l, &first);
+    assert_int_equal(sl->state, SLOT_READY);
+    assert_int_equal(next_at(l, &b, NULL), 0);
+    check_pixels(b);
+    release_at(l, b);
+    dispatch(l);
+    expect_epoch(l, 0, 1);
+    free_loader(l);
+}
+
 static void test_straggling_owner_is_hedged(void **state)
 {
     (void)state;
@@ -301,6 +348,7 @@ int main(void)
         cmocka_unit_test(test_leaving_server_hands_its_share_to_the_next_owners),
         cmocka_unit_test(test_join_and_leave_move_only_their_share),
         cmocka_unit_test(test_exactly_once_under_a_failure_during_landing),
+        cmocka_unit_test(test_batch_ready_only_when_every_piece_reported),
         cmocka_unit_test(test_straggling_owner_is_hedged),
         cmocka_unit_test(test_routing_off_sends_whole_batches),
     };

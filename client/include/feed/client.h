@@ -173,7 +173,7 @@ typedef struct feed_loader_config {
      * both or neither, and only with tls_ca_file. */
     const char *tls_cert_file;
     const char *tls_key_file;
-    /* 0.6: which server each sample goes to (feed_owner_routing; default AUTO). */
+    /* Which server each sample goes to (feed_owner_routing; default AUTO). */
     feed_owner_routing owner_routing;
 } feed_loader_config;
 
