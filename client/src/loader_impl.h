@@ -63,7 +63,7 @@
  * decoded from the JPEG by a server that does not cache it, which costs several times what the
  * owner's cache hit does, and under load a server misses 4 x the median for a moment often. */
 #define CLIENT_ROUTE_HEDGE_FACTOR 8u
-#define CLIENT_ROUTE_HEDGE_FLOOR_MS 100u
+#define CLIENT_ROUTE_HEDGE_FLOOR_MS 500u
 #define CLIENT_PROBE_MS 100u
 /* Owner routing (sched_route.c): most pieces one batch is split into; a piece that would need
  * more goes whole to its first sample's server, not admitted there. */
