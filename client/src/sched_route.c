@@ -106,40 +106,62 @@ static int64_t route_sample(loader *l, const uint8_t *takes, uint64_t index)
     return 2 * (int64_t)target + (sched_route_owner(l, index) == target);
 }
 
+/* For the samples of sl's pending pieces, sl->from[at] = route_sample + 1 (0: nowhere yet), so
+ * that splitting costs one rendezvous per sample and server, whatever the number of pieces.
+ * sl->from is to_batch_order's scratch, unused until the batch has landed; NULL in a slot
+ * made before routing was on, which is never split. */
+static void route_codes(loader *l, slot *sl, const uint8_t *takes)
+{
+    for (uint32_t k = 0; k < sl->num_pieces && sl->from; k++) {
+        const piece *pc = &sl->pieces[k];
+        for (uint32_t i = 0; pc->state == PIECE_PENDING && i < pc->n; i++)
+            sl->from[pc->first + i] =
+                (uint32_t)(route_sample(l, takes, sl->sent[pc->first + i]) + 1);
+    }
+}
+
 /*
- * Keeps in pc the samples that go where its first one goes (reordering sl->order and sl->sent
- * within the piece) and moves the others into a new PENDING piece, which the caller's walk
- * splits in turn. With no room for another piece, pc stays whole and goes to its first
- * sample's server as NOT_OWNER. Returns that route (route_sample's value).
+ * Keeps in pc the samples that go where its first one goes (by route_codes, reordering
+ * sl->order, sl->sent and the codes within the piece) and moves the others into a new PENDING
+ * piece, which the caller's walk splits in turn. With no room for another piece (or in a slot
+ * made before routing was on), pc stays whole and goes to its first sample's server as
+ * NOT_OWNER. Returns that route (route_sample's value).
  */
 static int64_t split(loader *l, slot *sl, piece *pc, const uint8_t *takes)
 {
-    int64_t route = route_sample(l, takes, sl->sent[pc->first]);
+    int64_t route = -1;
     uint32_t kept = 1;
-    for (uint32_t k = 1; k < pc->n; k++) {
-        uint32_t at = pc->first + k;
-        if (route_sample(l, takes, sl->sent[at]) != route)
-            continue;
-        uint32_t to = pc->first + kept++;
-        uint64_t idx = sl->sent[at];
-        uint32_t pos = sl->order[at];
-        sl->sent[at] = sl->sent[to];
-        sl->order[at] = sl->order[to];
-        sl->sent[to] = idx;
-        sl->order[to] = pos;
-    }
-    if (kept < pc->n) {
-        if (sl->num_pieces < sl->max_pieces) {
-            piece *rest = &sl->pieces[sl->num_pieces++];
-            memset(rest, 0, sizeof(*rest));
-            rest->slot = sl;
-            rest->state = PIECE_PENDING;
-            rest->first = pc->first + kept;
-            rest->n = pc->n - kept;
-            pc->n = kept;
-        } else if (route >= 0) {
-            route &= ~(int64_t)1;
+    if (!sl->from) {
+        route = route_sample(l, takes, sl->sent[pc->first]);
+        kept = pc->n;
+    } else {
+        uint32_t code = sl->from[pc->first];
+        route = (int64_t)code - 1;
+        for (uint32_t k = 1; k < pc->n; k++) {
+            uint32_t at = pc->first + k;
+            if (sl->from[at] != code)
+                continue;
+            uint32_t to = pc->first + kept++;
+            uint64_t idx = sl->sent[at];
+            uint32_t pos = sl->order[at];
+            sl->sent[at] = sl->sent[to];
+            sl->order[at] = sl->order[to];
+            sl->from[at] = sl->from[to];
+            sl->sent[to] = idx;
+            sl->order[to] = pos;
+            sl->from[to] = code;
         }
+    }
+    if (kept < pc->n && sl->num_pieces < sl->max_pieces) {
+        piece *rest = &sl->pieces[sl->num_pieces++];
+        memset(rest, 0, sizeof(*rest));
+        rest->slot = sl;
+        rest->state = PIECE_PENDING;
+        rest->first = pc->first + kept;
+        rest->n = pc->n - kept;
+        pc->n = kept;
+    } else if ((kept < pc->n || !sl->from) && route >= 0) {
+        route &= ~(int64_t)1;
     }
     return route;
 }
@@ -188,6 +210,7 @@ static void taking_servers(loader *l, uint64_t now, bool *usable, uint8_t *takes
 /* Sends what it can of sl's pending pieces, splitting them by route. */
 static void route_slot(loader *l, slot *sl, bool *usable, uint8_t *takes, uint64_t now)
 {
+    route_codes(l, sl, takes);
     for (uint32_t k = 0; k < sl->num_pieces; k++) {
         piece *pc = &sl->pieces[k];
         if (pc->state != PIECE_PENDING)
@@ -198,8 +221,10 @@ static void route_slot(loader *l, slot *sl, bool *usable, uint8_t *takes, uint64
         server *s = &l->servers[route / 2];
         if (!balance_has_window(s))
             continue;
-        if (!sched_send(l, pc, s, false, (route & 1) ? SCHED_OWNER : SCHED_NOT_OWNER, now))
+        if (!sched_send(l, pc, s, false, (route & 1) ? SCHED_OWNER : SCHED_NOT_OWNER, now)) {
             taking_servers(l, now, usable, takes); /* s failed */
+            route_codes(l, sl, takes);
+        }
     }
 }
 
