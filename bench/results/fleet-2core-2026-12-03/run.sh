@@ -13,7 +13,7 @@
 # RUNS (5), SIZE (224), SIDE (256, cache=SIDE), BIN (default ../../../build).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-out=${1:-$here/raw}
+out=${1:-$here/raw-size${SIZE:-224}}
 bin=${BIN:-$here/../../../build}
 bench=$bin/bench/e2e/feed-bench
 data=${DATA:-${FEED_SAMPLE_DIR:-/work/wt/shared/datasets/imagenet-sample}}
