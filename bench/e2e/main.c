@@ -336,7 +336,7 @@ int main(int argc, char **argv)
         .owner_routing = !o->owner_routing || strcmp(o->owner_routing, "auto") == 0
                              ? FEED_OWNER_ROUTING_AUTO
                          : strcmp(o->owner_routing, "off") == 0 ? FEED_OWNER_ROUTING_OFF
-                                                                 : FEED_OWNER_ROUTING_ON,
+                                                                : FEED_OWNER_ROUTING_ON,
         .rank = o->rank,
         .world = o->world,
         .mean = {0.485f, 0.456f, 0.406f},

@@ -60,7 +60,8 @@ static uint64_t straggler_limit(const loader *l)
     uint64_t median = median_service(l);
     if (!median)
         return UINT64_MAX;
-    uint64_t limit = (uint64_t)(l->routing ? CLIENT_ROUTE_HEDGE_FACTOR : CLIENT_HEDGE_FACTOR) * median;
+    uint64_t limit =
+        (uint64_t)(l->routing ? CLIENT_ROUTE_HEDGE_FACTOR : CLIENT_HEDGE_FACTOR) * median;
     uint64_t floor =
         (uint64_t)(l->routing ? CLIENT_ROUTE_HEDGE_FLOOR_MS : CLIENT_HEDGE_FLOOR_MS) * 1000000u;
     return limit > floor ? limit : floor;

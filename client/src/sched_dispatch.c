@@ -48,8 +48,7 @@ static slot *first_pending(loader *l)
     return best;
 }
 
-uint64_t sched_send(loader *l, piece *pc, server *s, bool second, uint32_t ownership,
-                    uint64_t now)
+uint64_t sched_send(loader *l, piece *pc, server *s, bool second, uint32_t ownership, uint64_t now)
 {
     slot *sl = pc->slot;
     uint64_t id = ++l->request_seq;
@@ -67,8 +66,7 @@ uint64_t sched_send(loader *l, piece *pc, server *s, bool second, uint32_t owner
     /* The server's deadline clock runs from now if it had nothing to do. */
     if (s->outstanding++ == 0)
         s->progress_ns = now;
-    if (!l->transport->send_request(l, s, id, sl->epoch, sl->sent + pc->first, pc->n,
-                                    ownership)) {
+    if (!l->transport->send_request(l, s, id, sl->epoch, sl->sent + pc->first, pc->n, ownership)) {
         sched_fail_server(l, s, "send queue refused a request", now);
         return 0;
     }

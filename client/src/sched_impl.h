@@ -33,8 +33,7 @@ piece *sched_pending_piece(slot *sl);
 /* Sends pc to s as a new request (second: a hedge or probe beside its live one) with
  * BatchRequest.ownership; its batch_id, or 0 if the transport refused it (s is then failed,
  * which puts pc back as it was before the call). */
-uint64_t sched_send(loader *l, piece *pc, server *s, bool second, uint32_t ownership,
-                    uint64_t now);
+uint64_t sched_send(loader *l, piece *pc, server *s, bool second, uint32_t ownership, uint64_t now);
 
 /* sched_route.c: owner routing, on once l->routing is. */
 /* Hedges, then every pending piece in plan order: split by the servers its samples go to,

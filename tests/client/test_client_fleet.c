@@ -43,8 +43,8 @@ static char g_root[256], g_dir[512], g_arg[600];
 static uint64_t g_samples;
 
 typedef struct epoch_px {
-    uint8_t *px;      /* [g_samples] samples by index */
-    uint32_t *times;  /* [g_samples] deliveries of each index */
+    uint8_t *px;     /* [g_samples] samples by index */
+    uint32_t *times; /* [g_samples] deliveries of each index */
 } epoch_px;
 
 static void log_to_stderr(void *user, int level, const char *msg)
@@ -56,9 +56,8 @@ static void log_to_stderr(void *user, int level, const char *msg)
 
 static void start(feed_test_server *s, const char *cache_bytes)
 {
-    const char *args[] = {"--dataset", g_arg,     "--cache-bytes", cache_bytes,
-                          "--threads", "1",       "--log-level",   "warn",
-                          NULL};
+    const char *args[] = {"--dataset", g_arg,         "--cache-bytes", cache_bytes, "--threads",
+                          "1",         "--log-level", "warn",          NULL};
     assert_int_equal(feed_test_server_start(args, s), 0);
 }
 
@@ -79,7 +78,6 @@ static double fleet_sum(const feed_test_server *s, uint32_t n, const char *serie
             sum += scrape(&s[i], series);
     return sum;
 }
-
 
 /* After the loader is closed: waits (up to IDLE_POLLS x 20 ms) for every server but `skip` to
  * have no batch in hand, so that counters stop moving (a hedged piece's owner, or batches of
@@ -181,8 +179,7 @@ static void expect_same(const epoch_px *got, const epoch_px *want)
         if (got->times[i] != 1)
             fail_msg("sample %llu delivered %u times", (unsigned long long)i, got->times[i]);
         if (memcmp(got->px + i * SAMPLE_BYTES, want->px + i * SAMPLE_BYTES, SAMPLE_BYTES))
-            fail_msg("sample %llu: pixels differ from the single server's",
-                     (unsigned long long)i);
+            fail_msg("sample %llu: pixels differ from the single server's", (unsigned long long)i);
     }
 }
 

@@ -287,10 +287,8 @@ static void test_batch_ready_only_when_every_piece_reported(void **state)
     for (uint32_t k = 2; k < npieces; k++)
         reply(l, mine[k]);
     arrival first, last;
-    arrive(l, &first, mine[0]->server, l->servers[mine[0]->server].stream, mine[0],
-           mine[0]->epoch);
-    arrive(l, &last, mine[1]->server, l->servers[mine[1]->server].stream, mine[1],
-           mine[1]->epoch);
+    arrive(l, &first, mine[0]->server, l->servers[mine[0]->server].stream, mine[0], mine[0]->epoch);
+    arrive(l, &last, mine[1]->server, l->servers[mine[1]->server].stream, mine[1], mine[1]->epoch);
     assert_int_equal(land_unlocked(l, &first), 0);
     assert_int_equal(land_unlocked(l, &last), 0);
     assert_true(last.pc->finished);
