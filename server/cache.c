@@ -137,8 +137,10 @@ void feedd_cache_free(feedd_cache *c)
             continue;
         for (uint64_t i = 0; i < cd->samples; i++) {
             feedd_cache_entry *e = (feedd_cache_entry *)atomic_load(&cd->slots[i]);
-            if (e)
+            if (e) {
+                feedd_gauge(&feedd_m.cache_entries, -1);
                 feedd_cache_release(c, e);
+            }
         }
         free((void *)cd->slots);
         uncharge(c, cd->samples * sizeof *cd->slots);
@@ -213,6 +215,7 @@ static void hand_step(feedd_cache *c, cached_dataset *cd)
     slot_unlock(s, 0);
     if (e) {
         feedd_count(&feedd_m.cache_evictions, 1);
+        feedd_gauge(&feedd_m.cache_entries, -1);
         feedd_cache_release(c, e);
     }
 }
@@ -310,6 +313,7 @@ void feedd_cache_publish(feedd_cache *c, feedd_cache_entry *e, const feed_decode
     }
     atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
     slot_unlock(s, (uintptr_t)e);
+    feedd_gauge(&feedd_m.cache_entries, 1);
 }
 
 void feedd_cache_release(feedd_cache *c, feedd_cache_entry *e)

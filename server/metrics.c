@@ -162,6 +162,12 @@ char *feedd_metrics_render(size_t *len)
     counter(&t, "feedd_cache_evictions_total",
             "Decoded images evicted (not asked for in a turn of the clock, ~2 epochs).",
             ld(&m->cache_evictions));
+    counter(&t, "feedd_cache_not_owned_total",
+            "Cache misses decoded without admission: the client routes by owner and another "
+            "server owns the sample (BatchRequest.ownership NOT_OWNER).",
+            ld(&m->cache_not_owned));
+    gauge(&t, "feedd_cache_entries", "Images held in the decoded-sample cache.",
+          ldg(&m->cache_entries));
     gauge(&t, "feedd_cache_bytes",
           "Bytes charged to the decoded-sample cache: slot tables and images, never above "
           "feedd_cache_budget_bytes.",

@@ -111,7 +111,9 @@ static void count_stages(const feed_stage_times *times)
  * A sample of a cached dataset: from the cached image on a hit; on a miss,
  * decode the whole image at the cache's size (into a new entry when the
  * budget has room) and make the sample from that, so a hit and a miss give
- * the same bytes. A sample that fails to decode is not cached.
+ * the same bytes. A sample that fails to decode is not cached, nor one the
+ * client says another server owns (job->not_owner: decoded the same way, into
+ * the engine's scratch).
  */
 static feed_sample_status make_cached(worker *w, feedd_job *job, uint32_t pos, uint32_t side)
 {
@@ -128,7 +130,13 @@ static feed_sample_status make_cached(worker *w, feedd_job *job, uint32_t pos, u
         if (read_sample(w, job, pos, &jpeg, &len, &st) < 0)
             return st;
         uint64_t t0 = feed_now_ns();
-        st = feedd_cache_decode(cache, w->engine, job->ds_id, index, jpeg, len, side, &img, &entry);
+        if (job->not_owner) {
+            st = feed_engine_decode(w->engine, jpeg, len, side, NULL, NULL, &img);
+            feedd_count(&feedd_m.cache_not_owned, 1);
+        } else {
+            st = feedd_cache_decode(cache, w->engine, job->ds_id, index, jpeg, len, side, &img,
+                                    &entry);
+        }
         times.decode_ns = feed_now_ns() - t0;
         if (st != FEED_SAMPLE_OK) {
             memset(out, 0, job->sample_bytes);

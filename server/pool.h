@@ -39,6 +39,9 @@ struct feedd_job {
     const feed_transform *tf;
     uint64_t seed;
     uint32_t epoch;
+    /* BatchRequest.ownership NOT_OWNER: another server owns these samples; a miss is decoded
+     * without admission to the cache. */
+    bool not_owner;
     const uint64_t *indices;
     uint32_t n;
     uint8_t *data; /* n * sample_bytes */

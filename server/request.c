@@ -210,6 +210,10 @@ grpc_status_code feedd_request_batch(const feedd_request_env *env, feedd_arena *
         snprintf(msg, cap, "open: the first request must open a session");
         goto out;
     }
+    if ((unsigned)r->ownership > FEED__V1__CACHE_OWNERSHIP__CACHE_OWNERSHIP_NOT_OWNER) {
+        snprintf(msg, cap, "ownership: %u is not a CacheOwnership", (unsigned)r->ownership);
+        goto out;
+    }
     if (r->n_indices == 0) {
         if (!r->open) {
             snprintf(msg, cap, "indices: a request with no indices");

@@ -303,6 +303,7 @@ static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sam
         bj->job.tf = &s->sess.tf;
         bj->job.seed = s->sess.seed;
         bj->job.epoch = r->epoch;
+        bj->job.not_owner = r->ownership == FEED__V1__CACHE_OWNERSHIP__CACHE_OWNERSHIP_NOT_OWNER;
         bj->job.indices = bj->indices;
         bj->job.n = n;
         bj->job.sample_bytes = sample_bytes;

@@ -279,17 +279,27 @@ int main(int argc, char **argv)
                 fprintf(stderr, "feed-bench: --server-cpus has no list for server %u\n", i);
                 goto out;
             }
-            snprintf(dataset_arg, sizeof dataset_arg, "%s=%s", o->dataset_name, o->data);
+            char cache_arg[32], bytes_arg[32];
+            snprintf(cache_arg, sizeof cache_arg, ",cache=%u", o->server_cache_side);
+            snprintf(dataset_arg, sizeof dataset_arg, "%s=%s%s", o->dataset_name, o->data,
+                     o->server_cache_side ? cache_arg : "");
             snprintf(threads_arg, sizeof threads_arg, "%u", o->server_threads);
+            snprintf(bytes_arg, sizeof bytes_arg, "%llu",
+                     (unsigned long long)o->server_cache_bytes);
             const char *args[] = {"--dataset",
                                   dataset_arg,
                                   "--threads",
                                   threads_arg,
+                                  "--cache-bytes",
+                                  bytes_arg,
                                   o->token_file ? "--auth-token-file" : NULL,
                                   o->token_file,
                                   NULL};
-            feed_test_server_opts so = {
-                .feedd = feedd, .cpus = cpus, .log_path = logp, .no_metrics = true};
+            /* Metrics only for the cache report (scraped at the window's ends). */
+            feed_test_server_opts so = {.feedd = feedd,
+                                        .cpus = cpus,
+                                        .log_path = logp,
+                                        .no_metrics = !o->server_cache_side};
             frc = feed_test_server_start_with(&so, args, &ctx.servers[i]);
             if (frc) {
                 fprintf(stderr, "feed-bench: feedd %u (%s, cpus %s): %s; see %s\n", i, feedd,
@@ -323,6 +333,10 @@ int main(int argc, char **argv)
         .window = o->window,
         .prefetch = o->prefetch,
         .ordered = !o->unordered,
+        .owner_routing = !o->owner_routing || strcmp(o->owner_routing, "auto") == 0
+                             ? FEED_OWNER_ROUTING_AUTO
+                         : strcmp(o->owner_routing, "off") == 0 ? FEED_OWNER_ROUTING_OFF
+                                                                : FEED_OWNER_ROUTING_ON,
         .rank = o->rank,
         .world = o->world,
         .mean = {0.485f, 0.456f, 0.406f},

@@ -75,7 +75,11 @@ void bench_usage(FILE *f)
             "  --window N           remote: outstanding batches per server (default %u)\n"
             "  --prefetch N         remote: delivery slots ready ahead of next() (default %u)\n",
             lc.window_per_server, lc.prefetch);
-    fputs("  --unordered          remote: batches as they arrive, not in plan order\n"
+    fputs("  --server-cache-side S --server-cache-bytes B   remote: spawned feedd keep a\n"
+          "                       decoded-sample cache (cache=S, --cache-bytes B); the report\n"
+          "                       gives each one's hit rate and bytes over the measured window\n"
+          "  --owner-routing M    remote: auto (default), off or on (feed_owner_routing)\n"
+          "  --unordered          remote: batches as they arrive, not in plan order\n"
           "  --auth-token-file FILE   remote: bearer token sent to the servers, read as feedd\n"
           "                       reads its --auth-token-file; spawned feedd get the same\n"
           "                       file (default: $FEED_TOKEN if set, else none)\n"
@@ -149,6 +153,9 @@ int bench_parse_options(int argc, char **argv, bench_options *o)
         {.name = "seed", .u64 = &o->seed, .lo = 0, .hi = UINT32_MAX},
         {.name = "size", .u32 = &o->size, .lo = 0, .hi = UINT32_MAX},
         {.name = "unordered", .flag = &o->unordered},
+        {.name = "server-cache-side", .u32 = &o->server_cache_side, .lo = 0, .hi = 65536},
+        {.name = "server-cache-bytes", .u64 = &o->server_cache_bytes, .lo = 0, .hi = 1ull << 40},
+        {.name = "owner-routing", .str = &o->owner_routing},
         {.name = "auth-token-file", .str = &o->token_file},
         {.name = "tls-ca", .str = &o->tls_ca},
         {.name = "tls-cert", .str = &o->tls_cert},
@@ -194,6 +201,15 @@ int bench_resolve_options(bench_options *o, bool gpu, bool sim)
         o->server_threads = (uint32_t)bench_affinity_cpus();
     if (!o->servers && !o->spawn)
         o->spawn = 1;
+    if (o->owner_routing && strcmp(o->owner_routing, "auto") != 0 &&
+        strcmp(o->owner_routing, "off") != 0 && strcmp(o->owner_routing, "on") != 0) {
+        fprintf(stderr, "feed-bench: --owner-routing auto, off or on\n");
+        return FEED_EINVAL;
+    }
+    if (!o->server_cache_side != !o->server_cache_bytes) {
+        fprintf(stderr, "feed-bench: --server-cache-side and --server-cache-bytes go together\n");
+        return FEED_EINVAL;
+    }
     /* libfeedclient's own defaults, so that every output shows what is in effect. */
     feed_loader_config lc_default;
     feed_loader_config_default(&lc_default);

@@ -36,6 +36,11 @@ typedef struct bench_options {
     uint32_t size;
     uint32_t rank, world; /* remote: this client's share of the epoch */
     bool unordered;
+    /* remote: spawned feedd cache the dataset at this shorter side (cache=SIDE) in cache_bytes
+     * each (0: no cache); the loader's owner routing (auto, off, on; NULL: auto). */
+    uint32_t server_cache_side;
+    uint64_t server_cache_bytes;
+    const char *owner_routing;
     /* remote: trust, as feed-client-probe's and feedd's options. The token is read from
      * token_file by bench_resolve_options (NULL: libfeedclient takes $FEED_TOKEN). */
     const char *token_file, *tls_ca, *tls_cert, *tls_key;

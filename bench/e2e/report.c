@@ -292,6 +292,15 @@ static void write_run_json(FILE *f, const bench_meta *m, const run_result *r, bo
     json_num(f, r->server_cpu_known, r->server_cpu_s);
     fputs(", \"server_cores\": ", f);
     json_num(f, r->server_cpu_known, r->server_cores);
+    fputs(",\n     \"server_caches\": [", f);
+    for (uint32_t i = 0; i < r->ncache; i++) {
+        const server_cache *c = &r->cache[i];
+        fprintf(f,
+                "%s{\"target\": \"%s\", \"hits\": %.0f, \"misses\": %.0f, \"not_owned\": %.0f, "
+                "\"entries\": %.0f, \"bytes\": %.0f}",
+                i ? ", " : "", c->target, c->hits, c->misses, c->not_owned, c->entries, c->bytes);
+    }
+    fputc(']', f);
     fprintf(f,
             ",\n     \"loss_first\": %.6g, \"loss_last\": %.6g, \"bad_samples\": %llu,"
             " \"bad_labels\": %llu, \"records_dropped\": %llu}%s\n",
@@ -430,6 +439,18 @@ void report_table(FILE *f, const bench_meta *m, const run_result *runs, size_t n
                 r->source, r->images_per_s, ratio, 100.0 * r->gpu_busy, util, sm, dram, mem, rx,
                 r->wait_p50_ms, r->wait_p99_ms, r->wait_max_ms, r->loader_cores, server,
                 r->loss_first, r->loss_last);
+    }
+    for (size_t i = 0; i < nruns; i++) {
+        for (uint32_t k = 0; k < runs[i].ncache; k++) {
+            const server_cache *c = &runs[i].cache[k];
+            double lookups = c->hits + c->misses;
+            fprintf(f,
+                    "%s  server %s cache: hit rate %.1f%% (%.0f of %.0f lookups), %.0f images, "
+                    "%.1f MiB, %.0f misses for samples it does not own\n",
+                    k ? "" : "\nremote, decoded caches over the measured window:\n", c->target,
+                    lookups > 0 ? 100.0 * c->hits / lookups : 0.0, c->hits, lookups, c->entries,
+                    c->bytes / 1048576.0, c->not_owned);
+        }
     }
     if (sim)
         fprintf(f,

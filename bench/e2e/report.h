@@ -28,6 +28,15 @@ typedef struct batch_record {
     uint32_t bad_samples;
 } batch_record;
 
+/* One spawned feedd's decoded-sample cache over the measured window (its metrics). */
+#define REPORT_MAX_SERVERS 64
+typedef struct server_cache {
+    char target[64];
+    double hits, misses; /* lookups in the window */
+    double not_owned;    /* misses it decoded for another server's samples, not admitted */
+    double entries, bytes; /* held at the window's end */
+} server_cache;
+
 typedef struct run_result {
     char source[16];
     int status; /* 0 or the FEED_E code that ended the run */
@@ -52,6 +61,8 @@ typedef struct run_result {
     uint64_t records_dropped;
     nvml_sample *nvml;
     size_t nnvml;
+    server_cache cache[REPORT_MAX_SERVERS]; /* remote with cached spawned servers */
+    uint32_t ncache;
 } run_result;
 
 typedef struct bench_meta {

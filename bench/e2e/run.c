@@ -31,6 +31,31 @@ static uint64_t servers_cpu_ns(const bench_ctx *c)
     return ns;
 }
 
+/* Each spawned server's cache counters into r->cache (0 servers: none has metrics). */
+static void scrape_caches(const bench_ctx *c, run_result *r)
+{
+    static const char *const series[] = {"feedd_cache_hits_total", "feedd_cache_misses_total",
+                                         "feedd_cache_not_owned_total", "feedd_cache_entries",
+                                         "feedd_cache_bytes"};
+    r->ncache = 0;
+    for (uint32_t i = 0; i < c->nspawned && i < REPORT_MAX_SERVERS; i++) {
+        server_cache *sc = &r->cache[r->ncache];
+        double v[5] = {0};
+        bool ok = c->servers[i].metrics_port > 0;
+        for (size_t k = 0; k < 5 && ok; k++)
+            ok = feed_test_scrape(c->servers[i].metrics_port, series[k], &v[k]) == 0;
+        if (!ok)
+            continue;
+        snprintf(sc->target, sizeof sc->target, "%s", c->servers[i].target);
+        sc->hits = v[0];
+        sc->misses = v[1];
+        sc->not_owned = v[2];
+        sc->entries = v[3];
+        sc->bytes = v[4];
+        r->ncache++;
+    }
+}
+
 static void progress(const bench_ctx *c, const run_result *r, uint64_t window_t0, size_t first,
                      size_t retired, double *tmp)
 {
@@ -90,6 +115,9 @@ void bench_run_source(bench_ctx *c, bench_source *src, run_result *r)
     size_t cap = 0, retired = 0;
     uint64_t window_t0 = 0, cpu0 = 0, srv0 = 0, step_cpu = 0, last_progress = 0;
     bool measuring = false;
+    run_result start; /* the caches' counters at the window's start */
+    memset(&start, 0, sizeof start);
+    bool caches = strcmp(r->source, "remote") == 0;
     double tmp[1000];
     int rc = 0;
     r->warmup_batches = o->warmup;
@@ -103,6 +131,8 @@ void bench_run_source(bench_ctx *c, bench_source *src, run_result *r)
             window_t0 = feed_now_ns();
             cpu0 = process_cpu_ns();
             srv0 = servers_cpu_ns(c);
+            if (caches)
+                scrape_caches(c, &start);
             step_cpu = 0;
             if (c->nvml)
                 nvml_window_start(c->nvml);
@@ -182,6 +212,15 @@ void bench_run_source(bench_ctx *c, bench_source *src, run_result *r)
         r->loader_cpu_s = cpu > 0 ? cpu : 0.0;
         r->server_cpu_known = c->nspawned > 0 && strcmp(r->source, "remote") == 0;
         r->server_cpu_s = r->server_cpu_known ? (double)(servers_cpu_ns(c) - srv0) / 1e9 : 0.0;
+        if (caches)
+            scrape_caches(c, r);
+        for (uint32_t i = 0; caches && i < r->ncache && r->ncache == start.ncache; i++) {
+            r->cache[i].hits -= start.cache[i].hits;
+            r->cache[i].misses -= start.cache[i].misses;
+            r->cache[i].not_owned -= start.cache[i].not_owned;
+        }
+        if (caches && r->ncache != start.ncache)
+            r->ncache = 0; /* a server's metrics went away: no window to report */
         if (c->nvml) {
             nvml_window_stop(c->nvml);
             r->nvml = calloc(MAX_NVML, sizeof *r->nvml);

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "feed/client.h"
 #include "feed/dataset.h"
 #include "feed/transform.h"
 #include "step.h"
@@ -67,6 +68,7 @@ typedef struct source_config {
     uint32_t window;      /* per server */
     uint32_t prefetch;    /* delivery slots */
     bool ordered;         /* plan order (false: as batches arrive) */
+    feed_owner_routing owner_routing;
     uint32_t rank, world; /* this client's share of each epoch (world >= 1) */
     float mean[3], std[3];
     /* feed_loader_config's trust fields (NULL: its defaults; token NULL takes $FEED_TOKEN). */

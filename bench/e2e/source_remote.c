@@ -111,6 +111,7 @@ int source_remote_open(const source_config *cfg, bench_source **out, char *err, 
     lc.epoch = 0;
     lc.drop_last = true;
     lc.ordered = cfg->ordered;
+    lc.owner_routing = cfg->owner_routing;
     lc.rank = cfg->rank;
     lc.world = cfg->world ? cfg->world : 1;
     if (cfg->window)

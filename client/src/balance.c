@@ -53,14 +53,17 @@ static uint64_t median_service(const loader *l)
 }
 
 /* The estimate beyond which a server is a straggler: CLIENT_HEDGE_FACTOR x the median, at
- * least CLIENT_HEDGE_FLOOR_MS; UINT64_MAX (none is) while no server is measured. */
+ * least CLIENT_HEDGE_FLOOR_MS (with owner routing CLIENT_ROUTE_HEDGE_FACTOR and _FLOOR_MS);
+ * UINT64_MAX (none is) while no server is measured. */
 static uint64_t straggler_limit(const loader *l)
 {
     uint64_t median = median_service(l);
     if (!median)
         return UINT64_MAX;
-    uint64_t limit = (uint64_t)CLIENT_HEDGE_FACTOR * median;
-    uint64_t floor = (uint64_t)CLIENT_HEDGE_FLOOR_MS * 1000000u;
+    uint64_t limit =
+        (uint64_t)(l->routing ? CLIENT_ROUTE_HEDGE_FACTOR : CLIENT_HEDGE_FACTOR) * median;
+    uint64_t floor =
+        (uint64_t)(l->routing ? CLIENT_ROUTE_HEDGE_FLOOR_MS : CLIENT_HEDGE_FLOOR_MS) * 1000000u;
     return limit > floor ? limit : floor;
 }
 
@@ -73,6 +76,21 @@ static uint64_t straggler_limit(const loader *l)
  * holding a batch back for a faster server whose window is full would leave batches unsent,
  * and fewer of them already on their way, when servers stop.
  */
+bool balance_has_window(const server *s)
+{
+    /* A server that has not yet answered a batch gets one, as a probe (see SRV_CONNECTING). */
+    return s->outstanding < (s->state == SRV_UP ? s->window : 1);
+}
+
+void balance_usable_servers(loader *l, uint64_t now, bool *usable)
+{
+    uint64_t fastest = fastest_service(l), limit = straggler_limit(l);
+    for (uint32_t i = 0; i < l->num_servers; i++) {
+        server *s = &l->servers[i];
+        usable[i] = balance_takes_requests(s) && service_estimate(s, fastest, now) <= limit;
+    }
+}
+
 server *balance_pick_server(loader *l, const server *other, uint64_t now)
 {
     uint64_t fastest = fastest_service(l), limit = straggler_limit(l);
@@ -83,7 +101,6 @@ server *balance_pick_server(loader *l, const server *other, uint64_t now)
         server *s = &l->servers[i];
         if (s == other || !balance_takes_requests(s))
             continue;
-        /* A server that has not yet answered a batch gets one, as a probe (see SRV_CONNECTING). */
         uint32_t window = s->state == SRV_UP ? s->window : 1;
         uint64_t est = service_estimate(s, fastest, now);
         if (s->outstanding >= window || est > limit)
@@ -109,22 +126,27 @@ bool balance_plan_before(const loader *l, const slot *a, const slot *b)
     return a->batch_number < b->batch_number;
 }
 
-/* In plan order, the first batch owed by a straggler, with no second request yet, that it has
+/* In plan order, the first piece owed by a straggler, with no second request yet, that it has
  * owed for longer than the others take by far: it should be asked of another server too. */
-slot *balance_straggler_batch(loader *l, uint64_t now)
+piece *balance_straggler_piece(loader *l, uint64_t now)
 {
     uint64_t limit = straggler_limit(l);
     if (limit == UINT64_MAX)
         return NULL;
     uint64_t fastest = fastest_service(l);
-    slot *best = NULL;
+    piece *best = NULL;
     for (uint32_t i = 0; i < l->num_slots; i++) {
         slot *sl = &l->slots[i];
-        if (sl->state != SLOT_INFLIGHT || sl->hedge || now - sl->sent_ns <= limit ||
-            service_estimate(sl->server, fastest, now) <= limit)
+        if (sl->state != SLOT_INFLIGHT && sl->state != SLOT_LANDING)
             continue;
-        if (!best || balance_plan_before(l, sl, best))
-            best = sl;
+        for (uint32_t k = 0; k < sl->num_pieces; k++) {
+            piece *pc = &sl->pieces[k];
+            if (pc->state != PIECE_INFLIGHT || pc->hedge || now - pc->sent_ns <= limit ||
+                service_estimate(pc->server, fastest, now) <= limit)
+                continue;
+            if (!best || balance_plan_before(l, sl, best->slot))
+                best = pc;
+        }
     }
     return best;
 }

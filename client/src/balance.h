@@ -20,7 +20,11 @@ void balance_note_reply(server *s, uint64_t now);
 server *balance_pick_server(loader *l, const server *other, uint64_t now);
 /* Plan order of two slots: this epoch's batches before the next epoch's. */
 bool balance_plan_before(const loader *l, const slot *a, const slot *b);
-/* The first batch in plan order a straggler has owed for far too long, to hedge; NULL if none. */
-slot *balance_straggler_batch(loader *l, uint64_t now);
+/* The first piece in plan order a straggler has owed for far too long, to hedge; NULL if none. */
+piece *balance_straggler_piece(loader *l, uint64_t now);
+/* Whether s has room in its window for one more request. */
+bool balance_has_window(const server *s);
+/* usable[i] (l->num_servers of them): whether server i takes requests and is no straggler. */
+void balance_usable_servers(loader *l, uint64_t now, bool *usable);
 
 #endif

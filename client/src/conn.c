@@ -228,7 +228,7 @@ static void start_stream(loader *l, server *s)
                     .seed = l->cfg.seed,
                     .window = s->window,
                     .client_name = name};
-    open_bb = wire_pack_request(&wo, 0, 0, NULL, 0);
+    open_bb = wire_pack_request(&wo, 0, 0, NULL, 0, 0);
     if (!open_bb || !conn_send(l, s, open_bb))
         goto fail_up;
     client_log(l, FEED_LOG_DEBUG, "server %s: stream open", s->target);
@@ -276,9 +276,9 @@ bool conn_send(loader *l, server *s, grpc_byte_buffer *bb)
 }
 
 static bool send_request(loader *l, server *s, uint64_t id, uint32_t epoch, const uint64_t *indices,
-                         uint32_t n)
+                         uint32_t n, uint32_t ownership)
 {
-    grpc_byte_buffer *bb = wire_pack_request(NULL, id, epoch, indices, n);
+    grpc_byte_buffer *bb = wire_pack_request(NULL, id, epoch, indices, n, ownership);
     return bb && conn_send(l, s, bb);
 }
 
@@ -298,16 +298,11 @@ static void drop_server(loader *l, server *s)
 const sched_transport conn_transport = {
     .send_request = send_request, .drop_server = drop_server, .connect = start_describe};
 
-/* Whether anything may still use s: a slot in flight to it or being landed from it (the
+/* Whether anything may still use s: a piece in flight to it or being landed from it (the
  * receiver landing uses s when it retakes mu), or a call still attached to it. */
 static bool server_in_use(const loader *l, const server *s)
 {
-    for (uint32_t i = 0; i < l->num_slots; i++) {
-        const slot *sl = &l->slots[i];
-        if ((sl->state == SLOT_INFLIGHT || sl->state == SLOT_LANDING) && sl->server == s)
-            return true;
-    }
-    return s->describe || s->stream || s->channel;
+    return sched_server_in_use(l, s) || s->describe || s->stream || s->channel;
 }
 
 int conn_add_server(loader *l, const char *target, int dns_index)
@@ -326,10 +321,7 @@ int conn_add_server(loader *l, const char *target, int dns_index)
         }
         if (!s)
             return FEED_ETOOBIG;
-        for (uint32_t i = 0; i < l->num_slots; i++) {
-            if (l->slots[i].server == s)
-                l->slots[i].server = NULL; /* stale, on a READY or HANDED slot */
-        }
+        sched_forget_server(l, s); /* stale, on a landed or handed out batch */
     }
     memset(s, 0, sizeof(*s));
     snprintf(s->target, sizeof(s->target), "%s", target);
@@ -440,7 +432,8 @@ static void on_describe(loader *l, call_ctx *c, bool ok)
         l->num_samples = info->num_samples;
         l->num_classes = (uint32_t)info->n_class_names;
     }
-    s->window = window;
+    sched_note_cache_side(l, s, info->cache_side);
+    s->window = l->routing ? sched_route_window(l, window, resp->max_window) : window;
     start_stream(l, s);
 out:
     if (resp)
@@ -458,13 +451,13 @@ static void receive_batch(receiver *rx, server *s, const call_ctx *from, grpc_by
         server_failed(l, s, "unreadable Batch");
         return;
     }
-    slot *sl = sched_batch_arrived(l, s, &r, feed_now_ns());
-    if (sl) {
+    piece *pc = sched_batch_arrived(l, s, &r, feed_now_ns());
+    if (pc) {
         char why[160];
         pthread_mutex_unlock(&l->mu);
-        int rc = sched_land(l, sl, &r, &rx->arena, why, sizeof(why));
+        int rc = sched_land(l, pc, &r, &rx->arena, why, sizeof(why));
         pthread_mutex_lock(&l->mu);
-        sched_batch_landed(l, s, from, sl, rc, why, feed_now_ns());
+        sched_batch_landed(l, s, from, pc, rc, why, feed_now_ns());
     }
     wire_batch_reader_destroy(&r);
 }

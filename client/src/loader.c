@@ -73,6 +73,8 @@ static int check_config(const feed_loader_config *c, const char **why, char *tms
         *why = "layout";
     else if ((unsigned)c->bad_sample_policy > FEED_BAD_SAMPLE_FAIL)
         *why = "bad_sample_policy";
+    else if ((unsigned)c->owner_routing > FEED_OWNER_ROUTING_ON)
+        *why = "owner_routing";
     else if (feed_transform_validate(&c->transform, tmsg, cap))
         *why = tmsg;
     else if (c->batch_deadline_ms == 0 || c->unavailable_timeout_ms == 0 ||

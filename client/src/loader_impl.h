@@ -1,14 +1,15 @@
 /*
  * The loader's internal state, shared by loader.c (public API, training
- * thread), sched.c (slots, dispatch, failover, landing), conn.c (gRPC calls
+ * thread), sched*.c (slots, dispatch, owner routing, failover, landing), conn.c (gRPC calls
  * and the receiver threads) and resolve.c (the DNS thread).
  *
  * Threads: the training thread (next/release/set_epoch/stats), receiver
  * threads (2 to CLIENT_MAX_RECEIVERS) that all run the one completion queue,
  * and a resolver thread when a target is "dns:///...". One mutex, `mu`,
  * guards everything marked [mu]. A receiver drops `mu` only while it lands a
- * batch into a slot in state SLOT_LANDING, which nobody else touches; several
- * receivers land different batches at once, each with its own scratch. Any
+ * piece of a batch in state PIECE_LANDING (its slot SLOT_LANDING), whose samples' places
+ * in the slot nobody else touches; several receivers land different pieces, of one batch
+ * or several, at once, each with its own scratch. Any
  * thread in sched_dispatch drops it while it allocates a new slot (growing). The
  * resolver thread only posts address lists ([mu]); a receiver applies them.
  * Lock order: mu, then the log queue's mu (a leaf; logq.c); the resolver's own
@@ -23,6 +24,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -57,7 +59,15 @@
  * balancing leaves idle for CLIENT_PROBE_MS while batches wait gets a copy of one in flight. */
 #define CLIENT_HEDGE_FACTOR 4u
 #define CLIENT_HEDGE_FLOOR_MS 20u
+/* With owner routing (sched_route.c) the same test is more tolerant: work moved off an owner is
+ * decoded from the JPEG by a server that does not cache it, which costs several times what the
+ * owner's cache hit does, and under load a server misses 4 x the median for a moment often. */
+#define CLIENT_ROUTE_HEDGE_FACTOR 8u
+#define CLIENT_ROUTE_HEDGE_FLOOR_MS 500u
 #define CLIENT_PROBE_MS 100u
+/* Owner routing (sched_route.c): most pieces one batch is split into; a piece that would need
+ * more goes whole to its first sample's server, not admitted there. */
+#define CLIENT_MAX_PIECES 64u
 
 typedef struct feed_loader loader;
 typedef struct server server;
@@ -66,9 +76,11 @@ typedef struct server server;
  * provides the gRPC one (conn_transport), the scheduler's tests a scripted one. Called
  * with mu held. */
 typedef struct sched_transport {
-    /* Queue request `id` for batch (epoch, indices[n]) on s's live stream; false if refused. */
+    /* Queue request `id` for batch (epoch, indices[n]) on s's live stream, with
+     * BatchRequest.ownership (a FEED__V1__CACHE_OWNERSHIP__ value; 0: not routed); false if
+     * refused. */
     bool (*send_request)(loader *l, server *s, uint64_t id, uint32_t epoch,
-                         const uint64_t *indices, uint32_t n);
+                         const uint64_t *indices, uint32_t n, uint32_t ownership);
     /* s failed: cancel its calls (their remaining tags free them) and drop its channel. */
     void (*drop_server)(loader *l, server *s);
     /* s is down and due for a retry: start Describe (then a stream) on a fresh channel, moving
@@ -114,20 +126,53 @@ typedef enum slot_state {
     SLOT_HANDED,   /* the caller holds it */
 } slot_state;
 
-typedef struct slot {
+typedef enum piece_state {
+    PIECE_PENDING,  /* waiting for a server */
+    PIECE_INFLIGHT, /* requested from `server` */
+    PIECE_LANDING,  /* a receiver thread is writing it, mu not held */
+    PIECE_DONE,     /* landed */
+} piece_state;
+
+typedef struct slot slot;
+
+/* A part of a slot's batch asked of one server as one request: the samples at positions
+ * sl->order[first .. first + n) of the batch, sent as sl->sent[first .. first + n). Its
+ * pixels land at raw[first .. first + n) (samples of sample_bytes), put in batch order
+ * once every piece has landed. Without owner routing a batch is one piece. */
+typedef struct piece {
+    slot *slot;
+    piece_state state; /* [mu] */
+    uint32_t first, n; /* [mu] */
+    uint32_t ownership; /* [mu] INFLIGHT: what the live request said (BatchRequest.ownership) */
+    uint64_t request_id; /* [mu] batch_id of the live request */
+    server *server;      /* [mu] while INFLIGHT/LANDING */
+    uint64_t sent_ns;    /* [mu] INFLIGHT: when the live request was sent */
+    /* INFLIGHT: a second live request for the same piece (a hedge past a straggler, or a
+     * probe), or NULL; whichever reply comes first lands, the other is a late duplicate. */
+    server *hedge;     /* [mu] */
+    uint64_t hedge_id; /* [mu] its batch_id */
+    bool finished;     /* LANDING, its receiver's: it landed the batch's last piece */
+} piece;
+
+struct slot {
+    /* Aggregate of its pieces while it carries a batch not yet landed: LANDING if one is,
+     * else INFLIGHT if one is, else PENDING. */
     slot_state state;      /* [mu] */
     uint64_t batch_number; /* [mu] */
     uint32_t epoch;        /* [mu] l->epoch, or l->epoch + 1 for a prefetched batch */
-    uint64_t request_id;   /* [mu] batch_id of the live request */
     uint32_t n;            /* [mu] */
-    server *server;        /* [mu] while INFLIGHT/LANDING */
-    uint64_t sent_ns;      /* [mu] INFLIGHT: when the live request was sent */
-    /* INFLIGHT: a second live request for the same batch (a hedge past a straggler, or a
-     * probe), or NULL; whichever reply comes first lands, the other is a late duplicate. */
-    server *hedge;         /* [mu] */
-    uint64_t hedge_id;     /* [mu] its batch_id */
     uint64_t ready_seq;    /* [mu] arrival order, for ordered=false */
     int result;            /* 0 or FEED_EBADSAMPLE, returned by next() */
+    piece *pieces;         /* [mu] max_pieces of them, num_pieces in use */
+    uint32_t num_pieces, max_pieces;
+    uint32_t *order;       /* [mu] piece order -> position in the batch */
+    uint64_t *sent;        /* [mu] indices in piece order */
+    _Atomic uint32_t landed; /* samples of pieces landed; the piece that completes it finishes */
+    /* [mu] the batch is landed (its finishing piece has reported); READY once every piece has
+     * reported too, so that no receiver still holds a piece of a slot handed out and reused. */
+    bool complete;
+    uint8_t *swap;         /* one sample, to put pieces in batch order; NULL: one piece only */
+    uint32_t *from;        /* batch_size places for that */
     /* Buffers sized for batch_size samples; pinned on the GPU path. */
     uint64_t *indices;
     int64_t *labels;
@@ -136,7 +181,7 @@ typedef struct slot {
     void *out;    /* host path: normalised output (may be raw) */
     client_gpu_slot *gpu;
     feed_batch batch; /* what next() hands out */
-} slot;
+};
 
 typedef enum call_kind { CALL_DESCRIBE, CALL_STREAM } call_kind;
 typedef enum tag_kind { TAG_UNARY, TAG_START, TAG_SEND, TAG_RECV, TAG_STATUS } tag_kind;
@@ -197,6 +242,9 @@ struct server {
     uint64_t retry_at_ns;  /* [mu] */
     uint32_t backoff_ms;   /* [mu] */
     uint64_t batches;      /* [mu] */
+    uint32_t cache_side;   /* [mu] its last Describe's DatasetInfo.cache_side */
+    /* [mu] Owner routing's key for it (sched_route.c): a hash of target, 0 until needed. */
+    uint64_t route_key;
 };
 
 /* One "dns:///host:port" target and its latest resolution. */
@@ -261,6 +309,9 @@ struct feed_loader {
     uint64_t request_seq;  /* [mu] last batch_id used */
     uint64_t ready_seq;    /* [mu] */
     int fatal;             /* [mu] error next() must report */
+    /* [mu] Owner routing (sched_route.c): on once, for good, when cfg.owner_routing is ON, or
+     * AUTO and a server described the dataset with cache_side > 0. */
+    bool routing;
 
     slot slots[CLIENT_MAX_SLOTS]; /* [mu] */
     uint32_t num_slots;           /* [mu] allocated */
@@ -299,18 +350,31 @@ void sched_fail_server(loader *l, server *s, const char *why, uint64_t now);
  * down (transport connect), the availability clock that next() reads, servers in stats. */
 void sched_tick(loader *l, uint64_t now);
 /* A Batch arrived on s's live stream, as reader r (wire.h) that has read nothing yet. Reads up
- * to its batch_id; returns the slot it answers, now SLOT_LANDING, or NULL when it is dropped
- * (no live request: a late duplicate) or was malformed (s failed). */
-slot *sched_batch_arrived(loader *l, server *s, wire_batch_reader *r, uint64_t now);
-/* mu NOT held (the slot is LANDING, nobody else touches it): reads the rest of r into sl,
- * checks it and lands it (policy, normalise or GPU copy). 0, or FEED_EPROTO / FEED_ECORRUPT
- * with why[why_cap] saying what was wrong, or FEED_ECUDA. arena: the caller's scratch. */
-int sched_land(loader *l, slot *sl, wire_batch_reader *r, wire_arena *arena, char *why,
+ * to its batch_id; returns the piece of a batch it answers, now PIECE_LANDING, or NULL when it
+ * is dropped (no live request: a late duplicate) or was malformed (s failed). */
+piece *sched_batch_arrived(loader *l, server *s, wire_batch_reader *r, uint64_t now);
+/* mu NOT held (the piece is LANDING, nobody else touches it or its samples): reads the rest of
+ * r into its slot, checks it, and if it is the batch's last piece lands the batch (policy,
+ * normalise or GPU copy). 0, or FEED_EPROTO / FEED_ECORRUPT with why[why_cap] saying what was
+ * wrong, or FEED_ECUDA. arena: the caller's scratch. */
+int sched_land(loader *l, piece *pc, wire_batch_reader *r, wire_arena *arena, char *why,
                size_t why_cap);
-/* sched_land's result rc, mu retaken: sl is READY, or re-issued; a protocol error fails s
- * unless its live stream is no longer `from` (failed meanwhile). */
-void sched_batch_landed(loader *l, server *s, const call_ctx *from, slot *sl, int rc,
+/* sched_land's result rc, mu retaken: the piece is landed (its slot READY if it was the
+ * last), or re-issued; a protocol error fails s unless its live stream is no longer `from`
+ * (failed meanwhile). */
+void sched_batch_landed(loader *l, server *s, const call_ctx *from, piece *pc, int rc,
                         const char *why, uint64_t now);
+/* Whether a piece in flight to s or being landed from it may still use s. */
+bool sched_server_in_use(const loader *l, const server *s);
+/* s's entry is reused for another server: pieces done or handed out forget it. */
+void sched_forget_server(loader *l, const server *s);
+/* s described the dataset with cache_side: owner routing turns on if the config allows. */
+void sched_note_cache_side(loader *l, server *s, uint32_t cache_side);
+/* A server's window (requests outstanding) under owner routing: a piece is about 1/N of a
+ * batch over N servers, so window x N pieces keep as many samples in flight as `window`
+ * batches do unrouted; at most max_window (the server's; 0: none) and CLIENT_MAX_WINDOW, at
+ * least window. */
+uint32_t sched_route_window(const loader *l, uint32_t window, uint32_t max_window);
 /* next() at `now`, for a call that began at `since`: 0 with *out the batch's slot, now HANDED
  * and counted in stats (its result, 0 or FEED_EBADSAMPLE, in (*out)->result); FEED_ESTATE
  * (the caller holds prefetch batches already), FEED_EEOF, the fatal error, FEED_EAUTH (every

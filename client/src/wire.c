@@ -222,7 +222,7 @@ void wire_batch_reader_destroy(wire_batch_reader *r)
 }
 
 void *wire_pack_request(const wire_open *open, uint64_t batch_id, uint32_t epoch,
-                        const uint64_t *indices, uint32_t n)
+                        const uint64_t *indices, uint32_t n, uint32_t ownership)
 {
     Feed__V1__BatchRequest req = FEED__V1__BATCH_REQUEST__INIT;
     Feed__V1__SessionOpen so = FEED__V1__SESSION_OPEN__INIT;
@@ -251,6 +251,7 @@ void *wire_pack_request(const wire_open *open, uint64_t batch_id, uint32_t epoch
     req.epoch = epoch;
     req.n_indices = n;
     req.indices = (uint64_t *)indices;
+    req.ownership = (Feed__V1__CacheOwnership)ownership;
 
     size_t size = feed__v1__batch_request__get_packed_size(&req);
     grpc_slice s = grpc_slice_malloc(size);

@@ -86,9 +86,10 @@ typedef struct wire_open {
     uint32_t window;
     const char *client_name;
 } wire_open;
-/* open may be NULL; n may be 0 only with open. NULL when out of memory. */
+/* open may be NULL; n may be 0 only with open; ownership: BatchRequest.ownership (0: not
+ * routed). NULL when out of memory. */
 void *wire_pack_request(const wire_open *open, uint64_t batch_id, uint32_t epoch,
-                        const uint64_t *indices, uint32_t n);
+                        const uint64_t *indices, uint32_t n, uint32_t ownership);
 
 /* What a Batch must look like to be accepted. */
 typedef struct wire_expect {

@@ -18,7 +18,7 @@
 #include "plan.h"
 
 static bool script_send(loader *l, server *s, uint64_t id, uint32_t epoch, const uint64_t *idx,
-                        uint32_t n)
+                        uint32_t n, uint32_t ownership)
 {
     if (g.refuse)
         return false;
@@ -28,6 +28,7 @@ static bool script_send(loader *l, server *s, uint64_t id, uint32_t epoch, const
     r->id = id;
     r->epoch = epoch;
     r->n = n;
+    r->ownership = ownership;
     memcpy(r->idx, idx, n * sizeof(*idx));
     return true;
 }
@@ -131,8 +132,8 @@ void fail_server(loader *l, uint32_t server_index)
     pthread_mutex_unlock(&l->mu);
 }
 
-/* The server's reply to request r, claiming `epoch`: pixels filled with a byte derived from
- * the first index. */
+/* The server's reply to request r, claiming `epoch`: each sample's pixels derived from its
+ * index (pixel_of). */
 static uint8_t *pack_reply(const sent *r, uint32_t epoch, size_t *len)
 {
     Feed__V1__Batch b = FEED__V1__BATCH__INIT;
@@ -141,7 +142,9 @@ static uint8_t *pack_reply(const sent *r, uint32_t epoch, size_t *len)
     uint32_t labels[MAXN];
     Feed__V1__SampleStatus st[MAXN];
     assert_non_null(px);
-    memset(px, (int)(r->idx[0] & 0xff), bytes);
+    for (uint32_t i = 0; i < r->n; i++)
+        for (size_t j = 0; j < SAMPLE_BYTES; j++)
+            px[i * SAMPLE_BYTES + j] = pixel_of(r->idx[i], j);
     for (uint32_t i = 0; i < r->n; i++) {
         labels[i] = (uint32_t)(r->idx[i] % CLASSES);
         st[i] = FEED__V1__SAMPLE_STATUS__SAMPLE_OK;
@@ -178,24 +181,33 @@ void arrive(loader *l, arrival *a, uint32_t server_index, const call_ctx *from, 
     assert_int_equal(wire_arena_init(&a->arena, 65536 + (size_t)l->cfg.batch_size * 1024), 0);
     wire_batch_reader_init_bytes(&a->r, a->msg, a->len, &a->rest);
     pthread_mutex_lock(&l->mu);
-    a->sl = sched_batch_arrived(l, &l->servers[server_index], &a->r, g.now);
+    a->pc = sched_batch_arrived(l, &l->servers[server_index], &a->r, g.now);
     pthread_mutex_unlock(&l->mu);
 }
 
-int land(loader *l, arrival *a)
+int land_unlocked(loader *l, arrival *a)
 {
-    int rc = 0;
-    if (a->sl) {
-        char why[160];
-        rc = sched_land(l, a->sl, &a->r, &a->arena, why, sizeof why);
+    a->rc = a->pc ? sched_land(l, a->pc, &a->r, &a->arena, a->why, sizeof a->why) : 0;
+    return a->rc;
+}
+
+void land_report(loader *l, arrival *a)
+{
+    if (a->pc) {
         pthread_mutex_lock(&l->mu);
-        sched_batch_landed(l, &l->servers[a->server], a->from, a->sl, rc, why, g.now);
+        sched_batch_landed(l, &l->servers[a->server], a->from, a->pc, a->rc, a->why, g.now);
         pthread_mutex_unlock(&l->mu);
     }
     wire_batch_reader_destroy(&a->r);
     wire_arena_free(&a->arena);
     feed_buf_free(&a->rest);
     free(a->msg);
+}
+
+int land(loader *l, arrival *a)
+{
+    int rc = land_unlocked(l, a);
+    land_report(l, a);
     return rc;
 }
 
@@ -232,9 +244,20 @@ uint32_t answer_epoch(loader *l, uint32_t epoch, bool newest_first)
 
 slot_state state_of(loader *l, uint64_t id)
 {
-    for (uint32_t i = 0; i < l->num_slots; i++)
-        if (l->slots[i].request_id == id)
-            return l->slots[i].state;
+    static const slot_state of_piece[] = {[PIECE_PENDING] = SLOT_PENDING,
+                                          [PIECE_INFLIGHT] = SLOT_INFLIGHT,
+                                          [PIECE_LANDING] = SLOT_LANDING,
+                                          [PIECE_DONE] = SLOT_READY};
+    for (uint32_t i = 0; i < l->num_slots; i++) {
+        slot *sl = &l->slots[i];
+        for (uint32_t k = 0; k < sl->num_pieces; k++) {
+            if (sl->pieces[k].request_id != id)
+                continue;
+            bool active = sl->state == SLOT_PENDING || sl->state == SLOT_INFLIGHT ||
+                          sl->state == SLOT_LANDING;
+            return active ? of_piece[sl->pieces[k].state] : sl->state;
+        }
+    }
     return SLOT_FREE;
 }
 
@@ -276,6 +299,19 @@ void set_epoch_at(loader *l, uint32_t epoch, uint64_t start_batch)
 }
 
 /* Checks that b is batch k of plan p, as the right reply made it. */
+uint8_t pixel_of(uint64_t index, size_t j)
+{
+    return (uint8_t)(index * 31 + j * 7);
+}
+
+void check_pixels(const feed_batch *b)
+{
+    const uint8_t *px = b->data;
+    for (uint32_t i = 0; i < b->n; i++)
+        for (size_t j = 0; j < SAMPLE_BYTES; j++)
+            assert_int_equal(px[i * SAMPLE_BYTES + j], pixel_of(b->indices[i], j));
+}
+
 static void check_batch(const feed_batch *b, const client_plan *p, uint32_t epoch, uint64_t k)
 {
     const uint32_t *want;
@@ -288,7 +324,7 @@ static void check_batch(const feed_batch *b, const client_plan *p, uint32_t epoc
         assert_int_equal(b->indices[i], want[i]);
         assert_int_equal(b->labels[i], want[i] % CLASSES);
     }
-    assert_int_equal(((const uint8_t *)b->data)[0], want[0] & 0xff);
+    check_pixels(b);
 }
 
 void expect_epoch(loader *l, uint32_t epoch, uint64_t first)

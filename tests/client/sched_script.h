@@ -19,6 +19,7 @@
 #include "loader_impl.h"
 
 #define SIDE 8u
+#define SAMPLE_BYTES ((size_t)SIDE * SIDE * 3)
 #define CLASSES 4u
 #define MAXREQ 1024u
 #define MAXN 16u
@@ -31,6 +32,7 @@ typedef struct sent {
     uint64_t id;
     uint32_t epoch;
     uint32_t n;
+    uint32_t ownership; /* BatchRequest.ownership; 0 unless routed */
     uint64_t idx[MAXN];
 } sent;
 
@@ -63,7 +65,9 @@ typedef struct arrival {
     wire_batch_reader r;
     uint32_t server;
     const call_ctx *from;
-    slot *sl; /* NULL: dropped */
+    piece *pc; /* NULL: dropped */
+    int rc;    /* land_unlocked's */
+    char why[160];
 } arrival;
 
 /* A loader over `samples` samples in batches of `batch`, nservers servers up with `window`
@@ -82,6 +86,10 @@ void arrive(loader *l, arrival *a, uint32_t server_index, const call_ctx *from, 
             uint32_t epoch);
 /* Lands an arrival (unlocked, as a receiver does), then reports it; sched_land's rc. */
 int land(loader *l, arrival *a);
+/* The two halves of land: sched_land unlocked (its rc), then sched_batch_landed with mu and
+ * the arrival freed. */
+int land_unlocked(loader *l, arrival *a);
+void land_report(loader *l, arrival *a);
 /* The right reply to r, arrived on `from` and landed. */
 void reply_from(loader *l, uint32_t server_index, const call_ctx *from, const sent *r);
 /* The same on the stream r was sent on. */
@@ -89,7 +97,8 @@ void reply(loader *l, const sent *r);
 /* Answers every request of `epoch` still in flight, newest or oldest first, dispatching
  * after each reply (the freed window takes more requests), until none is left; how many. */
 uint32_t answer_epoch(loader *l, uint32_t epoch, bool newest_first);
-/* The state of the slot whose live request is id (SLOT_FREE when none). */
+/* The state of the piece whose live request is id, as a slot's (a landed piece: SLOT_READY),
+ * while its batch is not landed; then its slot's (SLOT_FREE when none). */
 slot_state state_of(loader *l, uint64_t id);
 /* next() as loader.c asks it, at g.now: its code; *out the batch on 0; *wait (may be NULL)
  * on SCHED_WAIT. */
@@ -107,6 +116,11 @@ void expect_epoch(loader *l, uint32_t epoch, uint64_t first);
 void reconnect(loader *l, uint32_t server_index);
 /* Requests sent to server_index from g.req[from] on. */
 uint32_t sent_to(uint32_t server_index, uint32_t from);
+
+/* Byte j of sample `index`'s pixels in every scripted reply. */
+uint8_t pixel_of(uint64_t index, size_t j);
+/* Every sample of b has its own pixels (pixel_of of its index). */
+void check_pixels(const feed_batch *b);
 
 /* What play_epoch saw. */
 typedef struct played {

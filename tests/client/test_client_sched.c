@@ -250,9 +250,9 @@ static void test_server_fails_while_its_batches_land(void **state)
     arrival good, bad;
     arrive(l, &good, 0, from, &owed[0], owed[0].epoch);
     arrive(l, &bad, 0, from, &owed[1], owed[1].epoch + 1);
-    assert_non_null(good.sl);
-    assert_non_null(bad.sl);
-    assert_int_equal(good.sl->state, SLOT_LANDING);
+    assert_non_null(good.pc);
+    assert_non_null(bad.pc);
+    assert_int_equal(good.pc->slot->state, SLOT_LANDING);
     /* Meanwhile a third sees the stream end: nothing in flight to re-issue, both are landing. */
     fail_server(l, 0);
     assert_int_equal(l->stats.failovers, 1);

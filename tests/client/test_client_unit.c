@@ -290,6 +290,18 @@ static void test_resolve_parse(void **state)
                      FEED_EINVAL);
 }
 
+/* A hand-made slot of one piece in state ps, asked of (or landing from) s. */
+static void one_piece(slot *sl, piece *pc, slot_state st, piece_state ps, server *s)
+{
+    memset(pc, 0, sizeof(*pc));
+    pc->slot = sl;
+    pc->state = ps;
+    pc->server = s;
+    sl->pieces = pc;
+    sl->num_pieces = sl->max_pieces = 1;
+    sl->state = st;
+}
+
 /* Applying DNS results: new addresses become servers, vanished ones are removed
  * and their in-flight batches re-issued, and a returning address is reused. */
 static void test_resolve_apply(void **state)
@@ -321,8 +333,8 @@ static void test_resolve_apply(void **state)
     /* 10.0.0.1 is up with a batch in flight when it leaves DNS; 10.0.0.3 arrives. */
     l->servers[0].state = SRV_UP;
     l->num_slots = 1;
-    l->slots[0].state = SLOT_INFLIGHT;
-    l->slots[0].server = &l->servers[0];
+    piece pc;
+    one_piece(&l->slots[0], &pc, SLOT_INFLIGHT, PIECE_INFLIGHT, &l->servers[0]);
     strcpy(d.addrs[0], "ipv4:10.0.0.3:7878");
     d.gen = 2;
     resolve_apply(l);
@@ -332,7 +344,7 @@ static void test_resolve_apply(void **state)
     assert_false(l->servers[1].removed);
     assert_string_equal(l->servers[2].target, "ipv4:10.0.0.3:7878");
     assert_int_equal(l->slots[0].state, SLOT_PENDING);
-    assert_null(l->slots[0].server);
+    assert_null(pc.server);
     assert_int_equal(l->stats.reissued, 1);
     assert_int_equal(l->stats.failovers, 1);
 
@@ -419,15 +431,14 @@ static void test_resolve_reuse(void **state)
     assert_non_null(landing);
     inflight->state = SRV_UP;
     l->num_slots = 2;
-    l->slots[0].state = SLOT_INFLIGHT;
-    l->slots[0].server = inflight;
-    l->slots[1].state = SLOT_LANDING;
-    l->slots[1].server = landing;
+    piece pcs[2];
+    one_piece(&l->slots[0], &pcs[0], SLOT_INFLIGHT, PIECE_INFLIGHT, inflight);
+    one_piece(&l->slots[1], &pcs[1], SLOT_LANDING, PIECE_LANDING, landing);
     first += 2;
     reuse_publish(l, &d, first, live);
     assert_int_equal(l->slots[0].state, SLOT_PENDING);
-    assert_null(l->slots[0].server);
-    assert_ptr_equal(l->slots[1].server, landing);
+    assert_null(pcs[0].server);
+    assert_ptr_equal(pcs[1].server, landing);
     assert_true(landing->removed);
     reuse_addr(want, first - 1);
     assert_string_equal(landing->target, want); /* not reused while referenced */
@@ -447,10 +458,11 @@ static void test_resolve_reuse(void **state)
     assert_string_equal(landing->target, landing_target);
     assert_true(landing->removed);
     l->slots[1].state = SLOT_READY; /* landed */
+    pcs[1].state = PIECE_DONE;
     d.gen++;
     resolve_apply(l);
     assert_ptr_equal(live_server(l, want), landing);
-    assert_null(l->slots[1].server); /* no stale pointer to the reused entry */
+    assert_null(pcs[1].server); /* no stale pointer to the reused entry */
     for (uint32_t a = 0; a < live + 8; a++) {
         reuse_addr(want, first + a);
         assert_non_null(live_server(l, want));

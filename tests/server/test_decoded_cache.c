@@ -6,7 +6,9 @@
  * under its budget with a cache smaller than the dataset; the hit rate over
  * several permuted epochs is near cache/dataset; many streams at once get
  * the right pixels; Describe reports cache_side; a transform larger than
- * the cached side is decoded from the JPEG. With the ImageNet sample
+ * the cached side is decoded from the JPEG; BatchRequest.ownership: a
+ * sample another server owns is served from the cache or decoded, never
+ * admitted. With the ImageNet sample
  * (--imagenet-sample): PSNR of a cached server against an uncached one.
  */
 #include <setjmp.h>
@@ -79,8 +81,9 @@ static double scrape(const feed_test_server *s, const char *series)
  * One batch over a fresh stream; the Batch (free it), or NULL on failure.
  * No cmocka assertion: threads call it.
  */
-static Feed__V1__Batch *fetch(const char *target, const char *dataset, uint32_t out, uint64_t seed,
-                              uint32_t epoch, const uint64_t *idx, size_t n)
+static Feed__V1__Batch *fetch_as(const char *target, const char *dataset, uint32_t out,
+                                 uint64_t seed, uint32_t epoch, const uint64_t *idx, size_t n,
+                                 Feed__V1__CacheOwnership ownership)
 {
     grpc_channel *ch = feedtest_channel(target);
     Feed__V1__TransformSpec spec = train_spec(out);
@@ -96,6 +99,7 @@ static Feed__V1__Batch *fetch(const char *target, const char *dataset, uint32_t 
     r.epoch = epoch;
     r.n_indices = n;
     r.indices = (uint64_t *)idx;
+    r.ownership = ownership;
     feedtest_stream s;
     Feed__V1__Batch *b = NULL;
     if (feedtest_stream_open(ch, 120, &s) == 0) {
@@ -113,6 +117,14 @@ static Feed__V1__Batch *fetch(const char *target, const char *dataset, uint32_t 
     }
     grpc_channel_destroy(ch);
     return b;
+}
+
+/* fetch_as without BatchRequest.ownership: a client that does not route by owner. */
+static Feed__V1__Batch *fetch(const char *target, const char *dataset, uint32_t out, uint64_t seed,
+                              uint32_t epoch, const uint64_t *idx, size_t n)
+{
+    return fetch_as(target, dataset, out, seed, epoch, idx, n,
+                    FEED__V1__CACHE_OWNERSHIP__CACHE_OWNERSHIP_UNSPECIFIED);
 }
 
 static void all_indices(uint64_t *idx)
@@ -439,6 +451,49 @@ static void test_describe_and_bypass(void **state)
     assert_int_equal(feed_test_server_stop(&s), 0);
 }
 
+/*
+ * BatchRequest.ownership: NOT_OWNER misses are decoded the same way and not admitted (counted
+ * in feedd_cache_not_owned_total), OWNER admits, NOT_OWNER then hits what is cached; the
+ * pixels are the decoded path's every time. A value beyond the enum is refused.
+ */
+static void test_ownership_admission(void **state)
+{
+    (void)state;
+    feed_test_server s;
+    start(&s, "64M", SIDE, "2");
+    uint64_t *idx = malloc(n_samples * sizeof *idx);
+    all_indices(idx);
+    size_t good = 0;
+    for (uint64_t i = 0; i < n_samples; i++)
+        good += want_st[i] == FEED_SAMPLE_OK;
+    Feed__V1__Batch *b = fetch_as(s.target, "d", OUT, SEED, EPOCH, idx, n_samples,
+                                  FEED__V1__CACHE_OWNERSHIP__CACHE_OWNERSHIP_NOT_OWNER);
+    expect_batch(b, idx, n_samples);
+    feed__v1__batch__free_unpacked(b, NULL);
+    assert_int_equal(scrape(&s, "feedd_cache_entries"), 0);
+    assert_int_equal(scrape(&s, "feedd_cache_not_owned_total"), (double)n_samples);
+    assert_int_equal(scrape(&s, "feedd_cache_bytes"), (double)n_samples * 8); /* the table */
+
+    b = fetch_as(s.target, "d", OUT, SEED, EPOCH, idx, n_samples,
+                 FEED__V1__CACHE_OWNERSHIP__CACHE_OWNERSHIP_OWNER);
+    expect_batch(b, idx, n_samples);
+    feed__v1__batch__free_unpacked(b, NULL);
+    assert_int_equal(scrape(&s, "feedd_cache_entries"), (double)good);
+    assert_int_equal(scrape(&s, "feedd_cache_hits_total"), 0);
+
+    b = fetch_as(s.target, "d", OUT, SEED, EPOCH, idx, n_samples,
+                 FEED__V1__CACHE_OWNERSHIP__CACHE_OWNERSHIP_NOT_OWNER);
+    expect_batch(b, idx, n_samples);
+    feed__v1__batch__free_unpacked(b, NULL);
+    assert_int_equal(scrape(&s, "feedd_cache_hits_total"), (double)good);
+    assert_int_equal(scrape(&s, "feedd_cache_entries"), (double)good);
+
+    b = fetch_as(s.target, "d", OUT, SEED, EPOCH, idx, 1, (Feed__V1__CacheOwnership)7);
+    assert_null(b);
+    free(idx);
+    assert_int_equal(feed_test_server_stop(&s), 0);
+}
+
 static int cmp_double(const void *p, const void *q)
 {
     double x = *(const double *)p, y = *(const double *)q;
@@ -516,6 +571,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_small_cache_bound_and_hit_rate),
         cmocka_unit_test(test_streams_at_once),
         cmocka_unit_test(test_describe_and_bypass),
+        cmocka_unit_test(test_ownership_admission),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

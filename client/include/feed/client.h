@@ -105,6 +105,17 @@ typedef enum feed_bad_sample_policy {
 
 typedef void (*feed_client_log_fn)(void *user, int level, const char *message);
 
+/* Owner routing (README "Owner routing"): each sample of the dataset has one owning server,
+ * by rendezvous hashing of (sample index, server target) over the servers the loader knows;
+ * a batch goes out as one piece per owner, so that each server's decoded-sample cache holds
+ * only its share and the fleet's caches add up. A down or straggling owner's samples go to
+ * the next server in their rendezvous order, which serves them without caching them. */
+typedef enum feed_owner_routing {
+    FEED_OWNER_ROUTING_AUTO = 0, /* on once a server describes the dataset with cache_side > 0 */
+    FEED_OWNER_ROUTING_OFF = 1,  /* every batch goes whole to the server balancing picks */
+    FEED_OWNER_ROUTING_ON = 2,   /* on, with or without a cache */
+} feed_owner_routing;
+
 typedef struct feed_loader_config {
     /* sizeof(feed_loader_config) as the caller was compiled; feed_loader_config_default sets it.
      * A library newer than the caller's header reads only the fields this size covers and
@@ -162,6 +173,8 @@ typedef struct feed_loader_config {
      * both or neither, and only with tls_ca_file. */
     const char *tls_cert_file;
     const char *tls_key_file;
+    /* Which server each sample goes to (feed_owner_routing; default AUTO). */
+    feed_owner_routing owner_routing;
 } feed_loader_config;
 
 typedef struct feed_batch {
