@@ -11,7 +11,7 @@ set -euo pipefail
 
 main_pkgs=(build-essential cmake pkg-config
            libjpeg62-turbo-dev libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
-           libmicrohttpd-dev python3 python3-numpy python3-matplotlib)
+           libmicrohttpd-dev libssl-dev python3 python3-numpy python3-matplotlib)
 test_pkgs=(git libcmocka-dev
            python3-grpcio python3-grpc-tools python3-protobuf nodejs npm
            python3-torch python3-torchvision python3-pytest python3-pil

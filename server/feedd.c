@@ -7,10 +7,8 @@
  * drains: it finishes accepted batches, refuses new ones and cancels what is
  * left after --drain-timeout-ms; a second signal cuts the drain short. If
  * gRPC still holds cancelled calls STOP_GRACE_MS later (a client that stopped
- * reading), feedd exits without tearing down. Exit status 0 either way. If
- * the TLS port stops accepting for good (gRPC 1.51 after running out of
- * descriptors), feedd drains the same way and exits with status 3, to be
- * restarted. Main thread only.
+ * reading), feedd exits without tearing down. Exit status 0 either way.
+ * Main thread only.
  */
 #include <errno.h>
 #include <signal.h>
@@ -40,11 +38,7 @@
  */
 #define STOP_GRACE_MS 1000
 
-/* Exit status when the TLS port stopped accepting (feedd_service_accepting). */
-#define EXIT_TLS_PORT_DEAD 3
-
-/* How often the main thread looks for streams whose sends stalled (--send-stall-ms)
- * and whether the TLS port still accepts. */
+/* How often the main thread looks for streams whose sends stalled (--send-stall-ms). */
 #define STALL_CHECK_MS 250
 
 /* Write "PORT\n" to path atomically (temp file + rename): readers never see half a number. */
@@ -226,20 +220,12 @@ int main(int argc, char **argv)
 
     const struct timespec tick = {0, STALL_CHECK_MS * 1000000L};
     int sig = -1;
-    while (sig < 0 && feedd_service_accepting(svc)) {
+    while (sig < 0) {
         sig = sigtimedwait(&set, NULL, &tick);
         feedd_service_check_stalls(svc);
     }
-    if (sig > 0) {
-        FEED_LOGI("signal %d: draining (timeout %u ms)", sig, cfg.drain_timeout_ms);
-        exit_code = 0;
-    } else {
-        FEED_LOGE("the TLS port accepts no more connections (gRPC gave up after an accept failed "
-                  "for want of descriptors): draining (timeout %u ms), then exiting with status "
-                  "%d so that a supervisor restarts feedd",
-                  cfg.drain_timeout_ms, EXIT_TLS_PORT_DEAD);
-        exit_code = EXIT_TLS_PORT_DEAD;
-    }
+    FEED_LOGI("signal %d: draining (timeout %u ms)", sig, cfg.drain_timeout_ms);
+    exit_code = 0;
     drain(svc, &set, cfg.drain_timeout_ms);
 out:
     feedd_metrics_set_extra(NULL, NULL);

@@ -13,6 +13,7 @@ add_executable(feedd
   ${CMAKE_CURRENT_LIST_DIR}/metrics.c
   ${CMAKE_CURRENT_LIST_DIR}/listener.c
   ${CMAKE_CURRENT_LIST_DIR}/guard.c
+  ${CMAKE_CURRENT_LIST_DIR}/handoff.cc
   ${CMAKE_CURRENT_LIST_DIR}/trust.c
   ${CMAKE_CURRENT_LIST_DIR}/cache.c
   ${CMAKE_CURRENT_LIST_DIR}/crc_combine.c)

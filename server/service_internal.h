@@ -37,6 +37,7 @@
 
 #include "config.h"
 #include "feed/list.h"
+#include "handoff.h"
 #include "memory.h"
 #include "pool.h"
 #include "request.h"
@@ -141,7 +142,8 @@ struct feedd_service {
     feedd_pool *pool;
     grpc_server *server;
     grpc_server_credentials *creds;
-    struct feedd_listener *listener;        /* accepts for server (listener.h); NULL with TLS */
+    struct feedd_listener *listener;        /* accepts for server (listener.h) */
+    feedd_handoff handoff;                  /* with TLS: how listener's connections reach gRPC */
     grpc_server_credentials *health_creds;  /* insecure, for health_listener's connections */
     struct feedd_listener *health_listener; /* --health-listen beside the TLS port, or NULL */
     struct feedd_guard *guard; /* watches the listeners' connections (guard.h); NULL when off */

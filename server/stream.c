@@ -434,7 +434,7 @@ static void stream_open(stream *s)
     s->status_slice = grpc_empty_slice();
     feedd_sm_init(&s->sm);
     peer_of(s->call, s->peer, sizeof s->peer);
-    s->guard_fd = feedd_guard_fd_of(s->peer);
+    s->guard_fd = feedd_guard_fd_of(svc->guard, s->peer);
     pthread_mutex_init(&s->mu, NULL);
 
     pthread_mutex_lock(&svc->mu);

@@ -656,11 +656,17 @@ static void test_guard_credit(void **state)
     tcp_pair(&client, &server);
     feedd_guard *g = NULL;
     assert_int_equal(feedd_guard_start(1, BURST, &g), 0);
-    feedd_guard_track(g, server);
+    struct sockaddr_storage ss;
+    socklen_t sslen = sizeof ss;
+    assert_int_equal(getpeername(server, (struct sockaddr *)&ss, &sslen), 0);
+    feedd_guard_track(g, server, (struct sockaddr *)&ss, sslen);
+    feedd_guard_authenticated(g, server);
     char peer[32];
     snprintf(peer, sizeof peer, "fd:%d", server);
-    assert_int_equal(feedd_guard_fd_of(peer), server);
-    assert_int_equal(feedd_guard_fd_of("ipv4:127.0.0.1:5"), -1);
+    assert_int_equal(feedd_guard_fd_of(g, peer), server);
+    snprintf(peer, sizeof peer, "ipv4:127.0.0.1:%d", ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    assert_int_equal(feedd_guard_fd_of(g, peer), server);
+    assert_int_equal(feedd_guard_fd_of(g, "ipv4:127.0.0.1:5"), -1);
     uint64_t cut0 = atomic_load(&feedd_m.connections_cut);
 
     for (int k = 1; k <= 4; k++) {

@@ -7,7 +7,7 @@
  * wrong, missing; a refused token gives FEED_EAUTH at once, from open or
  * next(), and a refusing server among accepting ones is logged once), a
  * 0.3-sized config whose bytes past its end must be ignored, TLS against a
- * plaintext port, and a TLS port out of descriptors.
+ * plaintext port, and a TLS port out of descriptors that recovers.
  * Certificates are made at test time by make_test_certs.sh (openssl).
  */
 #include <arpa/inet.h>
@@ -485,42 +485,72 @@ static int idle_connect(int port)
 #define FLOOD 200
 
 /*
- * gRPC 1.51's own listener, which the TLS port needs, stops accepting for
- * good at the first accept4() that fails for want of descriptors. feedd
- * sees it, drains and exits with status 3 so that a supervisor restarts it;
- * without that it would stay up with a port that never answers again.
+ * Finding 4 of issue 22: the TLS port out of descriptors. gRPC 1.51's own
+ * listener stopped accepting for good at the first accept4() that failed
+ * for want of descriptors, and feedd then exited with status 3: anyone who
+ * could reach the port could restart the server. feedd's listener takes
+ * the TLS port too (handoff.h): with 64 descriptors, 200 idle connections
+ * exhaust them; a loader connected before keeps getting its batches, and
+ * once the idle ones close a new loader is served and feedd stops with
+ * status 0.
  */
-static void test_tls_port_out_of_descriptors_exits(void **state)
+static void test_tls_port_out_of_descriptors_recovers(void **state)
 {
     (void)state;
-    char crt[512], key[512], log_path[512];
+    char crt[512], key[512], ca[512], log_path[512];
     cert(crt, sizeof crt, "server.pem");
     cert(key, sizeof key, "server.key");
+    cert(ca, sizeof ca, "ca.pem");
     path_in(log_path, sizeof log_path, g_root, "fd.log");
     feed_test_server_opts o = {.log_path = log_path, .nofile = 64};
     const char *args[] = {"--dataset", g_ds,        "--threads", "1", "--tls-cert",
                           crt,         "--tls-key", key,         NULL};
     feed_test_server s;
     assert_int_equal(feed_test_server_start_with(&o, args, &s), 0);
+    const char *target = s.target;
+    feed_loader_config cfg;
+    log_text log;
+    loader_config(&cfg, &target, &log);
+    cfg.tls_ca_file = ca;
+    cfg.batch_size = 1;
+    cfg.unavailable_timeout_ms = SERVED_MS;
+    feed_loader *l = NULL;
+    assert_int_equal(feed_loader_open(&cfg, &l), 0);
+    feed_batch *b = NULL;
+    assert_int_equal(feed_loader_next(l, &b), 0);
+    assert_int_equal(feed_loader_release(l, b, NULL), 0);
     static int fds[FLOOD];
-    for (int i = 0; i < FLOOD; i++)
+    int opened = 0;
+    for (int i = 0; i < FLOOD; i++) {
         fds[i] = idle_connect(s.port);
-    int rc = feed_test_server_wait(&s, 60000);
+        opened += fds[i] >= 0;
+    }
+    int64_t samples = 1;
+    int rc;
+    while ((rc = feed_loader_next(l, &b)) == 0) {
+        samples += b->n;
+        assert_int_equal(feed_loader_release(l, b, NULL), 0);
+    }
+    feed_loader_close(l);
     for (int i = 0; i < FLOOD; i++)
         if (fds[i] >= 0)
             close(fds[i]);
-    if (rc != 0)
-        feed_test_server_kill(&s);
-    assert_int_equal(rc, 0);
-    assert_int_equal(s.exit_status, 3);
-    char *text = NULL;
+    assert_int_equal(rc, FEED_EEOF);
+    assert_int_equal(samples, 12);
+    assert_int_equal(opened, FLOOD);
+    loader_config(&cfg, &target, &log);
+    cfg.tls_ca_file = ca;
+    assert_int_equal(run_epoch(&cfg, SERVED_MS), 12);
+    assert_int_equal(feed_test_server_stop(&s), 0);
+    assert_int_equal(s.exit_status, 0);
+    char *text = calloc(1, 65537);
     FILE *f = fopen(log_path, "r");
-    assert_non_null(f);
-    text = calloc(1, 65537);
     assert_non_null(text);
+    assert_non_null(f);
     assert_true(fread(text, 1, 65536, f) > 0);
     fclose(f);
-    assert_non_null(strstr(text, "the TLS port accepts no more connections"));
+    if (!strstr(text, "out of descriptors or memory"))
+        fail_msg("feedd never ran out of descriptors: the test shows nothing");
     free(text);
 }
 
@@ -555,7 +585,7 @@ int main(void)
         cmocka_unit_test(test_loader_token_and_tls),
         cmocka_unit_test(test_loader_plaintext_and_old_config),
         cmocka_unit_test(test_loader_refused_token_fails_fast),
-        cmocka_unit_test(test_tls_port_out_of_descriptors_exits),
+        cmocka_unit_test(test_tls_port_out_of_descriptors_recovers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
