@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include <microhttpd.h>
@@ -184,6 +185,13 @@ char *feedd_metrics_render(size_t *len)
           ldg(&m->rss_limit));
     gauge(&t, "feedd_transport_over_limit", "1 while feedd_resident_bytes is above the limit.",
           ldg(&m->transport_over));
+    gauge(&t, "feedd_tls_cert_not_after_seconds",
+          "The TLS certificate's notAfter (Unix time), read at start; 0 without TLS.",
+          ldg(&m->tls_cert_not_after));
+    gauge(&t, "feedd_tls_cert_valid",
+          "1 if the TLS certificate was within its validity window at start; 0 if expired, not "
+          "yet valid or without TLS.",
+          atomic_load_explicit(&m->tls_cert_valid, memory_order_relaxed));
     gauge(&t, "feedd_serving", "1 while serving, 0 while draining.",
           atomic_load_explicit(&m->serving, memory_order_relaxed));
     pthread_mutex_lock(&extra_mu);
@@ -208,6 +216,34 @@ static void set_in_request(feedd_metrics_server *m, struct MHD_Connection *conn,
     }
 }
 
+typedef struct auth_seen {
+    const char *value;
+    unsigned n;
+} auth_seen;
+
+/* MHD's header iterator: count the Authorization headers, keep the last. */
+static enum MHD_Result count_auth(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  const char *value)
+{
+    auth_seen *a = cls;
+    (void)kind;
+    if (strcasecmp(key, "Authorization") == 0) {
+        a->value = value ? value : "";
+        a->n++;
+    }
+    return MHD_YES;
+}
+
+/* Whether the request carries the token: exactly one Authorization header, and it matches. */
+static bool request_allowed(feedd_metrics_server *m, struct MHD_Connection *conn)
+{
+    auth_seen a = {"", 0};
+    if (!feedd_token_required(&m->token))
+        return true;
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, count_auth, &a);
+    return a.n == 1 && feedd_token_matches(&m->token, a.value, strlen(a.value));
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_len, void **con_cls)
@@ -220,8 +256,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     struct MHD_Response *resp = NULL;
     unsigned code = MHD_HTTP_OK;
     set_in_request(m, conn, true);
-    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    if (!feedd_token_matches(&m->token, auth ? auth : "", auth ? strlen(auth) : 0)) {
+    if (!request_allowed(m, conn)) {
         static const char msg[] = "this endpoint needs 'Authorization: Bearer TOKEN'\n";
         code = MHD_HTTP_UNAUTHORIZED;
         resp = MHD_create_response_from_buffer(sizeof msg - 1, (void *)msg, MHD_RESPMEM_PERSISTENT);

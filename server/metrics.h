@@ -47,6 +47,8 @@ typedef struct feedd_metrics {
     atomic_int_fast64_t rss_bytes;        /* resident memory, as the guard last read it */
     atomic_int_fast64_t rss_limit;        /* the guard's limit; 0 without a guard */
     atomic_int_fast64_t transport_over;   /* 1 while rss_bytes > rss_limit */
+    atomic_int_fast64_t tls_cert_not_after; /* the TLS certificate's notAfter, Unix s; 0: none */
+    atomic_int tls_cert_valid;              /* 1 while now is within its window at start */
     atomic_int serving;                   /* 1 SERVING, 0 draining */
 } feedd_metrics;
 

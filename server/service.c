@@ -30,6 +30,7 @@
 #include "feed/errors.h"
 #include "feed/log.h"
 #include "feed/timeutil.h"
+#include "certcheck.h"
 #include "guard.h"
 #include "listener.h"
 #include "memory.h"
@@ -401,6 +402,7 @@ static int bind_port(feedd_service *svc, int *port)
         rc = svc->creds ? feedd_listener_open(cfg->listen, "grpc", &svc->listener, port)
                         : FEED_ENOMEM;
     } else if (rc == 0) {
+        feedd_cert_check(cfg->tls_cert);
         rc = bind_tls_port(svc, port);
     } else {
         FEED_LOGE("%s", rc == FEED_ENOMEM ? "out of memory" : err);

@@ -153,7 +153,11 @@ static void test_token_matching(void **state)
     }
     assert_true(matches(&t, v));
 
-    /* Metadata: any authorization entry may carry it; other keys do not count. */
+    /*
+     * Metadata: exactly one authorization entry, and it carries the token;
+     * other keys do not count. Issue 22 finding 6: with several, any one
+     * that matched was accepted.
+     */
     grpc_metadata md[3];
     grpc_metadata_array arr = {0, 3, md};
     assert_false(feedd_token_allows(&t, &arr));
@@ -166,6 +170,10 @@ static void test_token_matching(void **state)
     md[2].key = grpc_slice_from_static_string("authorization");
     md[2].value = grpc_slice_from_static_string("Bearer " TOKEN);
     arr.count = 3;
+    assert_false(feedd_token_allows(&t, &arr));
+    md[1].value = grpc_slice_from_static_string("Bearer " TOKEN);
+    assert_false(feedd_token_allows(&t, &arr));
+    md[1].key = grpc_slice_from_static_string("x-other");
     assert_true(feedd_token_allows(&t, &arr));
     feedd_token_free(&t);
     arr.count = 0;
@@ -554,6 +562,82 @@ static void test_tls_port_out_of_descriptors_recovers(void **state)
     free(text);
 }
 
+/* GET /metrics with the given header lines ("K: V\r\n"...); the status, the body in *body. */
+static int raw_get(int port, const char *headers, char *body, size_t cap)
+{
+    char req[512];
+    int n = snprintf(req, sizeof req,
+                     "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s\r\n",
+                     headers);
+    int fd = idle_connect(port), status = -1;
+    size_t len = 0;
+    assert_true(fd >= 0);
+    assert_int_equal(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
+    for (ssize_t r = 1; r > 0 && len < cap - 1; len += r > 0 ? (size_t)r : 0)
+        r = recv(fd, body + len, cap - 1 - len, 0);
+    body[len] = '\0';
+    close(fd);
+    if (sscanf(body, "HTTP/1.%*d %d", &status) != 1)
+        status = -1;
+    return status;
+}
+
+/*
+ * Issue 22 finding 6. The metrics endpoint takes exactly one Authorization
+ * header (with the right one first and a wrong one after, the first used
+ * to pass), and an expired server certificate is a clear warning at start
+ * and feedd_tls_cert_valid 0, a valid one 1 (it used to start silently).
+ */
+static void test_one_authorization_and_cert_dates(void **state)
+{
+    (void)state;
+    char tok[512], crt[512], key[512], log_path[512];
+    static char body[1 << 16];
+    write_named("metrics-token", TOKEN "\n", strlen(TOKEN) + 1, tok, sizeof tok);
+    cert(crt, sizeof crt, "expired.pem");
+    cert(key, sizeof key, "expired.key");
+    path_in(log_path, sizeof log_path, g_root, "expired.log");
+    feed_test_server_opts o = {.log_path = log_path};
+    const char *args[] = {"--dataset", g_ds,        "--threads", "1",   "--tls-cert",
+                          crt,         "--tls-key", key,         "--metrics-token-file",
+                          tok,         NULL};
+    feed_test_server s;
+    assert_int_equal(feed_test_server_start_with(&o, args, &s), 0);
+    double valid = -1;
+    assert_int_equal(raw_get(s.metrics_port, "Authorization: Bearer " TOKEN "\r\n", body,
+                             sizeof body),
+                     200);
+    assert_int_equal(feed_test_metric(body, "feedd_tls_cert_valid", &valid), 0);
+    assert_true(valid == 0);
+    assert_int_equal(raw_get(s.metrics_port,
+                             "Authorization: Bearer " TOKEN "\r\nAuthorization: Bearer wrong\r\n",
+                             body, sizeof body),
+                     401);
+    assert_int_equal(raw_get(s.metrics_port,
+                             "Authorization: Bearer " TOKEN "\r\nAuthorization: Bearer " TOKEN
+                             "\r\n",
+                             body, sizeof body),
+                     401);
+    assert_int_equal(raw_get(s.metrics_port, "", body, sizeof body), 401);
+    assert_int_equal(feed_test_server_stop(&s), 0);
+    FILE *f = fopen(log_path, "r");
+    assert_non_null(f);
+    size_t n = fread(body, 1, sizeof body - 1, f);
+    body[n] = '\0';
+    fclose(f);
+    assert_non_null(strstr(body, "EXPIRED"));
+
+    cert(crt, sizeof crt, "server.pem");
+    cert(key, sizeof key, "server.key");
+    assert_int_equal(feed_test_server_start_with(&o, args, &s), 0);
+    assert_int_equal(raw_get(s.metrics_port, "Authorization: Bearer " TOKEN "\r\n", body,
+                             sizeof body),
+                     200);
+    assert_int_equal(feed_test_metric(body, "feedd_tls_cert_valid", &valid), 0);
+    assert_true(valid == 1);
+    assert_int_equal(feed_test_server_stop(&s), 0);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -586,6 +670,7 @@ int main(void)
         cmocka_unit_test(test_loader_plaintext_and_old_config),
         cmocka_unit_test(test_loader_refused_token_fails_fast),
         cmocka_unit_test(test_tls_port_out_of_descriptors_recovers),
+        cmocka_unit_test(test_one_authorization_and_cert_dates),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
