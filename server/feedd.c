@@ -7,10 +7,12 @@
  * drains: it finishes accepted batches, refuses new ones and cancels what is
  * left after --drain-timeout-ms; a second signal cuts the drain short. If
  * gRPC still holds cancelled calls STOP_GRACE_MS later (a client that stopped
- * reading), feedd exits without tearing down. Exit status 0 either way.
- * Main thread only.
+ * reading), feedd exits without tearing down. Exit status 0 either way. A
+ * watchdog thread ends the process if teardown still runs EXIT_WATCHDOG_MS
+ * after that. Main thread only, but for the watchdog.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +39,13 @@
  * before feedd exits without tearing down (see feedd_service_stop).
  */
 #define STOP_GRACE_MS 1000
+
+/*
+ * After the signal, however teardown goes (a library thread that never
+ * returns), the process ends this long after the drain's deadline and the
+ * grace for gRPC (watchdog_main).
+ */
+#define EXIT_WATCHDOG_MS 2000
 
 /* How often the main thread looks for streams whose sends stalled (--send-stall-ms). */
 #define STALL_CHECK_MS 250
@@ -109,6 +118,39 @@ static void drain(feedd_service *svc, const sigset_t *set, uint32_t timeout_ms)
             return;
         }
     }
+}
+
+/* Sleeps until *arg (CLOCK_MONOTONIC), then ends the process: teardown took too long. */
+static void *watchdog_main(void *arg)
+{
+    const struct timespec *until = arg;
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, until, NULL) == EINTR)
+        ;
+    FEED_LOGE("teardown still not done %d ms after the drain's deadline and the stop grace: "
+              "exiting without it",
+              EXIT_WATCHDOG_MS);
+    fflush(stderr);
+    _exit(0);
+    return NULL;
+}
+
+/* The watchdog for a drain of timeout_ms starting now; a thread that cannot start is said. */
+static void start_watchdog(uint32_t timeout_ms)
+{
+    static struct timespec until;
+    pthread_t t;
+    uint64_t ms = (uint64_t)timeout_ms + STOP_GRACE_MS + EXIT_WATCHDOG_MS;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)(ms / 1000);
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    if (pthread_create(&t, NULL, watchdog_main, &until) == 0)
+        pthread_detach(t);
+    else
+        FEED_LOGW("no exit watchdog (cannot start a thread): teardown is not bounded");
 }
 
 int main(int argc, char **argv)
@@ -225,6 +267,7 @@ int main(int argc, char **argv)
         feedd_service_check_stalls(svc);
     }
     FEED_LOGI("signal %d: draining (timeout %u ms)", sig, cfg.drain_timeout_ms);
+    start_watchdog(cfg.drain_timeout_ms);
     exit_code = 0;
     drain(svc, &set, cfg.drain_timeout_ms);
 out:

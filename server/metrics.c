@@ -8,9 +8,14 @@
  * connections are kept: a new one beyond that evicts the one idle longest
  * (no request in progress) by shutting its socket down, so idle or
  * half-sent connections cannot lock a scraper out; MHD then closes it on
- * its next pass. The table of connections is guarded by mu: MHD's thread
- * adds and removes entries (connection notifications), the listener's
- * thread evicts. MHD's own log goes through a rate limit. With a token
+ * its next pass. MHD itself must never reach its own connection limit:
+ * libmicrohttpd 0.9.75 refusing a connection added from another thread
+ * deadlocked its thread (a burst of 1,500 connections left the port mute
+ * and SIGTERM hanging in MHD_stop_daemon), so a connection that would take
+ * the last of METRICS_CONN_SLOTS is closed here instead. The table of
+ * connections and the counts are guarded by mu: MHD's thread adds and
+ * removes entries (connection notifications), the listener's thread
+ * evicts. MHD's own log goes through a rate limit. With a token
  * (--metrics-token-file) every request must carry it as a bearer
  * Authorization header; the token is read-only once the server starts.
  */
@@ -24,6 +29,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <microhttpd.h>
 
@@ -65,9 +71,11 @@ struct feedd_metrics_server {
     feedd_listener *listener;
     feedd_token token;
     pthread_mutex_t mu;
-    metrics_conn conns[METRICS_CONN_SLOTS]; /* guarded by mu */
-    size_t pending;                         /* handed to MHD, not yet started; guarded by mu */
-    uint64_t log_last_ns, log_dropped;      /* guarded by mu */
+    /* Guarded by mu. */
+    metrics_conn conns[METRICS_CONN_SLOTS];
+    size_t live;    /* handed to MHD and not closed yet (started or not) */
+    size_t evicted; /* of those, shut down by an eviction */
+    uint64_t log_last_ns, log_dropped, refused, refused_log_ns;
 };
 
 #define RENDER_CAP (64 * 1024)
@@ -303,7 +311,6 @@ static void on_notify(void *cls, struct MHD_Connection *conn, void **socket_cont
     feedd_metrics_server *m = cls;
     pthread_mutex_lock(&m->mu);
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-        m->pending -= m->pending > 0;
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         for (size_t i = 0; i < METRICS_CONN_SLOTS && ci && !*socket_context; i++) {
@@ -313,9 +320,13 @@ static void on_notify(void *cls, struct MHD_Connection *conn, void **socket_cont
                 *socket_context = c;
             }
         }
-    } else if (*socket_context) {
+    } else {
         metrics_conn *c = *socket_context;
-        c->used = false;
+        m->live -= m->live > 0;
+        if (c && c->evicted)
+            m->evicted -= m->evicted > 0;
+        if (c)
+            c->used = false;
         *socket_context = NULL;
     }
     pthread_mutex_unlock(&m->mu);
@@ -323,35 +334,45 @@ static void on_notify(void *cls, struct MHD_Connection *conn, void **socket_cont
 
 /*
  * The listener's thread: make room for one more connection, then hand it to
- * MHD. Connections MHD has not started yet count, or a burst would pass
- * the cap before any of it is in the table. One arrival evicts at most one
- * connection, so an attacker's reconnects churn one for one instead of
- * emptying the table.
+ * MHD; or, when MHD holds all but one of its slots (evicted connections it
+ * has not closed yet), close it. Connections MHD has not started yet count,
+ * or a burst would pass the cap before any of it is in the table. One
+ * arrival evicts at most one connection, so an attacker's reconnects churn
+ * one for one instead of emptying the table.
  */
 static void on_connection(void *arg, int fd, const struct sockaddr *addr, socklen_t len)
 {
     feedd_metrics_server *m = arg;
     metrics_conn *idlest = NULL;
-    size_t kept = 0;
+    uint64_t refused = 0, now = feed_now_ns();
     pthread_mutex_lock(&m->mu);
-    kept = m->pending;
-    for (size_t i = 0; i < METRICS_CONN_SLOTS; i++) {
+    bool full = m->live + 1 >= METRICS_CONN_SLOTS;
+    for (size_t i = 0; i < METRICS_CONN_SLOTS && !full; i++) {
         metrics_conn *c = &m->conns[i];
-        if (!c->used || c->evicted)
-            continue;
-        kept++;
-        if (!c->in_request && (!idlest || c->idle_since_ns < idlest->idle_since_ns))
+        if (c->used && !c->evicted && !c->in_request &&
+            (!idlest || c->idle_since_ns < idlest->idle_since_ns))
             idlest = c;
     }
-    if (kept >= METRICS_CONN_CAP && idlest) {
+    if (!full && m->live - m->evicted >= METRICS_CONN_CAP && idlest) {
         shutdown(idlest->fd, SHUT_RDWR);
         idlest->evicted = true;
+        m->evicted++;
     }
-    m->pending++;
+    if (full && (m->refused++ == 0 || now - m->refused_log_ns >= 10000000000u)) {
+        refused = m->refused;
+        m->refused_log_ns = now;
+    }
+    m->live += !full;
     pthread_mutex_unlock(&m->mu);
-    if (MHD_add_connection(m->daemon, fd, addr, len) != MHD_YES) {
+    if (full) {
+        close(fd);
+        if (refused)
+            FEED_LOGW("metrics: refused a connection: %d connections are open or closing (%llu "
+                      "refused so far)",
+                      METRICS_CONN_SLOTS, (unsigned long long)refused);
+    } else if (MHD_add_connection(m->daemon, fd, addr, len) != MHD_YES) {
         pthread_mutex_lock(&m->mu);
-        m->pending -= m->pending > 0;
+        m->live -= m->live > 0;
         pthread_mutex_unlock(&m->mu);
     }
 }

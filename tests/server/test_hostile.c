@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -223,6 +224,63 @@ static void test_metrics_idle_connections(void **state)
     assert_int_equal(stop_rc, 0);
 }
 
+#define BURST_IDLE 1500
+#define BURST_NOFILE (BURST_IDLE + 256)
+
+/*
+ * Issue 22 finding 3: a burst of BURST_IDLE idle connections to the metrics
+ * port, then all closed. libmicrohttpd 0.9.75 deadlocked once it refused a
+ * connection at its own limit: the port answered nothing, and SIGTERM hung
+ * in MHD_stop_daemon (3 of 3 runs). Now feedd closes what MHD could not
+ * take: scrapes are answered during the burst and after it, and feedd
+ * stops by itself on SIGTERM. The test raises its own descriptor limit to
+ * BURST_NOFILE (bounded; skipped if the hard limit is lower).
+ */
+static void test_metrics_idle_burst(void **state)
+{
+    (void)state;
+    struct rlimit rl, saved;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
+    if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < BURST_NOFILE) {
+        print_message("SKIP: the hard descriptor limit %llu is below %d\n",
+                      (unsigned long long)saved.rlim_max, BURST_NOFILE);
+        skip();
+    }
+    rl = saved;
+    rl.rlim_cur = saved.rlim_cur > BURST_NOFILE ? saved.rlim_cur : BURST_NOFILE;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    feed_test_server s;
+    assert_int_equal(start(&s, NULL), 0);
+    static int fds[BURST_IDLE];
+    int opened = 0;
+    for (int i = 0; i < BURST_IDLE; i++) {
+        fds[i] = idle_connect(s.metrics_port);
+        opened += fds[i] >= 0;
+    }
+    int status = 0;
+    char *body = NULL;
+    int during = feed_test_http_get(s.metrics_port, "/metrics", &status, &body);
+    int during_status = status;
+    free(body);
+    body = NULL;
+    for (int i = 0; i < BURST_IDLE; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    int after = feed_test_http_get(s.metrics_port, "/metrics", &status, &body);
+    free(body);
+    int stop_rc = feed_test_server_stop(&s);
+    setrlimit(RLIMIT_NOFILE, &saved);
+    assert_int_equal(opened, BURST_IDLE);
+    if (during != 0 || during_status != 200)
+        fail_msg("scrape during %d idle connections: %s, HTTP %d", BURST_IDLE,
+                 feed_strerror(during), during_status);
+    if (after != 0 || status != 200)
+        fail_msg("scrape after them: %s, HTTP %d", feed_strerror(after), status);
+    if (stop_rc != 0)
+        fail_msg("feedd did not exit on SIGTERM (killed after 30 s)");
+    assert_int_equal(s.exit_status, 0);
+}
+
 #define PAUSED_SIDE 224
 #define PAUSED_BATCH 32 /* 4.8 MB a batch: two fill a paused stream's 10 MiB */
 #define PAUSED_WINDOW 16
@@ -423,6 +481,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fd_exhaustion_recovers),
         cmocka_unit_test(test_metrics_idle_connections),
+        cmocka_unit_test(test_metrics_idle_burst),
         cmocka_unit_test(test_paused_clients_do_not_stall_others),
         cmocka_unit_test(test_guard_spares_clients),
     };
