@@ -129,6 +129,9 @@ char *feedd_metrics_render(size_t *len)
     counter(&t, "feedd_batches_total", "Batches handed to gRPC.", ld(&m->batches));
     counter(&t, "feedd_bytes_total", "Batch pixel bytes handed to gRPC.", ld(&m->bytes));
     counter(&t, "feedd_requests_total", "Batch requests accepted.", ld(&m->requests));
+    counter(&t, "feedd_requests_refused_total",
+            "Batch requests refused (bad request, window, memory), each ending its stream.",
+            ld(&m->requests_refused));
     counter(&t, "feedd_streams_total", "Stream calls opened.", ld(&m->streams_opened));
     counter(&t, "feedd_streams_stalled_total",
             "Streams cancelled because a send made no progress for send-stall-ms.",

@@ -28,6 +28,7 @@ typedef struct feedd_metrics {
     atomic_uint_fast64_t batches;  /* batches handed to gRPC */
     atomic_uint_fast64_t bytes;    /* Batch.data bytes handed to gRPC */
     atomic_uint_fast64_t requests; /* batch requests accepted */
+    atomic_uint_fast64_t requests_refused; /* batch requests that failed their stream */
     atomic_uint_fast64_t sample_status[FEED_SAMPLE_STATUS_COUNT];
     atomic_uint_fast64_t stage_ns[FEEDD_STAGE_COUNT];
     atomic_uint_fast64_t stage_count[FEEDD_STAGE_COUNT];

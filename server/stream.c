@@ -329,6 +329,7 @@ static void handle_request_locked(stream *s, const uint8_t *buf, size_t len, fee
      * the second check cannot fail; were that to change, such a batch would
      * wait forever. A request without r only opened the session.
      */
+    bool refused = true;
     if (code != GRPC_STATUS_OK) {
         feedd_sm_fail(&s->sm, code, msg, out);
     } else if (req.r && (req.bytes > cfg->max_stream_memory || req.bytes > cfg->max_memory)) {
@@ -341,7 +342,13 @@ static void handle_request_locked(stream *s, const uint8_t *buf, size_t len, fee
             feedd_sm_fail(&s->sm, GRPC_STATUS_RESOURCE_EXHAUSTED, "memory: allocation failed", out);
         else if (!feedd_sm_on_request(&s->sm, s->sess.window, &bj->sm, out))
             job_free(bj); /* never accepted: no reference, nothing counted */
+        else
+            refused = false;
+    } else {
+        refused = false;
     }
+    if (refused)
+        feedd_count(&feedd_m.requests_refused, 1);
 }
 
 void feedd_stream_on_recv(stream *s, bool ok)
