@@ -173,6 +173,9 @@ char *feedd_metrics_render(size_t *len)
     counter(&t, "feedd_cache_evictions_total",
             "Decoded images evicted (not asked for in a turn of the clock, ~2 epochs).",
             ld(&m->cache_evictions));
+    counter(&t, "feedd_cache_stale_total",
+            "Cache hits dropped and made again because the sample's file changed on disk.",
+            ld(&m->cache_stale));
     gauge(&t, "feedd_cache_bytes",
           "Bytes charged to the decoded-sample cache: slot tables and images, never above "
           "feedd_cache_budget_bytes.",

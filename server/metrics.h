@@ -38,6 +38,7 @@ typedef struct feedd_metrics {
     atomic_uint_fast64_t unauthenticated; /* Feed calls refused for want of the token */
     atomic_uint_fast64_t connections_cut; /* by the transport guard (guard.h) */
     atomic_uint_fast64_t cache_hits, cache_misses, cache_evictions;
+    atomic_uint_fast64_t cache_stale; /* hits dropped: the sample's file changed on disk */
     atomic_int_fast64_t cache_bytes;  /* charged to the decoded-sample cache */
     atomic_int_fast64_t cache_budget; /* its --cache-bytes while it exists */
     atomic_int_fast64_t queue_depth;      /* samples waiting for a worker */
