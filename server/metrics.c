@@ -29,6 +29,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
@@ -55,8 +56,14 @@ void feedd_metrics_set_extra(feedd_metrics_extra_fn fn, void *arg)
 }
 
 #define METRICS_CONN_CAP 64
-/* MHD's own limit: room for evicted connections MHD has not closed yet. */
-#define METRICS_CONN_SLOTS (4 * METRICS_CONN_CAP)
+/*
+ * MHD's own limit: room for evicted connections MHD has not closed yet (a
+ * burst of 2,000 filled 256 before MHD's thread closed any, and refused
+ * the scrape that came with it). Each takes at most METRICS_CONN_MEMORY.
+ */
+#define METRICS_CONN_SLOTS (16 * METRICS_CONN_CAP)
+#define METRICS_CONN_MEMORY (16u << 10)
+#define METRICS_FULL_WAIT_S 1
 #define METRICS_IDLE_TIMEOUT_S 5u
 #define METRICS_LOG_MS 1000
 
@@ -71,6 +78,7 @@ struct feedd_metrics_server {
     feedd_listener *listener;
     feedd_token token;
     pthread_mutex_t mu;
+    pthread_cond_t closed; /* MHD closed a connection */
     /* Guarded by mu. */
     metrics_conn conns[METRICS_CONN_SLOTS];
     size_t live;    /* handed to MHD and not closed yet (started or not) */
@@ -334,6 +342,7 @@ static void on_notify(void *cls, struct MHD_Connection *conn, void **socket_cont
         if (c)
             c->used = false;
         *socket_context = NULL;
+        pthread_cond_signal(&m->closed);
     }
     pthread_mutex_unlock(&m->mu);
 }
@@ -341,7 +350,7 @@ static void on_notify(void *cls, struct MHD_Connection *conn, void **socket_cont
 /*
  * The listener's thread: make room for one more connection, then hand it to
  * MHD; or, when MHD holds all but one of its slots (evicted connections it
- * has not closed yet), close it. Connections MHD has not started yet count,
+ * has not closed yet) for METRICS_FULL_WAIT_S, close it. Connections MHD has not started yet count,
  * or a burst would pass the cap before any of it is in the table. One
  * arrival evicts at most one connection, so an attacker's reconnects churn
  * one for one instead of emptying the table.
@@ -351,7 +360,14 @@ static void on_connection(void *arg, int fd, const struct sockaddr *addr, sockle
     feedd_metrics_server *m = arg;
     metrics_conn *idlest = NULL;
     uint64_t refused = 0, now = feed_now_ns();
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += METRICS_FULL_WAIT_S;
     pthread_mutex_lock(&m->mu);
+    /* A burst outruns MHD's closing of what it evicts: wait for room, a while. */
+    while (m->live + 1 >= METRICS_CONN_SLOTS &&
+           pthread_cond_timedwait(&m->closed, &m->mu, &until) == 0)
+        ;
     bool full = m->live + 1 >= METRICS_CONN_SLOTS;
     for (size_t i = 0; i < METRICS_CONN_SLOTS && !full; i++) {
         metrics_conn *c = &m->conns[i];
@@ -417,6 +433,11 @@ int feedd_metrics_start(const char *addr, const char *token_file, feedd_metrics_
     if (!m)
         goto out;
     pthread_mutex_init(&m->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&m->closed, &ca);
+    pthread_condattr_destroy(&ca);
     rc = feedd_token_load(token_file, "metrics-token-file", &m->token, err, sizeof err);
     if (rc != 0) {
         FEED_LOGE("%s", rc == FEED_ENOMEM ? "metrics: out of memory" : err);
@@ -429,7 +450,8 @@ int feedd_metrics_start(const char *addr, const char *token_file, feedd_metrics_
     m->daemon = MHD_start_daemon(
         MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC | MHD_USE_ERROR_LOG,
         0, NULL, NULL, handle, m, MHD_OPTION_EXTERNAL_LOGGER, on_log, m,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_CONN_SLOTS, MHD_OPTION_CONNECTION_TIMEOUT,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_CONN_SLOTS, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)METRICS_CONN_MEMORY, MHD_OPTION_CONNECTION_TIMEOUT,
         METRICS_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION, on_notify, m,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, m, MHD_OPTION_END);
     if (!m->daemon) {
@@ -454,6 +476,7 @@ void feedd_metrics_stop(feedd_metrics_server *m)
         if (m->daemon)
             MHD_stop_daemon(m->daemon);
         feedd_token_free(&m->token);
+        pthread_cond_destroy(&m->closed);
         pthread_mutex_destroy(&m->mu);
         free(m);
     }
