@@ -15,7 +15,11 @@
  * the last of METRICS_CONN_SLOTS is closed here instead. The table of
  * connections and the counts are guarded by mu: MHD's thread adds and
  * removes entries (connection notifications), the listener's thread
- * evicts. MHD's own log goes through a rate limit. With a token
+ * evicts. MHD's own log goes through a rate limit. Locks: mu is a leaf
+ * (nothing else is taken under it, no log line is written under it);
+ * extra_mu is held across the extra renderer, which takes the service's
+ * locks (service_internal.h: svc->mu, then each stream's mu), so the order
+ * is extra_mu, then those. With a token
  * (--metrics-token-file) every request must carry it as a bearer
  * Authorization header; the token is read-only once the server starts.
  */

@@ -47,6 +47,7 @@
 
 #define STATUS_MSG_MAX 256
 #define REQ_SLOTS_PER_METHOD 2
+#define STREAM_LOG_LINES 3 /* most log lines one critical section of a stream makes */
 
 typedef enum tag_kind {
     TAG_REQUEST,
@@ -131,6 +132,12 @@ struct stream {
     uint64_t send_started_ns;
     bool stall_cancelled; /* feedd_stream_check_stall cancelled the call */
     uint64_t batches_sent, bytes_sent, requests;
+    /* Log lines made under mu, written once it is released (stream.c: unlock_and_log). */
+    struct {
+        int level;
+        char text[STATUS_MSG_MAX + 192];
+    } log[STREAM_LOG_LINES];
+    int n_log;
 };
 
 /* Owned by the main thread (start/drain/stop); see the locks above. */
