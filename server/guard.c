@@ -75,7 +75,7 @@ struct feedd_guard {
     int buckets[GUARD_HASH]; /* descriptor + 1 heading each chain; guarded by mu */
     /* The guard thread's own. */
     uint64_t refreshed_ns, over_since_ns, logged_ns, cut_unlogged, trim_at_ns, trim_gap_ms;
-    int trims_left;
+    int trims_left, cursor;
     bool warned_over;
 };
 
@@ -345,45 +345,59 @@ static bool judge(feedd_guard *g, conn *c, bool over, bool authed, uint64_t rx, 
     return received - explained > g->burst + (idle < GUARD_IDLE_CAP ? idle : GUARD_IDLE_CAP);
 }
 
+/* Judge the connection on fd, shut it down if it floods; whether it was. */
+static bool judge_fd(feedd_guard *g, int fd, conn *c, bool over, bool authed, uint64_t now)
+{
+    pthread_mutex_lock(&g->mu);
+    ino_t ino = c->ino;
+    pthread_mutex_unlock(&g->mu);
+    if (!ino)
+        return false;
+    uint64_t credit = atomic_load_explicit(&c->credit, memory_order_relaxed), rx = 0, tx = 0;
+    bool alive = look(fd, ino, &rx, &tx), flood = false;
+    pthread_mutex_lock(&g->mu);
+    if (c->ino == ino) {
+        flood = alive && judge(g, c, over, authed, rx, tx, credit, now);
+        if (!alive || flood) {
+            c->ino = 0;
+            unlink_key(g, fd, c);
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (flood) {
+        feedd_count(&feedd_m.connections_cut, 1); /* counted before its peer can see it */
+        shutdown(fd, SHUT_RDWR);
+    }
+    return flood;
+}
+
 /*
- * The connections not authenticated yet judged, and all of them when all
- * is true; returns how many were shut down.
+ * all: every watched connection judged. Otherwise the ones not
+ * authenticated yet, at most GUARD_UNAUTH_PER_TICK of them, going on from
+ * where the last tick stopped (idle connections cannot make the guard spin).
+ * Returns how many were shut down.
  */
 static uint64_t scan(feedd_guard *g, bool over, bool all, uint64_t now)
 {
     uint64_t cut = 0;
-    int max_fd = atomic_load(&g->max_fd);
-    for (int fd = 0; fd <= max_fd; fd++) {
+    int max_fd = atomic_load(&g->max_fd), looked = 0;
+    int fd = all || g->cursor > max_fd ? 0 : g->cursor;
+    for (int seen = 0; seen <= max_fd && (all || looked < GUARD_UNAUTH_PER_TICK);
+         seen++, fd = fd < max_fd ? fd + 1 : 0) {
         conn *c = entry(g, fd);
         if (!c) {
-            fd += GUARD_PAGE - 1 - fd % GUARD_PAGE;
+            int skip = GUARD_PAGE - 1 - fd % GUARD_PAGE;
+            seen += skip;
+            fd += skip;
             continue;
         }
         bool authed = atomic_load_explicit(&c->authed, memory_order_relaxed);
         if (authed && !all)
             continue;
-        pthread_mutex_lock(&g->mu);
-        ino_t ino = c->ino;
-        pthread_mutex_unlock(&g->mu);
-        if (!ino)
-            continue;
-        uint64_t credit = atomic_load_explicit(&c->credit, memory_order_relaxed), rx = 0, tx = 0;
-        bool alive = look(fd, ino, &rx, &tx), flood = false;
-        pthread_mutex_lock(&g->mu);
-        if (c->ino == ino) {
-            flood = alive && judge(g, c, over, authed, rx, tx, credit, now);
-            if (!alive || flood) {
-                c->ino = 0;
-                unlink_key(g, fd, c);
-            }
-        }
-        pthread_mutex_unlock(&g->mu);
-        if (flood) {
-            feedd_count(&feedd_m.connections_cut, 1); /* counted before its peer can see it */
-            shutdown(fd, SHUT_RDWR);
-            cut++;
-        }
+        looked++;
+        cut += judge_fd(g, fd, c, over, authed, now);
     }
+    g->cursor = fd;
     return cut;
 }
 

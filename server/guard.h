@@ -12,7 +12,8 @@
  * accounted for. Two rules shut a connection down, and gRPC then frees what
  * it held for it:
  *   - until it has made a Feed call that passed the token check
- *     (feedd_guard_authenticated), every GUARD_TICK_MS, once its
+ *     (feedd_guard_authenticated), every GUARD_TICK_MS (in turns of
+ *     GUARD_UNAUTH_PER_TICK), once its
  *     unexplained bytes exceed the allowance, whatever the memory: no token,
  *     no more memory than that;
  *   - after that, the same test while the process's anonymous resident
@@ -49,6 +50,13 @@
 #define GUARD_TRIMS 4
 #define GUARD_TRIM_FIRST_MS 20
 #define GUARD_HASH 4096 /* buckets of the peer-address table */
+/*
+ * Connections not authenticated yet judged a tick, in turn (two system
+ * calls each): with more of them, each is judged every
+ * unauthenticated / GUARD_UNAUTH_PER_TICK ticks, and the memory limit's
+ * every-tick scan of all is the backstop.
+ */
+#define GUARD_UNAUTH_PER_TICK 256
 /* Over the limit this long without a cut: said once, the limit may be too low. */
 #define GUARD_OVER_WARN_MS 60000
 

@@ -692,6 +692,46 @@ static void test_guard_credit(void **state)
     close(server);
 }
 
+/*
+ * Issue 22: a connection that has not passed a token check is held to its
+ * allowance whatever the memory (limit out of reach here): 3 chunks of 32
+ * KiB, 1.5 bursts, undelivered cut it; the same on an authenticated
+ * connection do not, while memory is under the limit.
+ */
+static void test_guard_unauthenticated(void **state)
+{
+    (void)state;
+    enum { CHUNK = 32 << 10, BURST = 64 << 10 };
+    int client[2], server[2];
+    feedd_guard *g = NULL;
+    assert_int_equal(feedd_guard_start(UINT64_MAX, BURST, &g), 0);
+    for (int k = 0; k < 2; k++) {
+        tcp_pair(&client[k], &server[k]);
+        struct sockaddr_storage ss;
+        socklen_t sslen = sizeof ss;
+        assert_int_equal(getpeername(server[k], (struct sockaddr *)&ss, &sslen), 0);
+        feedd_guard_track(g, server[k], (struct sockaddr *)&ss, sslen);
+    }
+    feedd_guard_authenticated(g, server[1]);
+    uint64_t cut0 = atomic_load(&feedd_m.connections_cut);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 3; i++)
+            send_and_land(client[k], server[k], CHUNK);
+    struct pollfd p = {client[0], POLLIN, 0};
+    while (poll(&p, 1, -1) < 0)
+        ;
+    char byte;
+    assert_true(recv(client[0], &byte, 1, 0) <= 0);
+    wait_ticks(g, 3);
+    assert_false(ended(client[1]));
+    assert_int_equal(atomic_load(&feedd_m.connections_cut), cut0 + 1);
+    feedd_guard_stop(g);
+    for (int k = 0; k < 2; k++) {
+        close(client[k]);
+        close(server[k]);
+    }
+}
+
 static void no_grant(feedd_mem_waiter *w)
 {
     (void)w;
@@ -837,6 +877,7 @@ int main(void)
         cmocka_unit_test(test_service_start_failures),
         cmocka_unit_test(test_service_start_unwinds),
         cmocka_unit_test(test_guard_credit),
+        cmocka_unit_test(test_guard_unauthenticated),
         cmocka_unit_test(test_batch_pack_bytes),
         cmocka_unit_test(test_wire_has_nul),
     };
