@@ -1,11 +1,16 @@
 #!/usr/bin/python3
 """Issue 22's attacks against real feedd processes on 127.0.0.1, for the README's
-security figures. Usage: attack.py FEEDD DATASET CERTDIR RUNS. Prints one JSON
-object per measurement (raw lines, kept in runs.jsonl by run.sh)."""
+security figures. Usage: attack.py FEEDD DATASET CERTDIR RUNS [SECTIONS], SECTIONS
+a comma list of flood, metrics, sigterm (default all). Prints one JSON object per
+measurement (raw lines, kept in runs.jsonl by run.sh). A stop's time is measured
+twice: by this process (SIGTERM sent to exit reaped: stop_s) and by feedd's own
+log ('signal 15' to 'feedd stopped': feedd_stop_s), as this process's threads
+compete with the attack on a loaded machine."""
 import json, os, resource, select, signal, socket, ssl, struct, subprocess, sys, tempfile, threading, time
 import urllib.request
 
 FEEDD, DATA, CERTS, RUNS = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+SECTIONS = sys.argv[5].split(',') if len(sys.argv) > 5 else ['flood', 'metrics', 'sigterm']
 FLOOD = 256 << 20
 IDLE = 2000
 resource.setrlimit(resource.RLIMIT_NOFILE, (IDLE + 512, max(IDLE + 512, resource.getrlimit(resource.RLIMIT_NOFILE)[1])))
@@ -15,7 +20,7 @@ def start(tls=False):
     d = tempfile.mkdtemp()
     args = [FEEDD, '--dataset', 'd=' + DATA, '--threads', '1', '--listen', '127.0.0.1:0',
             '--port-file', d + '/port', '--metrics-listen', '127.0.0.1:0',
-            '--metrics-port-file', d + '/mport', '--log-level', 'warn']
+            '--metrics-port-file', d + '/mport', '--log-level', 'info']
     if tls:
         tok = d + '/token'
         open(tok, 'w').write('bench-token\n')
@@ -94,6 +99,13 @@ def scrape(port, timeout=10):
         return False
 
 
+def log_time(line):
+    """Seconds of the day from feedd's log line '2026-12-03T22:26:02.036Z ...'."""
+    hms = line.split('T', 1)[1].split('Z', 1)[0]
+    h, m, sec = hms.split(':')
+    return int(h) * 3600 + int(m) * 60 + float(sec)
+
+
 def stop(p):
     t0 = time.monotonic()
     p.send_signal(signal.SIGTERM)
@@ -102,7 +114,12 @@ def stop(p):
     except subprocess.TimeoutExpired:
         p.kill()
         rc = 'hung'
-    return time.monotonic() - t0, rc
+    secs = time.monotonic() - t0
+    lines = open(p.dir + '/log').read().splitlines()
+    sig = [log_time(l) for l in lines if 'signal 15: draining' in l]
+    end = [log_time(l) for l in lines if 'feedd stopped' in l or 'exiting without' in l]
+    p.feedd_stop_s = end[-1] - sig[0] if sig and end else None
+    return secs, rc
 
 
 def emit(**kw):
@@ -110,7 +127,7 @@ def emit(**kw):
 
 
 # 1, 2: RSS a flood adds (peak over the start), and what is left after the cut.
-for run in range(RUNS):
+for run in range(RUNS if 'flood' in SECTIONS else 0):
     for tls in (True, False):
         p = start(tls)
         before = mem(p, 'VmRSS:')
@@ -124,7 +141,7 @@ for run in range(RUNS):
              stop_s=secs, rc=rc)
 
 # 3: scrapes during and after IDLE idle connections to the metrics port.
-for run in range(RUNS):
+for run in range(RUNS if 'metrics' in SECTIONS else 0):
     p = start()
     conns = [socket.create_connection(('127.0.0.1', p.mport)) for _ in range(IDLE)]
     during = sum(scrape(p.mport) for _ in range(5))
@@ -136,7 +153,7 @@ for run in range(RUNS):
          after_of=5, stop_s=secs, rc=rc)
 
 # 4: SIGTERM while each attack goes on.
-for run in range(RUNS):
+for run in range(RUNS if 'sigterm' in SECTIONS else 0):
     for attack in ('tls_flood', 'plain_flood', 'metrics_idle'):
         p = start(attack == 'tls_flood')
         ev = threading.Event()
@@ -158,4 +175,5 @@ for run in range(RUNS):
         ev.set()
         for c in conns:
             c.close()
-        emit(case='sigterm', attack=attack, run=run, stop_s=secs, rc=rc)
+        emit(case='sigterm', attack=attack, run=run, stop_s=secs, feedd_stop_s=p.feedd_stop_s,
+             rc=rc)
