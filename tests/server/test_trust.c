@@ -412,6 +412,23 @@ static void test_loader_refused_token_fails_fast(void **state)
     cfg.token = "";
     assert_int_equal(run_epoch(&cfg, NEVER_MS), FEED_EAUTH);
 
+    /*
+     * Issue 22 finding 7: one refuses and the other is down (nothing
+     * listens on its port): the refusal reaches the caller at once, where
+     * the loader used to wait unavailable_timeout_ms for the down one.
+     */
+    int dfd, dport;
+    char down[64];
+    assert_int_equal(feed_test_port_reserve(&dfd, &dport), 0);
+    feed_test_port_release(&dfd);
+    snprintf(down, sizeof down, "127.0.0.1:%d", dport);
+    const char *refusing_and_down[] = {a.target, down};
+    loader_config(&cfg, refusing_and_down, &log);
+    cfg.num_targets = 2;
+    cfg.token = "wrong";
+    assert_int_equal(run_epoch(&cfg, NEVER_MS), FEED_EAUTH);
+    assert_non_null(strstr(log.text, "UNAUTHENTICATED"));
+
     /* Both refuse: still at once. */
     const char *both[] = {a.target, b.target};
     loader_config(&cfg, both, &log);
