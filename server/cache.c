@@ -33,6 +33,7 @@ struct feedd_cache_entry {
     uint32_t ds;
     uint64_t index;
     size_t charge; /* bytes counted against the budget */
+    atomic_uint_fast64_t source; /* the sample file's stamp when decoded; 0: not known */
     feed_decoded img;
     _Alignas(16) uint8_t pixels[];
 };
@@ -355,4 +356,24 @@ feed_sample_status feedd_cache_decode(feedd_cache *c, feed_engine *e, uint32_t d
     }
     *entry = r.entry;
     return st;
+}
+
+void feedd_cache_set_source(feedd_cache_entry *e, uint64_t source)
+{
+    atomic_store_explicit(&e->source, source, memory_order_relaxed);
+}
+
+uint64_t feedd_cache_source(const feedd_cache_entry *e)
+{
+    return atomic_load_explicit(&((feedd_cache_entry *)e)->source, memory_order_relaxed);
+}
+
+void feedd_cache_drop(feedd_cache *c, uint32_t ds, uint64_t index, feedd_cache_entry *e)
+{
+    _Atomic uintptr_t *s = &c->ds[ds].slots[index];
+    uintptr_t v = slot_lock(s);
+    bool held = v == (uintptr_t)e;
+    slot_unlock(s, held ? 0 : v);
+    if (held)
+        feedd_cache_release(c, e);
 }

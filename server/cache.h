@@ -94,6 +94,16 @@ void feedd_cache_publish(feedd_cache *c, feedd_cache_entry *e, const feed_decode
 void feedd_cache_release(feedd_cache *c, feedd_cache_entry *e);
 
 /*
+ * The stamp of the file an entry was decoded from (pool.c: size, times,
+ * inode), so that a file changed on disk is not served from the cache; 0
+ * until set. Any thread.
+ */
+void feedd_cache_set_source(feedd_cache_entry *e, uint64_t source);
+uint64_t feedd_cache_source(const feedd_cache_entry *e);
+/* Take e out of (ds, index)'s slot if it is still there; the caller keeps its own reference. */
+void feedd_cache_drop(feedd_cache *c, uint32_t ds, uint64_t index, feedd_cache_entry *e);
+
+/*
  * After a miss: decode jpeg with e at the shorter side `side` into a new
  * entry when the budget has room (published, referenced: *entry, release it
  * after use) or else into e's scratch (*entry NULL). The image is in *img.

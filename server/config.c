@@ -64,9 +64,7 @@ static const key_def keys[] = {
     {"metrics-token-file", KEY_STR, OFF(metrics_token_file), SZ(metrics_token_file), 0, 0, "",
      "GET /metrics needs 'Authorization: Bearer TOKEN', TOKEN the first line of FILE (else 401)"},
     {"tls-cert", KEY_STR, OFF(tls_cert), SZ(tls_cert), 0, 0, "",
-     "PEM certificate chain: the gRPC port speaks TLS only (needs tls-key); gRPC then accepts "
-     "connections itself, without feedd's descriptor-exhaustion guard: feedd exits with status 3 "
-     "if that port stops accepting"},
+     "PEM certificate chain: the gRPC port speaks TLS only (needs tls-key)"},
     {"tls-key", KEY_STR, OFF(tls_key), SZ(tls_key), 0, 0, "", "PEM private key of tls-cert"},
     {"tls-client-ca", KEY_STR, OFF(tls_client_ca), SZ(tls_client_ca), 0, 0, "",
      "mutual TLS: require a client certificate signed by this PEM CA (needs tls-cert)"},

@@ -7,12 +7,12 @@
  * drains: it finishes accepted batches, refuses new ones and cancels what is
  * left after --drain-timeout-ms; a second signal cuts the drain short. If
  * gRPC still holds cancelled calls STOP_GRACE_MS later (a client that stopped
- * reading), feedd exits without tearing down. Exit status 0 either way. If
- * the TLS port stops accepting for good (gRPC 1.51 after running out of
- * descriptors), feedd drains the same way and exits with status 3, to be
- * restarted. Main thread only.
+ * reading), feedd exits without tearing down. Exit status 0 either way. A
+ * watchdog thread ends the process if teardown still runs EXIT_WATCHDOG_MS
+ * after that. Main thread only, but for the watchdog.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,11 +41,14 @@
  */
 #define STOP_GRACE_MS 1000
 
-/* Exit status when the TLS port stopped accepting (feedd_service_accepting). */
-#define EXIT_TLS_PORT_DEAD 3
+/*
+ * After the signal, however teardown goes (a library thread that never
+ * returns), the process ends this long after the drain's deadline and the
+ * grace for gRPC (watchdog_main).
+ */
+#define EXIT_WATCHDOG_MS 2000
 
-/* How often the main thread looks for streams whose sends stalled (--send-stall-ms)
- * and whether the TLS port still accepts. */
+/* How often the main thread looks for streams whose sends stalled (--send-stall-ms). */
 #define STALL_CHECK_MS 250
 
 /* Write "PORT\n" to path atomically (temp file + rename): readers never see half a number. */
@@ -116,6 +119,39 @@ static void drain(feedd_service *svc, const sigset_t *set, uint32_t timeout_ms)
             return;
         }
     }
+}
+
+/* Sleeps until *arg (CLOCK_MONOTONIC), then ends the process: teardown took too long. */
+static void *watchdog_main(void *arg)
+{
+    const struct timespec *until = arg;
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, until, NULL) == EINTR)
+        ;
+    FEED_LOGE("teardown still not done %d ms after the drain's deadline and the stop grace: "
+              "exiting without it",
+              EXIT_WATCHDOG_MS);
+    fflush(stderr);
+    _exit(0);
+    return NULL;
+}
+
+/* The watchdog for a drain of timeout_ms starting now; a thread that cannot start is said. */
+static void start_watchdog(uint32_t timeout_ms)
+{
+    static struct timespec until;
+    pthread_t t;
+    uint64_t ms = (uint64_t)timeout_ms + STOP_GRACE_MS + EXIT_WATCHDOG_MS;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)(ms / 1000);
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    if (pthread_create(&t, NULL, watchdog_main, &until) == 0)
+        pthread_detach(t);
+    else
+        FEED_LOGW("no exit watchdog (cannot start a thread): teardown is not bounded");
 }
 
 int main(int argc, char **argv)
@@ -239,20 +275,13 @@ int main(int argc, char **argv)
 
     const struct timespec tick = {0, STALL_CHECK_MS * 1000000L};
     int sig = -1;
-    while (sig < 0 && feedd_service_accepting(svc)) {
+    while (sig < 0) {
         sig = sigtimedwait(&set, NULL, &tick);
         feedd_service_check_stalls(svc);
     }
-    if (sig > 0) {
-        FEED_LOGI("signal %d: draining (timeout %u ms)", sig, cfg.drain_timeout_ms);
-        exit_code = 0;
-    } else {
-        FEED_LOGE("the TLS port accepts no more connections (gRPC gave up after an accept failed "
-                  "for want of descriptors): draining (timeout %u ms), then exiting with status "
-                  "%d so that a supervisor restarts feedd",
-                  cfg.drain_timeout_ms, EXIT_TLS_PORT_DEAD);
-        exit_code = EXIT_TLS_PORT_DEAD;
-    }
+    FEED_LOGI("signal %d: draining (timeout %u ms)", sig, cfg.drain_timeout_ms);
+    start_watchdog(cfg.drain_timeout_ms);
+    exit_code = 0;
     drain(svc, &set, cfg.drain_timeout_ms);
 out:
     feedd_metrics_set_extra(NULL, NULL);

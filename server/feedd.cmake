@@ -13,9 +13,11 @@ add_executable(feedd
   ${CMAKE_CURRENT_LIST_DIR}/metrics.c
   ${CMAKE_CURRENT_LIST_DIR}/listener.c
   ${CMAKE_CURRENT_LIST_DIR}/guard.c
+  ${CMAKE_CURRENT_LIST_DIR}/handoff.cc
+  ${CMAKE_CURRENT_LIST_DIR}/certcheck.c
   ${CMAKE_CURRENT_LIST_DIR}/trust.c
   ${CMAKE_CURRENT_LIST_DIR}/cache.c
   ${CMAKE_CURRENT_LIST_DIR}/crc_combine.c)
 target_include_directories(feedd PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(feedd PRIVATE feedengine feedcommon feedproto PkgConfig::GRPC
-  PkgConfig::MHD Threads::Threads)
+  PkgConfig::MHD PkgConfig::OPENSSL Threads::Threads)

@@ -6,7 +6,11 @@
  * which would stay readable and spin, and tries again LISTENER_RETRY_MS
  * later, logging the failures at most once per LISTENER_LOG_MS. Pending
  * connections wait in the kernel's backlog meanwhile; those whose peer gave
- * up are accepted later and end at once.
+ * up are accepted later and end at once. Before that point, a connection
+ * whose descriptor lands in the last reserve of the open-file limit is
+ * closed at once (the kernel hands out the lowest free number, so such a
+ * number means the rest are in use): the descriptors the process needs for
+ * its own files and the connections it serves stay free.
  */
 #include "listener.h"
 
@@ -22,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "feed/errors.h"
@@ -36,6 +41,7 @@ struct feedd_listener {
     void *arg;
     pthread_t thread;
     bool started;
+    int fd_ceiling; /* accepted descriptors at or above this are closed at once */
 };
 
 /* Split addr into host and port; an empty or missing host is 0.0.0.0. */
@@ -135,6 +141,18 @@ static bool out_of_resources(int err)
     return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
 }
 
+/* The open-file limit less its reserve (listener.h), read when the thread starts. */
+static int fd_ceiling(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+        rl.rlim_cur > INT32_MAX)
+        return INT32_MAX;
+    int limit = (int)rl.rlim_cur;
+    int reserve = LISTENER_FD_RESERVE_MIN + limit / LISTENER_FD_RESERVE_SHARE;
+    return limit > 2 * reserve ? limit - reserve : limit / 2;
+}
+
 static void hand_over(feedd_listener *l, int fd, const struct sockaddr *addr, socklen_t len)
 {
     int one = 1;
@@ -153,7 +171,7 @@ static void hand_over(feedd_listener *l, int fd, const struct sockaddr *addr, so
 static void *accept_main(void *arg)
 {
     feedd_listener *l = arg;
-    uint64_t failures = 0, last_log_ns = 0;
+    uint64_t failures = 0, last_log_ns = 0, refused = 0, refused_log_ns = 0;
     bool stop = false;
     while (!stop) {
         struct pollfd p[2] = {{l->wake[0], POLLIN, 0}, {l->fd, POLLIN, 0}};
@@ -175,6 +193,19 @@ static void *accept_main(void *arg)
                 FEED_LOGI("%s: accepting again after %llu failed accepts", l->what,
                           (unsigned long long)failures);
                 failures = 0;
+            }
+            if (fd >= l->fd_ceiling) {
+                close(fd);
+                uint64_t now = feed_now_ns();
+                if (refused++ == 0 ||
+                    now - refused_log_ns >= (uint64_t)LISTENER_LOG_MS * 1000000u) {
+                    FEED_LOGW("%s: refused a connection: descriptor %d is in the reserve kept "
+                              "below the open-file limit (%llu refused so far, out of descriptors "
+                              "or memory)",
+                              l->what, fd, (unsigned long long)refused);
+                    refused_log_ns = now;
+                }
+                continue;
             }
             if (fd >= 0) {
                 hand_over(l, fd, (struct sockaddr *)&ss, len);
@@ -203,8 +234,14 @@ int feedd_listener_start(feedd_listener *l, feedd_listener_fn fn, void *arg)
 {
     l->fn = fn;
     l->arg = arg;
+    l->fd_ceiling = fd_ceiling();
     l->started = pthread_create(&l->thread, NULL, accept_main, l) == 0;
     return l->started ? 0 : FEED_ENOMEM;
+}
+
+int feedd_listener_fd(const feedd_listener *l)
+{
+    return l->fd;
 }
 
 void feedd_listener_close(feedd_listener *l)

@@ -8,9 +8,18 @@
  * connections are kept: a new one beyond that evicts the one idle longest
  * (no request in progress) by shutting its socket down, so idle or
  * half-sent connections cannot lock a scraper out; MHD then closes it on
- * its next pass. The table of connections is guarded by mu: MHD's thread
- * adds and removes entries (connection notifications), the listener's
- * thread evicts. MHD's own log goes through a rate limit. With a token
+ * its next pass. MHD itself must never reach its own connection limit:
+ * libmicrohttpd 0.9.75 refusing a connection added from another thread
+ * deadlocked its thread (a burst of 1,500 connections left the port mute
+ * and SIGTERM hanging in MHD_stop_daemon), so a connection that would take
+ * the last of METRICS_CONN_SLOTS is closed here instead. The table of
+ * connections and the counts are guarded by mu: MHD's thread adds and
+ * removes entries (connection notifications), the listener's thread
+ * evicts. MHD's own log goes through a rate limit. Locks: mu is a leaf
+ * (nothing else is taken under it, no log line is written under it);
+ * extra_mu is held across the extra renderer, which takes the service's
+ * locks (service_internal.h: svc->mu, then each stream's mu), so the order
+ * is extra_mu, then those. With a token
  * (--metrics-token-file) every request must carry it as a bearer
  * Authorization header; the token is read-only once the server starts.
  */
@@ -22,7 +31,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <microhttpd.h>
 
@@ -49,8 +61,14 @@ void feedd_metrics_set_extra(feedd_metrics_extra_fn fn, void *arg)
 }
 
 #define METRICS_CONN_CAP 64
-/* MHD's own limit: room for evicted connections MHD has not closed yet. */
-#define METRICS_CONN_SLOTS (4 * METRICS_CONN_CAP)
+/*
+ * MHD's own limit: room for evicted connections MHD has not closed yet (a
+ * burst of 2,000 filled 256 before MHD's thread closed any, and refused
+ * the scrape that came with it). Each takes at most METRICS_CONN_MEMORY.
+ */
+#define METRICS_CONN_SLOTS (16 * METRICS_CONN_CAP)
+#define METRICS_CONN_MEMORY (16u << 10)
+#define METRICS_FULL_WAIT_S 1
 #define METRICS_IDLE_TIMEOUT_S 5u
 #define METRICS_LOG_MS 1000
 
@@ -65,9 +83,12 @@ struct feedd_metrics_server {
     feedd_listener *listener;
     feedd_token token;
     pthread_mutex_t mu;
-    metrics_conn conns[METRICS_CONN_SLOTS]; /* guarded by mu */
-    size_t pending;                         /* handed to MHD, not yet started; guarded by mu */
-    uint64_t log_last_ns, log_dropped;      /* guarded by mu */
+    pthread_cond_t closed; /* MHD closed a connection */
+    /* Guarded by mu. */
+    metrics_conn conns[METRICS_CONN_SLOTS];
+    size_t live;    /* handed to MHD and not closed yet (started or not) */
+    size_t evicted; /* of those, shut down by an eviction */
+    uint64_t log_last_ns, log_dropped, refused, refused_log_ns;
 };
 
 #define RENDER_CAP (64 * 1024)
@@ -121,6 +142,9 @@ char *feedd_metrics_render(size_t *len)
     counter(&t, "feedd_batches_total", "Batches handed to gRPC.", ld(&m->batches));
     counter(&t, "feedd_bytes_total", "Batch pixel bytes handed to gRPC.", ld(&m->bytes));
     counter(&t, "feedd_requests_total", "Batch requests accepted.", ld(&m->requests));
+    counter(&t, "feedd_requests_refused_total",
+            "Batch requests refused (bad request, window, memory), each ending its stream.",
+            ld(&m->requests_refused));
     counter(&t, "feedd_streams_total", "Stream calls opened.", ld(&m->streams_opened));
     counter(&t, "feedd_streams_stalled_total",
             "Streams cancelled because a send made no progress for send-stall-ms.",
@@ -168,6 +192,9 @@ char *feedd_metrics_render(size_t *len)
             ld(&m->cache_not_owned));
     gauge(&t, "feedd_cache_entries", "Images held in the decoded-sample cache.",
           ldg(&m->cache_entries));
+    counter(&t, "feedd_cache_stale_total",
+            "Cache hits dropped and made again because the sample's file changed on disk.",
+            ld(&m->cache_stale));
     gauge(&t, "feedd_cache_bytes",
           "Bytes charged to the decoded-sample cache: slot tables and images, never above "
           "feedd_cache_budget_bytes.",
@@ -206,6 +233,13 @@ char *feedd_metrics_render(size_t *len)
           ldg(&m->rss_limit));
     gauge(&t, "feedd_transport_over_limit", "1 while feedd_resident_bytes is above the limit.",
           ldg(&m->transport_over));
+    gauge(&t, "feedd_tls_cert_not_after_seconds",
+          "The TLS certificate's notAfter (Unix time), read at start; 0 without TLS.",
+          ldg(&m->tls_cert_not_after));
+    gauge(&t, "feedd_tls_cert_valid",
+          "1 if the TLS certificate was within its validity window at start; 0 if expired, not "
+          "yet valid or without TLS.",
+          atomic_load_explicit(&m->tls_cert_valid, memory_order_relaxed));
     gauge(&t, "feedd_serving", "1 while serving, 0 while draining.",
           atomic_load_explicit(&m->serving, memory_order_relaxed));
     pthread_mutex_lock(&extra_mu);
@@ -230,6 +264,34 @@ static void set_in_request(feedd_metrics_server *m, struct MHD_Connection *conn,
     }
 }
 
+typedef struct auth_seen {
+    const char *value;
+    unsigned n;
+} auth_seen;
+
+/* MHD's header iterator: count the Authorization headers, keep the last. */
+static enum MHD_Result count_auth(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  const char *value)
+{
+    auth_seen *a = cls;
+    (void)kind;
+    if (strcasecmp(key, "Authorization") == 0) {
+        a->value = value ? value : "";
+        a->n++;
+    }
+    return MHD_YES;
+}
+
+/* Whether the request carries the token: exactly one Authorization header, and it matches. */
+static bool request_allowed(feedd_metrics_server *m, struct MHD_Connection *conn)
+{
+    auth_seen a = {"", 0};
+    if (!feedd_token_required(&m->token))
+        return true;
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, count_auth, &a);
+    return a.n == 1 && feedd_token_matches(&m->token, a.value, strlen(a.value));
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_len, void **con_cls)
@@ -242,8 +304,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     struct MHD_Response *resp = NULL;
     unsigned code = MHD_HTTP_OK;
     set_in_request(m, conn, true);
-    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    if (!feedd_token_matches(&m->token, auth ? auth : "", auth ? strlen(auth) : 0)) {
+    if (!request_allowed(m, conn)) {
         static const char msg[] = "this endpoint needs 'Authorization: Bearer TOKEN'\n";
         code = MHD_HTTP_UNAUTHORIZED;
         resp = MHD_create_response_from_buffer(sizeof msg - 1, (void *)msg, MHD_RESPMEM_PERSISTENT);
@@ -290,7 +351,6 @@ static void on_notify(void *cls, struct MHD_Connection *conn, void **socket_cont
     feedd_metrics_server *m = cls;
     pthread_mutex_lock(&m->mu);
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-        m->pending -= m->pending > 0;
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         for (size_t i = 0; i < METRICS_CONN_SLOTS && ci && !*socket_context; i++) {
@@ -300,45 +360,67 @@ static void on_notify(void *cls, struct MHD_Connection *conn, void **socket_cont
                 *socket_context = c;
             }
         }
-    } else if (*socket_context) {
+    } else {
         metrics_conn *c = *socket_context;
-        c->used = false;
+        m->live -= m->live > 0;
+        if (c && c->evicted)
+            m->evicted -= m->evicted > 0;
+        if (c)
+            c->used = false;
         *socket_context = NULL;
+        pthread_cond_signal(&m->closed);
     }
     pthread_mutex_unlock(&m->mu);
 }
 
 /*
  * The listener's thread: make room for one more connection, then hand it to
- * MHD. Connections MHD has not started yet count, or a burst would pass
- * the cap before any of it is in the table. One arrival evicts at most one
- * connection, so an attacker's reconnects churn one for one instead of
- * emptying the table.
+ * MHD; or, when MHD holds all but one of its slots (evicted connections it
+ * has not closed yet) for METRICS_FULL_WAIT_S, close it. Connections MHD has not started yet count,
+ * or a burst would pass the cap before any of it is in the table. One
+ * arrival evicts at most one connection, so an attacker's reconnects churn
+ * one for one instead of emptying the table.
  */
 static void on_connection(void *arg, int fd, const struct sockaddr *addr, socklen_t len)
 {
     feedd_metrics_server *m = arg;
     metrics_conn *idlest = NULL;
-    size_t kept = 0;
+    uint64_t refused = 0, now = feed_now_ns();
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += METRICS_FULL_WAIT_S;
     pthread_mutex_lock(&m->mu);
-    kept = m->pending;
-    for (size_t i = 0; i < METRICS_CONN_SLOTS; i++) {
+    /* A burst outruns MHD's closing of what it evicts: wait for room, a while. */
+    while (m->live + 1 >= METRICS_CONN_SLOTS &&
+           pthread_cond_timedwait(&m->closed, &m->mu, &until) == 0)
+        ;
+    bool full = m->live + 1 >= METRICS_CONN_SLOTS;
+    for (size_t i = 0; i < METRICS_CONN_SLOTS && !full; i++) {
         metrics_conn *c = &m->conns[i];
-        if (!c->used || c->evicted)
-            continue;
-        kept++;
-        if (!c->in_request && (!idlest || c->idle_since_ns < idlest->idle_since_ns))
+        if (c->used && !c->evicted && !c->in_request &&
+            (!idlest || c->idle_since_ns < idlest->idle_since_ns))
             idlest = c;
     }
-    if (kept >= METRICS_CONN_CAP && idlest) {
+    if (!full && m->live - m->evicted >= METRICS_CONN_CAP && idlest) {
         shutdown(idlest->fd, SHUT_RDWR);
         idlest->evicted = true;
+        m->evicted++;
     }
-    m->pending++;
+    if (full && (m->refused++ == 0 || now - m->refused_log_ns >= 10000000000u)) {
+        refused = m->refused;
+        m->refused_log_ns = now;
+    }
+    m->live += !full;
     pthread_mutex_unlock(&m->mu);
-    if (MHD_add_connection(m->daemon, fd, addr, len) != MHD_YES) {
+    if (full) {
+        close(fd);
+        if (refused)
+            FEED_LOGW("metrics: refused a connection: %d connections are open or closing (%llu "
+                      "refused so far)",
+                      METRICS_CONN_SLOTS, (unsigned long long)refused);
+    } else if (MHD_add_connection(m->daemon, fd, addr, len) != MHD_YES) {
         pthread_mutex_lock(&m->mu);
-        m->pending -= m->pending > 0;
+        m->live -= m->live > 0;
         pthread_mutex_unlock(&m->mu);
     }
 }
@@ -377,6 +459,11 @@ int feedd_metrics_start(const char *addr, const char *token_file, feedd_metrics_
     if (!m)
         goto out;
     pthread_mutex_init(&m->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&m->closed, &ca);
+    pthread_condattr_destroy(&ca);
     rc = feedd_token_load(token_file, "metrics-token-file", &m->token, err, sizeof err);
     if (rc != 0) {
         FEED_LOGE("%s", rc == FEED_ENOMEM ? "metrics: out of memory" : err);
@@ -389,7 +476,8 @@ int feedd_metrics_start(const char *addr, const char *token_file, feedd_metrics_
     m->daemon = MHD_start_daemon(
         MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC | MHD_USE_ERROR_LOG,
         0, NULL, NULL, handle, m, MHD_OPTION_EXTERNAL_LOGGER, on_log, m,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_CONN_SLOTS, MHD_OPTION_CONNECTION_TIMEOUT,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_CONN_SLOTS, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)METRICS_CONN_MEMORY, MHD_OPTION_CONNECTION_TIMEOUT,
         METRICS_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION, on_notify, m,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, m, MHD_OPTION_END);
     if (!m->daemon) {
@@ -414,6 +502,7 @@ void feedd_metrics_stop(feedd_metrics_server *m)
         if (m->daemon)
             MHD_stop_daemon(m->daemon);
         feedd_token_free(&m->token);
+        pthread_cond_destroy(&m->closed);
         pthread_mutex_destroy(&m->mu);
         free(m);
     }

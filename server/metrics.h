@@ -28,6 +28,7 @@ typedef struct feedd_metrics {
     atomic_uint_fast64_t batches;  /* batches handed to gRPC */
     atomic_uint_fast64_t bytes;    /* Batch.data bytes handed to gRPC */
     atomic_uint_fast64_t requests; /* batch requests accepted */
+    atomic_uint_fast64_t requests_refused; /* batch requests that failed their stream */
     atomic_uint_fast64_t sample_status[FEED_SAMPLE_STATUS_COUNT];
     atomic_uint_fast64_t stage_ns[FEEDD_STAGE_COUNT];
     atomic_uint_fast64_t stage_count[FEEDD_STAGE_COUNT];
@@ -39,6 +40,7 @@ typedef struct feedd_metrics {
     atomic_uint_fast64_t cache_hits, cache_misses, cache_evictions;
     atomic_uint_fast64_t cache_not_owned; /* misses not admitted: another server owns them */
     atomic_int_fast64_t cache_entries;    /* images in the decoded-sample cache */
+    atomic_uint_fast64_t cache_stale; /* hits dropped: the sample's file changed on disk */
     atomic_int_fast64_t cache_bytes;  /* charged to the decoded-sample cache */
     atomic_int_fast64_t cache_budget; /* its --cache-bytes while it exists */
     atomic_int_fast64_t queue_depth;      /* samples waiting for a worker */
@@ -49,6 +51,8 @@ typedef struct feedd_metrics {
     atomic_int_fast64_t rss_bytes;        /* resident memory, as the guard last read it */
     atomic_int_fast64_t rss_limit;        /* the guard's limit; 0 without a guard */
     atomic_int_fast64_t transport_over;   /* 1 while rss_bytes > rss_limit */
+    atomic_int_fast64_t tls_cert_not_after; /* the TLS certificate's notAfter, Unix s; 0: none */
+    atomic_int tls_cert_valid;              /* 1 while now is within its window at start */
     atomic_int serving;                   /* 1 SERVING, 0 draining */
 } feedd_metrics;
 

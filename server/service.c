@@ -30,6 +30,7 @@
 #include "feed/errors.h"
 #include "feed/log.h"
 #include "feed/timeutil.h"
+#include "certcheck.h"
 #include "guard.h"
 #include "listener.h"
 #include "memory.h"
@@ -134,15 +135,21 @@ static bool call_over_tls(const feedd_service *svc, grpc_call *call)
     return tls;
 }
 
-/* What reached the service on the call's connection, for the transport guard (guard.h). */
-static void credit_call(feedd_service *svc, grpc_call *call, grpc_byte_buffer *payload)
+/*
+ * What reached the service on the call's connection, credited to it for
+ * the transport guard (guard.h); returns the connection's descriptor there,
+ * or -1.
+ */
+static int credit_call(feedd_service *svc, grpc_call *call, grpc_byte_buffer *payload)
 {
     if (!svc->guard)
-        return;
+        return -1;
     char *peer = grpc_call_get_peer(call);
-    feedd_guard_credit(svc->guard, feedd_guard_fd_of(peer),
+    int fd = feedd_guard_fd_of(svc->guard, peer);
+    feedd_guard_credit(svc->guard, fd,
                        GUARD_CALL_CREDIT + (payload ? grpc_byte_buffer_length(payload) : 0));
     gpr_free(peer);
+    return fd;
 }
 
 /* A call accepted: hand it on, then re-arm the slot unless the server is shutting down. */
@@ -152,7 +159,7 @@ static void dispatch(req_slot *slot)
     feedd_service *svc = cqt->svc;
     grpc_call *call = slot->call;
     grpc_byte_buffer *payload = slot->payload;
-    credit_call(svc, call, payload);
+    int fd = credit_call(svc, call, payload);
     /* Health stays open so that probes need no secret; it tells nothing about the data. */
     if (slot->m != METHOD_HEALTH && !call_over_tls(svc, call)) {
         feedd_count(&feedd_m.unauthenticated, 1);
@@ -168,6 +175,8 @@ static void dispatch(req_slot *slot)
                            "token");
         goto done;
     }
+    if (slot->m != METHOD_HEALTH)
+        feedd_guard_authenticated(svc->guard, fd);
     switch (slot->m) {
     case METHOD_STREAM:
         feedd_stream_start(cqt, call);
@@ -285,7 +294,7 @@ static int make_server(feedd_service *svc)
      * 500 ms, with or without calls, without being told off (libfeedclient
      * pings every second to find a stopped server fast).
      */
-    grpc_arg args[7];
+    grpc_arg args[8];
     args[0] = (grpc_arg){GRPC_ARG_INTEGER,
                          GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
                          {.integer = (int)cfg->max_request_bytes}};
@@ -296,7 +305,8 @@ static int make_server(feedd_service *svc)
     args[4] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIME_MS, {.integer = 30000}};
     args[5] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIMEOUT_MS, {.integer = 10000}};
     args[6] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, {.integer = 1}};
-    grpc_channel_args ca = {7, args};
+    args[7] = feedd_handoff_arg(&svc->handoff); /* used by the TLS port only */
+    grpc_channel_args ca = {8, args};
     svc->server = grpc_server_create(&ca, NULL);
     svc->n_cqts = cfg->cq_threads;
     svc->cqts = calloc(svc->n_cqts, sizeof *svc->cqts);
@@ -328,61 +338,42 @@ out:
 }
 
 /*
- * A connection from the service's own listener (listener.h: gRPC 1.51's
- * would stop accepting for good at the first EMFILE). gRPC owns fd from
- * here; it only takes insecure credentials for a connection it did not
- * accept itself.
+ * A connection on the gRPC port, from the service's own listener
+ * (listener.h: gRPC 1.51's would stop accepting for good at the first
+ * EMFILE). gRPC owns fd from here: without TLS through the C API, with TLS
+ * through the external-connection port (handoff.h), which runs the
+ * handshake.
  */
-static void on_connection(void *arg, int fd, const struct sockaddr *addr, socklen_t len)
+static void on_grpc_connection(void *arg, int fd, const struct sockaddr *addr, socklen_t len)
 {
     feedd_service *svc = arg;
-    (void)addr;
-    (void)len;
-    feedd_guard_track(svc->guard, fd);
-    grpc_server_add_channel_from_fd(svc->server, fd,
-                                    svc->health_listener ? svc->health_creds : svc->creds);
+    feedd_guard_track(svc->guard, fd, addr, len);
+    if (svc->handoff.handler)
+        feedd_handoff_fd(&svc->handoff, feedd_listener_fd(svc->listener), fd);
+    else
+        grpc_server_add_channel_from_fd(svc->server, fd, svc->creds);
 }
 
-/*
- * Set when gRPC's own listener (the TLS port's) logs that accept4() failed:
- * gRPC 1.51 then never accepts on that port again (listener.h). Any thread.
- */
-static atomic_bool grpc_accept_failed;
-
-/*
- * gRPC's log while it listens itself: forwarded to feedd's, and watched for
- * that one line of its TCP server.
- */
-static void on_grpc_log(gpr_log_func_args *a)
+/* A connection on the plaintext Health port beside the TLS one. */
+static void on_health_connection(void *arg, int fd, const struct sockaddr *addr, socklen_t len)
 {
-    const char *file = strrchr(a->file, '/') ? strrchr(a->file, '/') + 1 : a->file;
-    if (strcmp(file, "tcp_server_posix.cc") == 0 && strncmp(a->message, "Failed accept4", 14) == 0)
-        atomic_store(&grpc_accept_failed, true);
-    feed_log(a->severity == GPR_LOG_SEVERITY_ERROR  ? FEED_LOG_ERROR
-             : a->severity == GPR_LOG_SEVERITY_INFO ? FEED_LOG_INFO
-                                                    : FEED_LOG_DEBUG,
-             "grpc: %s (%s:%d)", a->message, file, a->line);
+    feedd_service *svc = arg;
+    feedd_guard_track(svc->guard, fd, addr, len);
+    grpc_server_add_channel_from_fd(svc->server, fd, svc->health_creds);
 }
 
 /*
- * The TLS port: gRPC's own listener, as gRPC 1.51 takes a connection
- * accepted elsewhere only without TLS. cfg->listen in gRPC's syntax: a
- * missing host is 0.0.0.0, as for feedd's listener.
+ * The TLS port: feedd's listener, its connections handed to gRPC with the
+ * TLS credentials (handoff.h), and the plaintext Health port if asked for.
  */
 static int bind_tls_port(feedd_service *svc, int *port)
 {
-    const char *listen = svc->cfg->listen;
-    char addr[sizeof svc->cfg->listen + 16];
-    const char *colon = strrchr(listen, ':');
-    snprintf(addr, sizeof addr, "%s%s%s", !colon || colon == listen ? "0.0.0.0" : "",
-             colon ? "" : ":", listen);
-    gpr_set_log_function(on_grpc_log);
-    *port = grpc_server_add_http2_port(svc->server, addr, svc->creds);
-    int rc = *port > 0 ? 0 : FEED_EIO;
+    int rc = feedd_handoff_add_port(svc->server, &svc->handoff, svc->creds);
     if (rc != 0)
-        FEED_LOGE("grpc: cannot listen on %s with TLS (address taken, or tls-cert and tls-key do "
-                  "not make a valid pair)",
-                  addr);
+        FEED_LOGE("grpc: cannot add the TLS port (tls-cert and tls-key may not make a valid "
+                  "pair)");
+    if (rc == 0)
+        rc = feedd_listener_open(svc->cfg->listen, "grpc", &svc->listener, port);
     if (rc == 0 && svc->cfg->health_listen[0]) {
         svc->health_creds = grpc_insecure_server_credentials_create();
         rc = svc->health_creds ? feedd_listener_open(svc->cfg->health_listen, "health",
@@ -411,6 +402,7 @@ static int bind_port(feedd_service *svc, int *port)
         rc = svc->creds ? feedd_listener_open(cfg->listen, "grpc", &svc->listener, port)
                         : FEED_ENOMEM;
     } else if (rc == 0) {
+        feedd_cert_check(cfg->tls_cert);
         rc = bind_tls_port(svc, port);
     } else {
         FEED_LOGE("%s", rc == FEED_ENOMEM ? "out of memory" : err);
@@ -419,23 +411,24 @@ static int bind_port(feedd_service *svc, int *port)
 }
 
 /*
- * The transport memory guard over the connections feedd's listeners accept
- * (none with TLS and no health port). Its limit is what the process holds
- * now (datasets' indexes, the cache's tables, the workers) plus batch
- * memory, the cache's budget and --transport-memory. 0 or FEED_ENOMEM.
+ * The transport memory guard over the connections feedd's listeners accept.
+ * Its limit is what the process holds now (datasets' indexes, the cache's
+ * tables, the workers) plus batch memory, the cache's budget and
+ * --transport-memory. 0 or FEED_ENOMEM.
  */
 static int start_guard(feedd_service *svc)
 {
     const feedd_config *cfg = svc->cfg;
-    if (!cfg->transport_memory || (!svc->listener && !svc->health_listener))
+    if (!cfg->transport_memory)
         return 0;
     uint64_t rss = feedd_guard_rss();
     uint64_t limit = rss + cfg->max_memory + cfg->cache_bytes + cfg->transport_memory;
     uint64_t burst = cfg->max_request_bytes + GUARD_BURST_EXTRA;
-    FEED_LOGI("transport guard: while memory is above %llu MiB (%llu now), a connection is cut "
-              "once gRPC holds more than %llu KiB of it undelivered",
-              (unsigned long long)(limit >> 20), (unsigned long long)(rss >> 20),
-              (unsigned long long)(burst >> 10));
+    FEED_LOGI("transport guard: a connection is cut once gRPC holds more than %llu KiB of it "
+              "undelivered, before a call passed the token check or while memory is above %llu "
+              "MiB (%llu now)",
+              (unsigned long long)(burst >> 10), (unsigned long long)(limit >> 20),
+              (unsigned long long)(rss >> 20));
     return feedd_guard_start(limit, burst, &svc->guard);
 }
 
@@ -500,9 +493,10 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
         goto fail;
     grpc_server_start(svc->server);
     rc = arm_slots(svc);
-    if (rc == 0 && (svc->listener || svc->health_listener))
-        rc = feedd_listener_start(svc->listener ? svc->listener : svc->health_listener,
-                                  on_connection, svc);
+    if (rc == 0)
+        rc = feedd_listener_start(svc->listener, on_grpc_connection, svc);
+    if (rc == 0 && svc->health_listener)
+        rc = feedd_listener_start(svc->health_listener, on_health_connection, svc);
     if (rc != 0)
         goto fail_started;
     atomic_store(&feedd_m.serving, 1);
@@ -535,11 +529,6 @@ void feedd_service_drain(feedd_service *svc)
     for (feed_list_node *n = svc->streams.first; n; n = n->next)
         feedd_stream_drain(FEED_LIST_ENTRY(n, stream, link));
     pthread_mutex_unlock(&svc->mu);
-}
-
-bool feedd_service_accepting(const feedd_service *svc)
-{
-    return svc->listener || !atomic_load(&grpc_accept_failed);
 }
 
 int feedd_service_health_port(const feedd_service *svc)

@@ -35,13 +35,6 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
  * batches are sent. Returns at once.
  */
 void feedd_service_drain(feedd_service *svc);
-/*
- * false once the gRPC port can no longer take connections: with TLS, gRPC
- * 1.51's own listener stops for good at the first failed accept (out of
- * descriptors); feedd's plaintext listener retries instead (listener.h).
- * Any thread.
- */
-bool feedd_service_accepting(const feedd_service *svc);
 /* The bound --health-listen port, or 0 when there is none. */
 int feedd_service_health_port(const feedd_service *svc);
 /* Stream calls still open. */

@@ -37,6 +37,7 @@
 
 #include "config.h"
 #include "feed/list.h"
+#include "handoff.h"
 #include "memory.h"
 #include "pool.h"
 #include "request.h"
@@ -46,6 +47,7 @@
 
 #define STATUS_MSG_MAX 256
 #define REQ_SLOTS_PER_METHOD 2
+#define STREAM_LOG_LINES 3 /* most log lines one critical section of a stream makes */
 
 typedef enum tag_kind {
     TAG_REQUEST,
@@ -130,6 +132,12 @@ struct stream {
     uint64_t send_started_ns;
     bool stall_cancelled; /* feedd_stream_check_stall cancelled the call */
     uint64_t batches_sent, bytes_sent, requests;
+    /* Log lines made under mu, written once it is released (stream.c: unlock_and_log). */
+    struct {
+        int level;
+        char text[STATUS_MSG_MAX + 192];
+    } log[STREAM_LOG_LINES];
+    int n_log;
 };
 
 /* Owned by the main thread (start/drain/stop); see the locks above. */
@@ -141,7 +149,8 @@ struct feedd_service {
     feedd_pool *pool;
     grpc_server *server;
     grpc_server_credentials *creds;
-    struct feedd_listener *listener;        /* accepts for server (listener.h); NULL with TLS */
+    struct feedd_listener *listener;        /* accepts for server (listener.h) */
+    feedd_handoff handoff;                  /* with TLS: how listener's connections reach gRPC */
     grpc_server_credentials *health_creds;  /* insecure, for health_listener's connections */
     struct feedd_listener *health_listener; /* --health-listen beside the TLS port, or NULL */
     struct feedd_guard *guard; /* watches the listeners' connections (guard.h); NULL when off */

@@ -17,8 +17,13 @@
  * Every handler feeds the event to s->sm and then runs apply() on what it
  * asked for. The stream is freed when its reference count (one per pending
  * gRPC op, one per accepted job, one for the open call) drops to zero. Lock
- * order: see service_internal.h.
+ * order: see service_internal.h. No log line is written under s->mu: lines
+ * made there wait in the stream (defer_log) until it is released
+ * (unlock_and_log), so a slow log sink never stalls the call's other
+ * threads. gRPC calls (start_batch, cancel) and the batch buffer's
+ * allocation are still made under it.
  */
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,13 +63,49 @@ static void stream_free(stream *s)
     free(s);
 }
 
-/* Drop a reference; call with s->mu held; unlocks it. */
-static void stream_unref_unlock(stream *s)
+/* A log line for when s->mu is released. Under s->mu. */
+static void defer_log(stream *s, feed_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void defer_log(stream *s, feed_log_level level, const char *fmt, ...)
 {
-    bool last = --s->refs == 0;
+    if (s->n_log < STREAM_LOG_LINES && level <= feed_log_get_level()) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(s->log[s->n_log].text, sizeof s->log[s->n_log].text, fmt, ap);
+        va_end(ap);
+        s->log[s->n_log++].level = (int)level;
+    }
+}
+
+/* Release s->mu, then write the lines made under it; last: free the stream in between. */
+static void unlock_log_free(stream *s, bool last)
+{
+    int n = s->n_log;
+    struct {
+        int level;
+        char text[sizeof s->log[0].text];
+    } lines[STREAM_LOG_LINES];
+    for (int i = 0; i < n; i++) {
+        lines[i].level = s->log[i].level;
+        memcpy(lines[i].text, s->log[i].text, sizeof lines[i].text);
+    }
+    s->n_log = 0;
     pthread_mutex_unlock(&s->mu);
     if (last)
         stream_free(s);
+    for (int i = 0; i < n; i++)
+        feed_log((feed_log_level)lines[i].level, "%s", lines[i].text);
+}
+
+static void unlock_and_log(stream *s)
+{
+    unlock_log_free(s, false);
+}
+
+/* Drop a reference; call with s->mu held; unlocks it. */
+static void stream_unref_unlock(stream *s)
+{
+    unlock_log_free(s, --s->refs == 0);
 }
 
 static void stream_mem_sub(stream *s, uint64_t bytes)
@@ -181,7 +222,7 @@ static void send_locked(stream *s, batch_job *bj)
         grpc_call_error e = grpc_call_start_batch(s->call, ops, n, &s->t_send, NULL);
         grpc_byte_buffer_destroy(bb); /* the call holds its own reference to the slices */
         if (e != GRPC_CALL_OK) {
-            FEED_LOGE("stream %s: send failed to start: %d", s->peer, (int)e);
+            defer_log(s, FEED_LOG_ERROR, "stream %s: send failed to start: %d", s->peer, (int)e);
             stream_mem_sub(s, bytes);
             s->mem_sending = 0;
             s->refs--;
@@ -232,7 +273,8 @@ static void send_status_locked(stream *s, grpc_status_code code, const char *msg
     if ((unsigned)code < FEEDD_STATUS_CODES)
         feedd_count(&feedd_m.stream_status[code], 1);
     if (code != GRPC_STATUS_OK)
-        FEED_LOGI("stream %s: ending with status %d: %s", s->peer, (int)code, msg);
+        defer_log(s, FEED_LOG_INFO, "stream %s: ending with status %d: %s", s->peer, (int)code,
+                  msg);
 }
 
 /*
@@ -330,6 +372,7 @@ static void handle_request_locked(stream *s, const uint8_t *buf, size_t len, fee
      * the second check cannot fail; were that to change, such a batch would
      * wait forever. A request without r only opened the session.
      */
+    bool refused = true;
     if (code != GRPC_STATUS_OK) {
         feedd_sm_fail(&s->sm, code, msg, out);
     } else if (req.r && (req.bytes > cfg->max_stream_memory || req.bytes > cfg->max_memory)) {
@@ -342,7 +385,13 @@ static void handle_request_locked(stream *s, const uint8_t *buf, size_t len, fee
             feedd_sm_fail(&s->sm, GRPC_STATUS_RESOURCE_EXHAUSTED, "memory: allocation failed", out);
         else if (!feedd_sm_on_request(&s->sm, s->sess.window, &bj->sm, out))
             job_free(bj); /* never accepted: no reference, nothing counted */
+        else
+            refused = false;
+    } else {
+        refused = false;
     }
+    if (refused)
+        feedd_count(&feedd_m.requests_refused, 1);
 }
 
 void feedd_stream_on_recv(stream *s, bool ok)
@@ -408,7 +457,8 @@ void feedd_stream_on_close(stream *s)
     pthread_mutex_lock(&s->mu);
     feedd_sm_on_cancel(&s->sm, &out);
     apply(s, &out);
-    FEED_LOGI("stream %s: closed%s client='%s' requests=%llu batches=%llu bytes=%llu", s->peer,
+    defer_log(s, FEED_LOG_INFO,
+              "stream %s: closed%s client='%s' requests=%llu batches=%llu bytes=%llu", s->peer,
               s->close_cancelled ? " (cancelled)" : "", s->sess.client_name,
               (unsigned long long)s->requests, (unsigned long long)s->batches_sent,
               (unsigned long long)s->bytes_sent);
@@ -435,7 +485,7 @@ static void stream_open(stream *s)
     s->status_slice = grpc_empty_slice();
     feedd_sm_init(&s->sm);
     peer_of(s->call, s->peer, sizeof s->peer);
-    s->guard_fd = feedd_guard_fd_of(s->peer);
+    s->guard_fd = feedd_guard_fd_of(svc->guard, s->peer);
     pthread_mutex_init(&s->mu, NULL);
 
     pthread_mutex_lock(&svc->mu);
@@ -456,11 +506,12 @@ static void stream_open(stream *s)
     bool close_armed = grpc_call_start_batch(s->call, &op, 1, &s->t_close, NULL) == GRPC_CALL_OK;
     if (!close_armed) {
         /* Its tag will never come, and only that tag ends the stream: end it here. */
-        FEED_LOGE("stream %s: RECV_CLOSE_ON_SERVER failed to start; cancelling the call", s->peer);
+        defer_log(s, FEED_LOG_ERROR,
+                  "stream %s: RECV_CLOSE_ON_SERVER failed to start; cancelling the call", s->peer);
         grpc_call_cancel(s->call, NULL);
     } else {
         feedd_sm_out out = {0};
-        FEED_LOGI("stream %s: connected", s->peer);
+        defer_log(s, FEED_LOG_INFO, "stream %s: connected", s->peer);
         if (too_many) {
             char msg[128];
             snprintf(msg, sizeof msg, "streams: %u streams open (max-streams)",
@@ -471,7 +522,7 @@ static void stream_open(stream *s)
         }
         apply(s, &out);
     }
-    pthread_mutex_unlock(&s->mu);
+    unlock_and_log(s);
     if (!close_armed)
         feedd_stream_on_close(s); /* drops the open call's reference and the close op's */
 }
@@ -512,12 +563,13 @@ void feedd_stream_check_stall(stream *s, uint64_t now_ns, uint32_t stall_ms)
                  "stopped reading; %llu bytes held",
                  (unsigned long long)pending_ms, stall_ms,
                  (unsigned long long)atomic_load(&s->mem.used));
-        FEED_LOGW("stream %s (%s): cancelled: %s", s->peer, s->sess.client_name, msg);
+        defer_log(s, FEED_LOG_WARN, "stream %s (%s): cancelled: %s", s->peer,
+                  s->sess.client_name, msg);
         s->stall_cancelled = true;
         feedd_count(&feedd_m.streams_stalled, 1);
         grpc_call_cancel_with_status(s->call, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NULL);
     }
-    pthread_mutex_unlock(&s->mu);
+    unlock_and_log(s);
 }
 
 void feedd_stream_drain(stream *s)
@@ -528,5 +580,5 @@ void feedd_stream_drain(stream *s)
         feedd_sm_on_drain(&s->sm, &out);
         apply(s, &out);
     }
-    pthread_mutex_unlock(&s->mu);
+    unlock_and_log(s);
 }

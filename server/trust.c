@@ -126,14 +126,18 @@ bool feedd_token_matches(const feedd_token *t, const char *value, size_t len)
 
 bool feedd_token_allows(const feedd_token *t, const grpc_metadata_array *md)
 {
-    bool ok = !t->expect;
-    for (size_t i = 0; i < md->count && !ok; i++) {
+    const grpc_metadata *auth = NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < md->count; i++) {
         const grpc_metadata *m = &md->metadata[i];
-        if (grpc_slice_str_cmp(m->key, "authorization") == 0)
-            ok = feedd_token_matches(t, (const char *)GRPC_SLICE_START_PTR(m->value),
-                                     GRPC_SLICE_LENGTH(m->value));
+        if (grpc_slice_str_cmp(m->key, "authorization") == 0) {
+            auth = m;
+            n++;
+        }
     }
-    return ok;
+    return !t->expect || (n == 1 && feedd_token_matches(t,
+                                                        (const char *)GRPC_SLICE_START_PTR(auth->value),
+                                                        GRPC_SLICE_LENGTH(auth->value)));
 }
 
 int feedd_tls_server_credentials(const char *cert, const char *key, const char *client_ca,

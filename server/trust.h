@@ -42,7 +42,11 @@ bool feedd_token_required(const feedd_token *t);
  * token's length only, not on where the first wrong byte is.
  */
 bool feedd_token_matches(const feedd_token *t, const char *value, size_t len);
-/* Whether any "authorization" entry of md carries the token. */
+/*
+ * Whether md carries the token: exactly one "authorization" entry, and it
+ * matches (several, even one right among them, are refused: a proxy that
+ * adds its own must not let a client's pass). True when none is required.
+ */
 bool feedd_token_allows(const feedd_token *t, const grpc_metadata_array *md);
 
 /*

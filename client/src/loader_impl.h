@@ -338,8 +338,9 @@ int logq_start(loader *l); /* before any other thread; 0 or FEED_ENOMEM */
 void logq_stop(loader *l); /* delivers what is queued, joins the log thread; after every other */
 
 /* sched.c — with mu held, except where said; `now` is feed_now_ns() as the caller read it. */
-/* Whether every live server's last answer refused the loader's credentials (and there is one):
- * then open and next() fail with FEED_EAUTH at once rather than wait for a server. */
+/* Whether a live server's last answer refused the loader's credentials and no other can serve
+ * (each refused too, or was tried and is down): then open and next() fail with FEED_EAUTH at
+ * once rather than wait for a server. */
 bool sched_all_refused(const loader *l);
 /* Fills slots and sends requests. With may_grow (the loader's own threads only) it may drop and
  * retake mu to allocate a slot: callers must not rely on state across it. */

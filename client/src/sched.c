@@ -346,12 +346,17 @@ static slot *ready_slot(loader *l)
 
 bool sched_all_refused(const loader *l)
 {
-    uint32_t live = 0, refused = 0;
+    uint32_t refused = 0, pending = 0;
     for (uint32_t i = 0; i < l->num_servers; i++) {
-        live += !l->servers[i].removed;
-        refused += !l->servers[i].removed && l->servers[i].refused;
+        const server *s = &l->servers[i];
+        if (s->removed)
+            continue;
+        if (s->refused)
+            refused++;
+        else if (s->state != SRV_DOWN || !s->ever_tried)
+            pending++; /* up, or its first answer still to come */
     }
-    return live > 0 && refused == live;
+    return refused > 0 && pending == 0;
 }
 
 int sched_next(loader *l, uint64_t since, uint64_t now, slot **out, uint64_t *wait_ns)

@@ -22,6 +22,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
+#include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -494,6 +496,95 @@ static void test_ownership_admission(void **state)
     assert_int_equal(feed_test_server_stop(&s), 0);
 }
 
+#define STALE_N 4
+
+/* Sample i of the stale test's folder (one class, files a.jpg.. in order). */
+static void stale_path(const char *dir, int i, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/c0/%c.jpg", dir, 'a' + i);
+}
+
+/* a and b (statuses, pixels) agree sample by sample; says which does not. */
+static void expect_agree(const Feed__V1__Batch *a, const Feed__V1__Batch *b, const char *when)
+{
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(a->n_status, STALE_N);
+    assert_int_equal(b->n_status, STALE_N);
+    for (size_t i = 0; i < STALE_N; i++) {
+        if (a->status[i] != b->status[i])
+            fail_msg("%s: sample %zu: status %d and %d", when, i, a->status[i], b->status[i]);
+        if (memcmp(a->data.data + i * SAMPLE_BYTES, b->data.data + i * SAMPLE_BYTES,
+                   SAMPLE_BYTES) != 0)
+            fail_msg("%s: sample %zu: the pixels differ", when, i);
+    }
+}
+
+/*
+ * Issue 22 finding 5: a file replaced (new inode), rewritten in place,
+ * corrupted or deleted after it was cached was still served from the cache,
+ * so it disagreed with a server that read the file afresh (7 of 7 cases).
+ * Now each hit checks the file's stamp: both give the same, pixels or the
+ * per-sample error.
+ */
+static void test_changed_file_is_not_served_stale(void **state)
+{
+    (void)state;
+    char dir[600], path[700], tmp[720], ds[700];
+    snprintf(dir, sizeof dir, "%s/stale", tmp_root);
+    snprintf(path, sizeof path, "%s/c0", dir);
+    assert_int_equal(mkdir(dir, 0755) == 0 || errno == EEXIST, 1);
+    assert_int_equal(mkdir(path, 0755) == 0 || errno == EEXIST, 1);
+    for (int i = 0; i < STALE_N; i++) {
+        stale_path(dir, i, path, sizeof path);
+        assert_int_equal(feed_test_write_jpeg(path, 96, 80, 100 + (unsigned)i, 90), 0);
+    }
+    /* Two servers alike; plain has seen nothing before the changes. */
+    feed_test_server cached, plain;
+    snprintf(ds, sizeof ds, "s=%s,cache=%u", dir, SIDE);
+    const char *args[] = {"--dataset", ds, "--cache-bytes", "16M", "--threads", "1", NULL};
+    assert_int_equal(feed_test_server_start(args, &cached), 0);
+    assert_int_equal(feed_test_server_start(args, &plain), 0);
+    uint64_t idx[STALE_N] = {0, 1, 2, 3};
+    Feed__V1__Batch *c = fetch(cached.target, "s", OUT, SEED, EPOCH, idx, STALE_N);
+    Feed__V1__Batch *p = fetch(cached.target, "s", OUT, SEED, EPOCH, idx, STALE_N);
+    expect_agree(c, p, "hit and miss");
+    assert_true(scrape(&cached, "feedd_cache_hits_total") == STALE_N);
+    feed__v1__batch__free_unpacked(c, NULL);
+    feed__v1__batch__free_unpacked(p, NULL);
+
+    /* a: replaced by rename; b: rewritten in place; c: garbage; d: deleted. */
+    stale_path(dir, 0, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    assert_int_equal(feed_test_write_jpeg(tmp, 96, 80, 200, 90), 0);
+    assert_int_equal(rename(tmp, path), 0);
+    stale_path(dir, 1, path, sizeof path);
+    assert_int_equal(feed_test_write_jpeg(path, 96, 80, 201, 90), 0);
+    stale_path(dir, 2, path, sizeof path);
+    static const char junk[] = "not a jpeg any more";
+    assert_int_equal(feed_test_write_file(path, junk, sizeof junk - 1), 0);
+    stale_path(dir, 3, path, sizeof path);
+    assert_int_equal(unlink(path), 0);
+
+    c = fetch(cached.target, "s", OUT, SEED, EPOCH, idx, STALE_N);
+    p = fetch(plain.target, "s", OUT, SEED, EPOCH, idx, STALE_N);
+    expect_agree(c, p, "after the changes");
+    assert_true((int)p->status[0] == FEED_SAMPLE_OK && (int)p->status[1] == FEED_SAMPLE_OK);
+    assert_true((int)p->status[2] != FEED_SAMPLE_OK && (int)p->status[3] != FEED_SAMPLE_OK);
+    assert_true(scrape(&cached, "feedd_cache_stale_total") == STALE_N);
+    feed__v1__batch__free_unpacked(c, NULL);
+    feed__v1__batch__free_unpacked(p, NULL);
+
+    /* The refreshed images are cached again and agree. */
+    c = fetch(cached.target, "s", OUT, SEED, EPOCH, idx, STALE_N);
+    p = fetch(plain.target, "s", OUT, SEED, EPOCH, idx, STALE_N);
+    expect_agree(c, p, "refreshed");
+    feed__v1__batch__free_unpacked(c, NULL);
+    feed__v1__batch__free_unpacked(p, NULL);
+    assert_int_equal(feed_test_server_stop(&cached), 0);
+    assert_int_equal(feed_test_server_stop(&plain), 0);
+}
+
 static int cmp_double(const void *p, const void *q)
 {
     double x = *(const double *)p, y = *(const double *)q;
@@ -572,6 +663,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_streams_at_once),
         cmocka_unit_test(test_describe_and_bypass),
         cmocka_unit_test(test_ownership_admission),
+        cmocka_unit_test(test_changed_file_is_not_served_stale),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

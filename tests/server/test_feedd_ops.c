@@ -98,12 +98,19 @@ static void test_resource_exhausted(void **state)
         idx[i] = (uint64_t)(i % N_SAMPLES);
     feedtest_stream a, c;
 
-    /* Window 1: batch 1 is handed to gRPC (stuck), batch 2 waits behind it, batch 3 is refused. */
+    /*
+     * Window 1: batch 1 is handed to gRPC (stuck), batch 2 waits behind it,
+     * batch 3 is refused. The refusal is waited for: reading batch 1 before
+     * request 3 is parsed lets batch 2 go and frees the window, and the
+     * stream then waits for more (it failed that way on a loaded machine).
+     */
+    double refused = scrape(&s2, "feedd_requests_refused_total");
     make_open(&open, &spec, "good", 1, 1);
     assert_int_equal(feedtest_stream_open(ch, 300, &a), 0);
     send_stuck(&s2, &a, &open, 1, idx, 24);
     assert_int_equal(send_batch(&a, NULL, 2, 0, idx, 8), 0);
     assert_int_equal(send_batch(&a, NULL, 3, 0, idx, 8), 0);
+    wait_metric(&s2, "feedd_requests_refused_total", refused + 1);
     drain_and_expect(&a, GRPC_STATUS_RESOURCE_EXHAUSTED, "window");
 
     /*
@@ -484,7 +491,8 @@ static void *stream_worker(void *p)
     feedtest_stream s;
     int good = 0, sent = 0;
     a->status = -1;
-    if (feedtest_stream_open(ch, 120, &s) < 0)
+    /* A call started on a connection not up yet may fail fast on a loaded machine. */
+    if (feedtest_channel_ready(ch, 120) < 0 || feedtest_stream_open(ch, 120, &s) < 0)
         goto out;
     uint64_t idx[6];
     for (int i = 0; i < 6; i++)

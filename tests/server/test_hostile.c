@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -223,6 +224,63 @@ static void test_metrics_idle_connections(void **state)
     assert_int_equal(stop_rc, 0);
 }
 
+#define BURST_IDLE 1500
+#define BURST_NOFILE (BURST_IDLE + 256)
+
+/*
+ * Issue 22 finding 3: a burst of BURST_IDLE idle connections to the metrics
+ * port, then all closed. libmicrohttpd 0.9.75 deadlocked once it refused a
+ * connection at its own limit: the port answered nothing, and SIGTERM hung
+ * in MHD_stop_daemon (3 of 3 runs). Now feedd closes what MHD could not
+ * take: scrapes are answered during the burst and after it, and feedd
+ * stops by itself on SIGTERM. The test raises its own descriptor limit to
+ * BURST_NOFILE (bounded; skipped if the hard limit is lower).
+ */
+static void test_metrics_idle_burst(void **state)
+{
+    (void)state;
+    struct rlimit rl, saved;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
+    if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < BURST_NOFILE) {
+        print_message("SKIP: the hard descriptor limit %llu is below %d\n",
+                      (unsigned long long)saved.rlim_max, BURST_NOFILE);
+        skip();
+    }
+    rl = saved;
+    rl.rlim_cur = saved.rlim_cur > BURST_NOFILE ? saved.rlim_cur : BURST_NOFILE;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    feed_test_server s;
+    assert_int_equal(start(&s, NULL), 0);
+    static int fds[BURST_IDLE];
+    int opened = 0;
+    for (int i = 0; i < BURST_IDLE; i++) {
+        fds[i] = idle_connect(s.metrics_port);
+        opened += fds[i] >= 0;
+    }
+    int status = 0;
+    char *body = NULL;
+    int during = feed_test_http_get(s.metrics_port, "/metrics", &status, &body);
+    int during_status = status;
+    free(body);
+    body = NULL;
+    for (int i = 0; i < BURST_IDLE; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    int after = feed_test_http_get(s.metrics_port, "/metrics", &status, &body);
+    free(body);
+    int stop_rc = feed_test_server_stop(&s);
+    setrlimit(RLIMIT_NOFILE, &saved);
+    assert_int_equal(opened, BURST_IDLE);
+    if (during != 0 || during_status != 200)
+        fail_msg("scrape during %d idle connections: %s, HTTP %d", BURST_IDLE,
+                 feed_strerror(during), during_status);
+    if (after != 0 || status != 200)
+        fail_msg("scrape after them: %s, HTTP %d", feed_strerror(after), status);
+    if (stop_rc != 0)
+        fail_msg("feedd did not exit on SIGTERM (killed after 30 s)");
+    assert_int_equal(s.exit_status, 0);
+}
+
 #define PAUSED_SIDE 224
 #define PAUSED_BATCH 32 /* 4.8 MB a batch: two fill a paused stream's 10 MiB */
 #define PAUSED_WINDOW 16
@@ -328,166 +386,6 @@ static void test_paused_clients_do_not_stall_others(void **state)
     assert_int_equal(stop_rc, 0);
 }
 
-/* VmRSS or VmHWM of a process, in bytes; 0 if unreadable. */
-static uint64_t proc_mem(pid_t pid, const char *key)
-{
-    char path[64], line[256];
-    uint64_t kib = 0;
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, key, strlen(key)) == 0)
-            kib = strtoull(line + strlen(key) + 1, NULL, 10);
-    if (f)
-        fclose(f);
-    return kib << 10;
-}
-
-static size_t h2_frame(uint8_t *out, uint8_t type, uint8_t flags, uint32_t stream,
-                       const uint8_t *payload, uint32_t len)
-{
-    out[0] = (uint8_t)(len >> 16);
-    out[1] = (uint8_t)(len >> 8);
-    out[2] = (uint8_t)len;
-    out[3] = type;
-    out[4] = flags;
-    out[5] = (uint8_t)(stream >> 24);
-    out[6] = (uint8_t)(stream >> 16);
-    out[7] = (uint8_t)(stream >> 8);
-    out[8] = (uint8_t)stream;
-    if (len)
-        memcpy(out + 9, payload, len);
-    return 9 + len;
-}
-
-/* HPACK integer with a prefix of `bits` bits, first byte's other bits `first`. */
-static size_t hpack_int(uint8_t *out, uint64_t v, int bits, uint8_t first)
-{
-    uint64_t limit = (1u << bits) - 1;
-    size_t n = 0;
-    if (v < limit) {
-        out[n++] = (uint8_t)(first | v);
-        return n;
-    }
-    out[n++] = (uint8_t)(first | limit);
-    v -= limit;
-    while (v >= 128) {
-        out[n++] = (uint8_t)((v & 127) | 128);
-        v >>= 7;
-    }
-    out[n++] = (uint8_t)v;
-    return n;
-}
-
-#define FLOOD_BYTES (32u << 20)
-#define FLOOD_CHUNK 16384
-
-/*
- * One HTTP/2 connection that opens a header of FLOOD_BYTES and sends it as
- * CONTINUATION frames, never END_HEADERS, until the server ends the
- * connection (true) or all of it is sent (false). *sent gets the bytes.
- */
-static bool continuation_flood(int port, uint64_t *sent)
-{
-    static uint8_t frame[9 + FLOOD_CHUNK], chunk[FLOOD_CHUNK], sink[65536];
-    uint8_t hdr[32];
-    int fd = idle_connect(port);
-    assert_true(fd >= 0);
-    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    assert_int_equal(send(fd, preface, sizeof preface - 1, MSG_NOSIGNAL),
-                     (ssize_t)sizeof preface - 1);
-    size_t n = h2_frame(frame, 4, 0, 0, NULL, 0); /* SETTINGS, never acknowledging the server's */
-    assert_int_equal(send(fd, frame, n, MSG_NOSIGNAL), (ssize_t)n);
-    size_t h = 0;
-    hdr[h++] = 0x00; /* literal header, new name, not indexed */
-    h += hpack_int(hdr + h, 1, 7, 0);
-    hdr[h++] = 'x';
-    h += hpack_int(hdr + h, FLOOD_BYTES, 7, 0);
-    n = h2_frame(frame, 1, 0, 1, hdr, (uint32_t)h); /* HEADERS without END_HEADERS */
-    assert_int_equal(send(fd, frame, n, MSG_NOSIGNAL), (ssize_t)n);
-    memset(chunk, 'a', sizeof chunk);
-    n = h2_frame(frame, 9, 0, 1, chunk, FLOOD_CHUNK);
-    bool ended = false;
-    size_t off = 0;
-    *sent = 0;
-    while (!ended && *sent < FLOOD_BYTES) {
-        struct pollfd p = {fd, POLLIN | POLLOUT, 0};
-        if (poll(&p, 1, -1) < 0)
-            continue;
-        if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
-            ssize_t r = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
-            ended = r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR);
-        }
-        if (!ended && (p.revents & POLLOUT)) {
-            ssize_t w = send(fd, frame + off, n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (w < 0 && errno != EAGAIN && errno != EINTR)
-                ended = true;
-            if (w > 0 && (off += (size_t)w) == n) {
-                off = 0;
-                *sent += FLOOD_CHUNK;
-            }
-        }
-    }
-    close(fd);
-    return ended;
-}
-
-#define FLOOD_MAX_MEMORY "1M"
-#define FLOOD_TRANSPORT "8M"
-/* What the flood may add to feedd's peak: the 9 MiB over start and gRPC's growth by doubling. */
-#define FLOOD_PEAK_BOUND (64u << 20)
-
-/*
- * gRPC 1.51 buffers a header block of any size: a client that sends
- * CONTINUATION frames without END_HEADERS had feedd take in all 32 MiB of
- * it, its peak memory 15 -> 97 MiB (--transport-memory 0). The transport
- * guard (guard.h) shuts such a connection down once feedd's memory is over
- * its limit: the flood ends early, the peak stays within FLOOD_PEAK_BOUND
- * of the start, the cut is counted, and the server still serves.
- */
-static void test_continuation_flood_is_cut(void **state)
-{
-    (void)state;
-    const char *more[] = {
-        "--threads",     "1", "--max-memory", FLOOD_MAX_MEMORY, "--transport-memory",
-        FLOOD_TRANSPORT, NULL};
-    /*
-     * gRPC grows the header buffer by copying; under AddressSanitizer every
-     * old copy waits in its 256 MiB quarantine, which the peak would then
-     * measure. This server gets a small one (no effect without ASan).
-     */
-    const char *asan = getenv("ASAN_OPTIONS");
-    char *saved = asan ? strdup(asan) : NULL;
-    char opts[512];
-    snprintf(opts, sizeof opts, "%s%squarantine_size_mb=4", asan ? asan : "", asan ? ":" : "");
-    setenv("ASAN_OPTIONS", opts, 1);
-    feed_test_server s;
-    int start_rc = start_more(&s, NULL, more);
-    if (saved)
-        setenv("ASAN_OPTIONS", saved, 1);
-    else
-        unsetenv("ASAN_OPTIONS");
-    free(saved);
-    assert_int_equal(start_rc, 0);
-    uint64_t before = proc_mem(s.pid, "VmRSS:"), sent = 0;
-    bool ended = continuation_flood(s.port, &sent);
-    uint64_t peak = proc_mem(s.pid, "VmHWM:");
-    double cut = -1;
-    assert_int_equal(feed_test_scrape(s.metrics_port, "feedd_connections_cut_total", &cut), 0);
-    expect_describe_ok(&s);
-    int stop_rc = feed_test_server_stop(&s);
-    print_message("flood: %llu MiB sent, feedd %llu -> peak %llu MiB, %g cut\n",
-                  (unsigned long long)(sent >> 20), (unsigned long long)(before >> 20),
-                  (unsigned long long)(peak >> 20), cut);
-    if (!ended)
-        fail_msg("the server took all %u MiB of one header block", FLOOD_BYTES >> 20);
-    assert_true(cut >= 1);
-    if (peak > before + FLOOD_PEAK_BOUND)
-        fail_msg("feedd's peak memory rose %llu MiB (bound %u)",
-                 (unsigned long long)((peak - before) >> 20), FLOOD_PEAK_BOUND >> 20);
-    assert_int_equal(stop_rc, 0);
-}
-
 #define LEGIT_BATCHES 150
 #define LEGIT_DESCRIBES 300
 #define LEGIT_NAME 900 /* bytes of a Describe's dataset name: 270 KB of requests in all */
@@ -583,8 +481,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fd_exhaustion_recovers),
         cmocka_unit_test(test_metrics_idle_connections),
+        cmocka_unit_test(test_metrics_idle_burst),
         cmocka_unit_test(test_paused_clients_do_not_stall_others),
-        cmocka_unit_test(test_continuation_flood_is_cut),
         cmocka_unit_test(test_guard_spares_clients),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -656,11 +656,17 @@ static void test_guard_credit(void **state)
     tcp_pair(&client, &server);
     feedd_guard *g = NULL;
     assert_int_equal(feedd_guard_start(1, BURST, &g), 0);
-    feedd_guard_track(g, server);
+    struct sockaddr_storage ss;
+    socklen_t sslen = sizeof ss;
+    assert_int_equal(getpeername(server, (struct sockaddr *)&ss, &sslen), 0);
+    feedd_guard_track(g, server, (struct sockaddr *)&ss, sslen);
+    feedd_guard_authenticated(g, server);
     char peer[32];
     snprintf(peer, sizeof peer, "fd:%d", server);
-    assert_int_equal(feedd_guard_fd_of(peer), server);
-    assert_int_equal(feedd_guard_fd_of("ipv4:127.0.0.1:5"), -1);
+    assert_int_equal(feedd_guard_fd_of(g, peer), server);
+    snprintf(peer, sizeof peer, "ipv4:127.0.0.1:%d", ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    assert_int_equal(feedd_guard_fd_of(g, peer), server);
+    assert_int_equal(feedd_guard_fd_of(g, "ipv4:127.0.0.1:5"), -1);
     uint64_t cut0 = atomic_load(&feedd_m.connections_cut);
 
     for (int k = 1; k <= 4; k++) {
@@ -684,6 +690,46 @@ static void test_guard_credit(void **state)
     feedd_guard_stop(g);
     close(client);
     close(server);
+}
+
+/*
+ * Issue 22: a connection that has not passed a token check is held to its
+ * allowance whatever the memory (limit out of reach here): 3 chunks of 32
+ * KiB, 1.5 bursts, undelivered cut it; the same on an authenticated
+ * connection do not, while memory is under the limit.
+ */
+static void test_guard_unauthenticated(void **state)
+{
+    (void)state;
+    enum { CHUNK = 32 << 10, BURST = 64 << 10 };
+    int client[2], server[2];
+    feedd_guard *g = NULL;
+    assert_int_equal(feedd_guard_start(UINT64_MAX, BURST, &g), 0);
+    for (int k = 0; k < 2; k++) {
+        tcp_pair(&client[k], &server[k]);
+        struct sockaddr_storage ss;
+        socklen_t sslen = sizeof ss;
+        assert_int_equal(getpeername(server[k], (struct sockaddr *)&ss, &sslen), 0);
+        feedd_guard_track(g, server[k], (struct sockaddr *)&ss, sslen);
+    }
+    feedd_guard_authenticated(g, server[1]);
+    uint64_t cut0 = atomic_load(&feedd_m.connections_cut);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 3; i++)
+            send_and_land(client[k], server[k], CHUNK);
+    struct pollfd p = {client[0], POLLIN, 0};
+    while (poll(&p, 1, -1) < 0)
+        ;
+    char byte;
+    assert_true(recv(client[0], &byte, 1, 0) <= 0);
+    wait_ticks(g, 3);
+    assert_false(ended(client[1]));
+    assert_int_equal(atomic_load(&feedd_m.connections_cut), cut0 + 1);
+    feedd_guard_stop(g);
+    for (int k = 0; k < 2; k++) {
+        close(client[k]);
+        close(server[k]);
+    }
 }
 
 static void no_grant(feedd_mem_waiter *w)
@@ -831,6 +877,7 @@ int main(void)
         cmocka_unit_test(test_service_start_failures),
         cmocka_unit_test(test_service_start_unwinds),
         cmocka_unit_test(test_guard_credit),
+        cmocka_unit_test(test_guard_unauthenticated),
         cmocka_unit_test(test_batch_pack_bytes),
         cmocka_unit_test(test_wire_has_nul),
     };

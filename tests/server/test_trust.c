@@ -7,7 +7,7 @@
  * wrong, missing; a refused token gives FEED_EAUTH at once, from open or
  * next(), and a refusing server among accepting ones is logged once), a
  * 0.3-sized config whose bytes past its end must be ignored, TLS against a
- * plaintext port, and a TLS port out of descriptors.
+ * plaintext port, and a TLS port out of descriptors that recovers.
  * Certificates are made at test time by make_test_certs.sh (openssl).
  */
 #include <arpa/inet.h>
@@ -153,7 +153,11 @@ static void test_token_matching(void **state)
     }
     assert_true(matches(&t, v));
 
-    /* Metadata: any authorization entry may carry it; other keys do not count. */
+    /*
+     * Metadata: exactly one authorization entry, and it carries the token;
+     * other keys do not count. Issue 22 finding 6: with several, any one
+     * that matched was accepted.
+     */
     grpc_metadata md[3];
     grpc_metadata_array arr = {0, 3, md};
     assert_false(feedd_token_allows(&t, &arr));
@@ -166,6 +170,10 @@ static void test_token_matching(void **state)
     md[2].key = grpc_slice_from_static_string("authorization");
     md[2].value = grpc_slice_from_static_string("Bearer " TOKEN);
     arr.count = 3;
+    assert_false(feedd_token_allows(&t, &arr));
+    md[1].value = grpc_slice_from_static_string("Bearer " TOKEN);
+    assert_false(feedd_token_allows(&t, &arr));
+    md[1].key = grpc_slice_from_static_string("x-other");
     assert_true(feedd_token_allows(&t, &arr));
     feedd_token_free(&t);
     arr.count = 0;
@@ -404,6 +412,23 @@ static void test_loader_refused_token_fails_fast(void **state)
     cfg.token = "";
     assert_int_equal(run_epoch(&cfg, NEVER_MS), FEED_EAUTH);
 
+    /*
+     * Issue 22 finding 7: one refuses and the other is down (nothing
+     * listens on its port): the refusal reaches the caller at once, where
+     * the loader used to wait unavailable_timeout_ms for the down one.
+     */
+    int dfd, dport;
+    char down[64];
+    assert_int_equal(feed_test_port_reserve(&dfd, &dport), 0);
+    feed_test_port_release(&dfd);
+    snprintf(down, sizeof down, "127.0.0.1:%d", dport);
+    const char *refusing_and_down[] = {a.target, down};
+    loader_config(&cfg, refusing_and_down, &log);
+    cfg.num_targets = 2;
+    cfg.token = "wrong";
+    assert_int_equal(run_epoch(&cfg, NEVER_MS), FEED_EAUTH);
+    assert_non_null(strstr(log.text, "UNAUTHENTICATED"));
+
     /* Both refuse: still at once. */
     const char *both[] = {a.target, b.target};
     loader_config(&cfg, both, &log);
@@ -485,43 +510,149 @@ static int idle_connect(int port)
 #define FLOOD 200
 
 /*
- * gRPC 1.51's own listener, which the TLS port needs, stops accepting for
- * good at the first accept4() that fails for want of descriptors. feedd
- * sees it, drains and exits with status 3 so that a supervisor restarts it;
- * without that it would stay up with a port that never answers again.
+ * Finding 4 of issue 22: the TLS port out of descriptors. gRPC 1.51's own
+ * listener stopped accepting for good at the first accept4() that failed
+ * for want of descriptors, and feedd then exited with status 3: anyone who
+ * could reach the port could restart the server. feedd's listener takes
+ * the TLS port too (handoff.h): with 64 descriptors, 200 idle connections
+ * exhaust them; a loader connected before keeps getting its batches, and
+ * once the idle ones close a new loader is served and feedd stops with
+ * status 0.
  */
-static void test_tls_port_out_of_descriptors_exits(void **state)
+static void test_tls_port_out_of_descriptors_recovers(void **state)
 {
     (void)state;
-    char crt[512], key[512], log_path[512];
+    char crt[512], key[512], ca[512], log_path[512];
     cert(crt, sizeof crt, "server.pem");
     cert(key, sizeof key, "server.key");
+    cert(ca, sizeof ca, "ca.pem");
     path_in(log_path, sizeof log_path, g_root, "fd.log");
     feed_test_server_opts o = {.log_path = log_path, .nofile = 64};
     const char *args[] = {"--dataset", g_ds,        "--threads", "1", "--tls-cert",
                           crt,         "--tls-key", key,         NULL};
     feed_test_server s;
     assert_int_equal(feed_test_server_start_with(&o, args, &s), 0);
+    const char *target = s.target;
+    feed_loader_config cfg;
+    log_text log;
+    loader_config(&cfg, &target, &log);
+    cfg.tls_ca_file = ca;
+    cfg.batch_size = 1;
+    cfg.unavailable_timeout_ms = SERVED_MS;
+    feed_loader *l = NULL;
+    assert_int_equal(feed_loader_open(&cfg, &l), 0);
+    feed_batch *b = NULL;
+    assert_int_equal(feed_loader_next(l, &b), 0);
+    assert_int_equal(feed_loader_release(l, b, NULL), 0);
     static int fds[FLOOD];
-    for (int i = 0; i < FLOOD; i++)
+    int opened = 0;
+    for (int i = 0; i < FLOOD; i++) {
         fds[i] = idle_connect(s.port);
-    int rc = feed_test_server_wait(&s, 60000);
+        opened += fds[i] >= 0;
+    }
+    int64_t samples = 1;
+    int rc;
+    while ((rc = feed_loader_next(l, &b)) == 0) {
+        samples += b->n;
+        assert_int_equal(feed_loader_release(l, b, NULL), 0);
+    }
+    feed_loader_close(l);
     for (int i = 0; i < FLOOD; i++)
         if (fds[i] >= 0)
             close(fds[i]);
-    if (rc != 0)
-        feed_test_server_kill(&s);
-    assert_int_equal(rc, 0);
-    assert_int_equal(s.exit_status, 3);
-    char *text = NULL;
+    assert_int_equal(rc, FEED_EEOF);
+    assert_int_equal(samples, 12);
+    assert_int_equal(opened, FLOOD);
+    loader_config(&cfg, &target, &log);
+    cfg.tls_ca_file = ca;
+    assert_int_equal(run_epoch(&cfg, SERVED_MS), 12);
+    assert_int_equal(feed_test_server_stop(&s), 0);
+    assert_int_equal(s.exit_status, 0);
+    char *text = calloc(1, 65537);
     FILE *f = fopen(log_path, "r");
-    assert_non_null(f);
-    text = calloc(1, 65537);
     assert_non_null(text);
+    assert_non_null(f);
     assert_true(fread(text, 1, 65536, f) > 0);
     fclose(f);
-    assert_non_null(strstr(text, "the TLS port accepts no more connections"));
+    if (!strstr(text, "out of descriptors or memory"))
+        fail_msg("feedd never ran out of descriptors: the test shows nothing");
     free(text);
+}
+
+/* GET /metrics with the given header lines ("K: V\r\n"...); the status, the body in *body. */
+static int raw_get(int port, const char *headers, char *body, size_t cap)
+{
+    char req[512];
+    int n = snprintf(req, sizeof req,
+                     "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s\r\n",
+                     headers);
+    int fd = idle_connect(port), status = -1;
+    size_t len = 0;
+    assert_true(fd >= 0);
+    assert_int_equal(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
+    for (ssize_t r = 1; r > 0 && len < cap - 1; len += r > 0 ? (size_t)r : 0)
+        r = recv(fd, body + len, cap - 1 - len, 0);
+    body[len] = '\0';
+    close(fd);
+    if (sscanf(body, "HTTP/1.%*d %d", &status) != 1)
+        status = -1;
+    return status;
+}
+
+/*
+ * Issue 22 finding 6. The metrics endpoint takes exactly one Authorization
+ * header (with the right one first and a wrong one after, the first used
+ * to pass), and an expired server certificate is a clear warning at start
+ * and feedd_tls_cert_valid 0, a valid one 1 (it used to start silently).
+ */
+static void test_one_authorization_and_cert_dates(void **state)
+{
+    (void)state;
+    char tok[512], crt[512], key[512], log_path[512];
+    static char body[1 << 16];
+    write_named("metrics-token", TOKEN "\n", strlen(TOKEN) + 1, tok, sizeof tok);
+    cert(crt, sizeof crt, "expired.pem");
+    cert(key, sizeof key, "expired.key");
+    path_in(log_path, sizeof log_path, g_root, "expired.log");
+    feed_test_server_opts o = {.log_path = log_path};
+    const char *args[] = {"--dataset", g_ds,        "--threads", "1",   "--tls-cert",
+                          crt,         "--tls-key", key,         "--metrics-token-file",
+                          tok,         NULL};
+    feed_test_server s;
+    assert_int_equal(feed_test_server_start_with(&o, args, &s), 0);
+    double valid = -1;
+    assert_int_equal(raw_get(s.metrics_port, "Authorization: Bearer " TOKEN "\r\n", body,
+                             sizeof body),
+                     200);
+    assert_int_equal(feed_test_metric(body, "feedd_tls_cert_valid", &valid), 0);
+    assert_true(valid == 0);
+    assert_int_equal(raw_get(s.metrics_port,
+                             "Authorization: Bearer " TOKEN "\r\nAuthorization: Bearer wrong\r\n",
+                             body, sizeof body),
+                     401);
+    assert_int_equal(raw_get(s.metrics_port,
+                             "Authorization: Bearer " TOKEN "\r\nAuthorization: Bearer " TOKEN
+                             "\r\n",
+                             body, sizeof body),
+                     401);
+    assert_int_equal(raw_get(s.metrics_port, "", body, sizeof body), 401);
+    assert_int_equal(feed_test_server_stop(&s), 0);
+    FILE *f = fopen(log_path, "r");
+    assert_non_null(f);
+    size_t n = fread(body, 1, sizeof body - 1, f);
+    body[n] = '\0';
+    fclose(f);
+    assert_non_null(strstr(body, "EXPIRED"));
+
+    cert(crt, sizeof crt, "server.pem");
+    cert(key, sizeof key, "server.key");
+    assert_int_equal(feed_test_server_start_with(&o, args, &s), 0);
+    assert_int_equal(raw_get(s.metrics_port, "Authorization: Bearer " TOKEN "\r\n", body,
+                             sizeof body),
+                     200);
+    assert_int_equal(feed_test_metric(body, "feedd_tls_cert_valid", &valid), 0);
+    assert_true(valid == 1);
+    assert_int_equal(feed_test_server_stop(&s), 0);
 }
 
 static int setup(void **state)
@@ -555,7 +686,8 @@ int main(void)
         cmocka_unit_test(test_loader_token_and_tls),
         cmocka_unit_test(test_loader_plaintext_and_old_config),
         cmocka_unit_test(test_loader_refused_token_fails_fast),
-        cmocka_unit_test(test_tls_port_out_of_descriptors_exits),
+        cmocka_unit_test(test_tls_port_out_of_descriptors_recovers),
+        cmocka_unit_test(test_one_authorization_and_cert_dates),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -28,6 +28,12 @@ grpc_channel *feedtest_channel(const char *target);
  * the client's transport and the server's send finishes.
  */
 grpc_channel *feedtest_channel_fixed_window(const char *target);
+/*
+ * Connect ch and wait until it is READY (a call started before may fail
+ * fast on a connection attempt that failed; the channel retries those),
+ * or deadline_s passed: 0 or FEED_ETIMEDOUT.
+ */
+int feedtest_channel_ready(grpc_channel *ch, int deadline_s);
 
 typedef struct feedtest_stream {
     grpc_call *call;

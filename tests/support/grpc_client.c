@@ -90,6 +90,26 @@ static grpc_byte_buffer *pack_message(const ProtobufCMessage *m)
     return bb;
 }
 
+int feedtest_channel_ready(grpc_channel *ch, int deadline_s)
+{
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+    gpr_timespec deadline = deadline_in(deadline_s);
+    grpc_connectivity_state st = grpc_channel_check_connectivity_state(ch, 1);
+    int rc = 0;
+    while (st != GRPC_CHANNEL_READY && rc == 0) {
+        grpc_channel_watch_connectivity_state(ch, st, deadline, cq, NULL);
+        grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        rc = ev.success ? 0 : FEED_ETIMEDOUT;
+        st = grpc_channel_check_connectivity_state(ch, 1);
+    }
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN)
+        ;
+    grpc_completion_queue_destroy(cq);
+    return rc;
+}
+
 int feedtest_stream_open(grpc_channel *ch, int deadline_s, feedtest_stream *s)
 {
     memset(s, 0, sizeof *s);

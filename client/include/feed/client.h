@@ -226,8 +226,9 @@ FEED_EXPORT void feed_loader_config_default(feed_loader_config *cfg);
 
 /* Validates cfg, connects (Describe) and starts the epoch. FEED_EINVAL for a
  * bad config (a bad token or an unreadable TLS file too), FEED_ENOTFOUND for an
- * unknown dataset, FEED_EAUTH at once when every server refuses the token
- * (UNAUTHENTICATED or PERMISSION_DENIED; the log has the server's message),
+ * unknown dataset, FEED_EAUTH at once when a server refuses the token
+ * (UNAUTHENTICATED or PERMISSION_DENIED; the log has the server's message)
+ * and no other can serve (each refuses too, or was tried and is down),
  * FEED_EUNAVAILABLE if no server answers within unavailable_timeout_ms (a
  * server that fails the TLS handshake does not answer; the log says why; one
  * that refuses the token among others is failed and retried every 2 s, the
@@ -240,8 +241,8 @@ FEED_EXPORT void feed_loader_close(feed_loader *l);
  * on), FEED_EINVAL (NULL argument), FEED_EUNAVAILABLE when no server answered for
  * unavailable_timeout_ms (or servers answered but no batch arrived for that long, or for
  * batch_deadline_ms if longer, while batches were wanted),
- * FEED_EAUTH at once while every server's last answer refused the token (not
- * sticky: a later call may succeed once a server takes it),
+ * FEED_EAUTH at once while a server's last answer refused the token and no
+ * other can serve (not sticky: a later call may succeed once a server takes it),
  * FEED_EBADSAMPLE under the fail policy (*out is set: release it too),
  * FEED_ESTATE if prefetch batches are held unreleased, FEED_ENOMEM or
  * FEED_ECUDA for a failure the loader cannot recover from. On the GPU path the
