@@ -179,3 +179,79 @@ def test_loader_finalised_on_the_log_thread(server, caplog):
     assert where["closed_on"] is not where["thread"], "closed on its own log thread"
     with make(server) as loader:
         assert sum(1 for _ in loader) == len(loader)
+
+
+_CTRL_C_CHILD = r"""
+import linecache, sys, threading, time
+import torch, feedclient
+
+target = sys.argv[1]
+loader = feedclient.Loader([target], "small", batch_size=1, seed=1, device="cpu", size=32,
+                           dtype=torch.uint8, prefetch=1, window_per_server=1,
+                           batch_deadline=120, unavailable_timeout=120)
+it = iter(loader)
+next(it)
+print("first", flush=True)
+sys.stdin.readline()  # the parent has stopped the server
+calls = 0
+main = threading.main_thread().ident
+
+
+def watch():
+    # At most prefetch + 1 + window = 3 batches were asked for before the server stopped, so
+    # the third call from here must wait; say so once the main thread is inside it.
+    while True:
+        frame = sys._current_frames().get(main)
+        if calls >= 3 and frame is not None and "feed_loader_next" in linecache.getline(
+                frame.f_code.co_filename, frame.f_lineno):
+            print("waiting", flush=True)
+            return
+        time.sleep(0.01)
+
+
+threading.Thread(target=watch, daemon=True).start()
+try:
+    while True:
+        calls += 1
+        next(it)
+except KeyboardInterrupt as e:
+    tb = e.__traceback__
+    names = []
+    while tb is not None:
+        names.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    print("interrupted in", "_next" in names, "after", calls, "calls", flush=True)
+loader.close()
+print("closed", flush=True)
+"""
+
+
+def test_ctrl_c_while_next_waits(spawn, tmp_path):
+    """SIGINT to a training process whose next() waits on a stopped server raises
+    KeyboardInterrupt there (long before the 120 s batch deadline), and close() returns."""
+    import signal
+    import subprocess
+    import sys
+
+    srv = spawn()
+    script = tmp_path / "child.py"
+    script.write_text(_CTRL_C_CHILD)
+    child = subprocess.Popen([sys.executable, str(script), srv.target], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "first"
+        srv.signal(signal.SIGSTOP)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "waiting"
+        child.send_signal(signal.SIGINT)
+        # Bounded well inside the deadline: before the fix the child stays in next() for 120 s.
+        out, _ = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        srv.signal(signal.SIGCONT)
+    lines = out.splitlines()
+    assert lines[0].startswith("interrupted in True"), lines
+    assert lines[-1] == "closed" and child.returncode == 0, (lines, child.returncode)

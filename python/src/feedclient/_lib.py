@@ -38,9 +38,9 @@ from ctypes import (
 
 # The library version this package is written against: the same major, at
 # least this minor (feed_loader_stream_wait came in 0.2, struct sizes in 0.3,
-# the token and TLS fields of the config in 0.4).
+# the token and TLS fields of the config in 0.4, feed_loader_next_timed in 0.5).
 ABI_MAJOR = 0
-ABI_MINOR = 4
+ABI_MINOR = 5
 
 DEVICE_HOST = -1
 DTYPE_UINT8, DTYPE_FP16, DTYPE_BF16, DTYPE_FP32 = 0, 1, 2, 3
@@ -165,6 +165,7 @@ _PROTOTYPES = {
     "feed_loader_open": (c_int, [POINTER(LoaderConfig), POINTER(c_void_p)]),
     "feed_loader_close": (None, [c_void_p]),
     "feed_loader_next": (c_int, [c_void_p, POINTER(POINTER(Batch))]),
+    "feed_loader_next_timed": (c_int, [c_void_p, POINTER(POINTER(Batch)), c_uint32]),
     "feed_loader_release": (c_int, [c_void_p, POINTER(Batch), c_void_p]),
     "feed_loader_stream_wait": (c_int, [c_void_p, POINTER(Batch), c_void_p]),
     "feed_loader_set_epoch": (c_int, [c_void_p, c_uint32, c_uint64]),

@@ -65,6 +65,9 @@ _FEED_EEOF = -12
 _FEED_EBADSAMPLE = -13
 _FEED_ESTATE = -16
 _FEED_ECUDA = -14
+_FEED_ETIMEDOUT = -9
+# next() waits in slices this long, so Ctrl-C (KeyboardInterrupt) is seen between them.
+_WAIT_SLICE_MS = 100
 
 _live_natives: "weakref.WeakSet[_Native]" = weakref.WeakSet()
 # in_log is True on a thread while it runs a log callback: the library's log thread, which
@@ -563,10 +566,10 @@ class Loader:
         if copy:
             self._check_copy_room()
         bp = ctypes.POINTER(_lib.Batch)()
-        rc = _lib.lib.feed_loader_next(native.ptr, ctypes.byref(bp))
+        rc = _wait_next(native, bp)
         if rc == _FEED_ESTATE:
             gc.collect()  # batches kept alive only by reference cycles
-            rc = _lib.lib.feed_loader_next(native.ptr, ctypes.byref(bp))
+            rc = _wait_next(native, bp)
             if rc == _FEED_ESTATE:
                 raise StateError(
                     rc, "feedclient.Loader",
@@ -666,6 +669,16 @@ class Loader:
                                    device=self._device)
             return view.clone()
         return torch.from_numpy(np.ctypeslib.as_array(b.labels, shape=(b.n,)).copy())
+
+
+def _wait_next(native: _Native, bp: Any) -> int:
+    """feed_loader_next in slices: Python runs its signal handlers between them, so Ctrl-C
+    raises KeyboardInterrupt while the loader waits, with no batch taken (the loader stays
+    usable and closable). Each slice releases the GIL."""
+    while True:
+        rc = _lib.lib.feed_loader_next_timed(native.ptr, ctypes.byref(bp), _WAIT_SLICE_MS)
+        if rc != _FEED_ETIMEDOUT:
+            return rc
 
 
 class _Iter:
