@@ -90,7 +90,8 @@ def plan_sample(img_w: int, img_h: int, seed: int, epoch: int, index: int, *,
 
 
 __all__ = [
-    "Loader", "HeldBatchesWarning", "SamplePlan", "plan_sample", "library_version", "library_path", "sample_status_name",
+    "Loader", "HeldBatchesWarning", "SamplePlan", "plan_sample", "library_version",
+    "library_path", "sample_status_name",
     "FeedError", "InvalidArgumentError", "OutOfMemoryError", "FeedIOError", "NotFoundError",
     "CorruptError", "TooBigError", "UnsupportedError", "UnavailableError", "FeedTimeoutError",
     "ProtocolError", "CanceledError", "EndOfEpochError", "BadSampleError", "CudaError",
