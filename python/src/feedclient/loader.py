@@ -279,6 +279,12 @@ class Loader:
     available. ``rank``/``world`` default to ``torch.distributed``'s when it
     is initialised.
 
+    Held batches: while the caller holds ``prefetch`` batches, further ones
+    are copies into fresh memory (one :class:`HeldBatchesWarning`); the copies
+    held at once may take up to ``held_memory_limit`` bytes (default 2 GiB),
+    past which next() raises :class:`StateError`. ``seed`` is in [0, 2**64).
+    Ctrl-C while next() waits raises ``KeyboardInterrupt`` within ~0.1 s.
+
     Timeouts are in seconds: ``batch_deadline`` (a server silent this long
     while it owes batches is failed over), ``unavailable_timeout`` (no server
     for this long: iteration raises :class:`UnavailableError`),
