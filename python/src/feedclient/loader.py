@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from . import _lib
+from ._held import HeldBatchesWarning, _Copies, _CopyRef
 from .errors import BadSampleError, CudaError, FeedError, StateError, make_error
 
 logger = logging.getLogger("feedclient")
@@ -73,43 +74,6 @@ _live_natives: "weakref.WeakSet[_Native]" = weakref.WeakSet()
 # in_log is True on a thread while it runs a log callback: the library's log thread, which
 # feed_loader_close joins, so a loader finalised there is closed from another thread.
 _tls = threading.local()
-
-
-class HeldBatchesWarning(UserWarning):
-    """The caller holds enough batches that the loader hands out copies (once per loader)."""
-
-
-class _Copies:
-    """Bytes of copied batches alive now; any thread frees them (the last tensor's finalizer)."""
-
-    def __init__(self) -> None:
-        self.mu = threading.Lock()
-        self.bytes_held = 0
-        self.batches = 0
-
-    def add(self, nbytes: int) -> None:
-        with self.mu:
-            self.bytes_held += nbytes
-            self.batches += 1
-
-    def sub(self, nbytes: int) -> None:
-        with self.mu:
-            self.bytes_held -= nbytes
-
-
-class _CopyRef:
-    """Owns one copied batch's memory and takes its bytes off the count when freed."""
-
-    __slots__ = ("copies", "nbytes", "buf", "__weakref__")
-
-    def __init__(self, copies: _Copies, nbytes: int, buf: Any) -> None:
-        self.copies = copies
-        self.nbytes = nbytes
-        self.buf = buf
-        copies.add(nbytes)
-
-    def __del__(self) -> None:
-        self.copies.sub(self.nbytes)
 
 
 class _Native:
