@@ -102,8 +102,8 @@ int feedd_find_dataset(const feedd_request_env *env, const char *name)
 static void unknown_dataset(const feedd_request_env *env, const char *field, const char *want,
                             char *msg, size_t cap)
 {
-    size_t n = (size_t)snprintf(msg, cap, "%s: unknown dataset '%.64s' (this server has:", field,
-                                want);
+    size_t n =
+        (size_t)snprintf(msg, cap, "%s: unknown dataset '%.64s' (this server has:", field, want);
     for (size_t i = 0; i < env->n_datasets && n < cap; i++)
         n += (size_t)snprintf(msg + n, cap - n, "%s %s", i ? "," : "", env->datasets[i].name);
     if (n < cap)
