@@ -27,7 +27,8 @@ _GRPC_STATUS = ["OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCE
 # "server T: stream ended (status 14: text)", "server T failed (why); ...".
 _SERVER_LINE = re.compile(r"^server (\S+)(?::| failed| refused) ?(.*)$")
 _STATUS = re.compile(r"\(status (\d+): (.*)\)$")
-_HAS = re.compile(r"unknown dataset '(.*)' \(this server has: ?(.*)\)")
+# The list may be cut short by the server's message cap: no ")", and its last name partial.
+_HAS = re.compile(r"unknown dataset '(.*)' \(this server has: ?([^)]*)(\)?)")
 
 
 class ServerReason(NamedTuple):
@@ -102,7 +103,10 @@ class NotFoundError(FeedError, LookupError):
             m = _HAS.search(why.reason)
             if m:
                 self.dataset = m.group(1)
-                for name in (n.strip() for n in m.group(2).split(",")):
+                names = m.group(2).split(",")
+                if not m.group(3):
+                    names = names[:-1]
+                for name in (n.strip() for n in names):
                     if name and name not in self.available:
                         self.available.append(name)
 
