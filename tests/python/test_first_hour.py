@@ -139,6 +139,10 @@ def test_held_memory_limit_and_prefetch_validated(server):
         make(server, held_memory_limit=-1)
     with pytest.raises(ValueError, match="prefetch"):
         make(server, prefetch=64)
+    # The extra slot for copies stays inside what the library takes: the bounds that opened
+    # before still open.
+    for prefetch, max_slots in ((63, 0), (4, 5), (4, 512)):
+        make(server, prefetch=prefetch, max_slots=max_slots).close()
 
 
 def test_loader_finalised_on_the_log_thread(server, caplog):

@@ -365,7 +365,7 @@ class Loader:
         cfg.window_per_server = window_per_server
         # One slot more than the caller may hold at once: the batch copied past prefetch.
         cfg.prefetch = prefetch + 1
-        cfg.max_slots = max_slots + 1 if max_slots else 0
+        cfg.max_slots = min(max_slots + 1, 512) if max_slots else 0  # 512: the library's most
         cfg.dtype = _DTYPES[dtype][0]
         cfg.layout = _LAYOUTS[layout]
         cfg.mean[:] = list(mean)
