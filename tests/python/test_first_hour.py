@@ -202,8 +202,9 @@ main = threading.main_thread().ident
 
 
 def watch():
-    # At most prefetch + 1 + window = 3 batches were asked for before the server stopped, so
-    # the third call from here must wait; say so once the main thread is inside it.
+    # The loader has prefetch + 1 + window = 3 slots, batch 0's among them until it went back:
+    # the stopped server owes at most 3 batches, so next() runs dry by the third or fourth call
+    # from here. Say so once the main thread is inside a call from the third on.
     while True:
         frame = sys._current_frames().get(main)
         if calls >= 3 and frame is not None and "feed_loader_next" in linecache.getline(
