@@ -260,3 +260,35 @@ def test_ctrl_c_while_next_waits(spawn, tmp_path):
     lines = out.splitlines()
     assert lines[0].startswith("interrupted in True"), lines
     assert lines[-1] == "closed" and child.returncode == 0, (lines, child.returncode)
+
+
+def test_ctrl_c_as_a_batch_arrives_loses_nothing(server):
+    """Python runs the SIGINT handler right after the library call returns: if that call had
+    just handed a batch over, the batch is kept for the next next() (here the interrupt is
+    raised at exactly that point), so the epoch still has every sample once."""
+    lib = feedclient._lib.lib
+    real = lib.feed_loader_next_timed
+    state = {"batches": 0}
+
+    def interrupted(ptr, out, ms):
+        rc = real(ptr, out, ms)
+        state["batches"] += rc == 0
+        if rc == 0 and state["batches"] == 3:
+            raise KeyboardInterrupt
+        return rc
+
+    with make(server, batch_size=4, with_indices=True) as loader:
+        it = iter(loader)
+        seen = []
+        lib.feed_loader_next_timed = interrupted
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                for _, _, idx in it:
+                    seen += idx.tolist()
+        finally:
+            lib.feed_loader_next_timed = real
+        assert len(seen) == 2 * 4
+        seen += [i for _, _, idx in it for i in idx.tolist()]
+        assert sorted(seen) == list(range(N))
+        state_after = loader.state_dict()
+        assert state_after["batch"] == len(loader)

@@ -89,6 +89,10 @@ class _Native:
         self.recent: "collections.deque[str]" = collections.deque(maxlen=32)
         # The callback object must outlive the native loader, which calls it.
         self.log_cb = _lib.LOG_FN(self._log)
+        # A batch the library handed over whose hand-over to the caller an exception (Ctrl-C)
+        # cut: the next next() hands it out, so no batch is lost or repeated.
+        self.pending: Optional[Any] = None
+        self.fail_policy = False
 
     def _log(self, user: Any, level: int, message: bytes) -> None:
         _tls.in_log = True
@@ -103,6 +107,11 @@ class _Native:
             pass
         finally:
             _tls.in_log = False
+
+    def drop_pending(self) -> None:
+        if self.pending is not None:
+            _lib.lib.feed_loader_release(self.ptr, self.pending, None)
+            self.pending = None
 
     def error(self, rc: int, context: str) -> FeedError:
         """The exception for rc, with the library's last error and what servers said."""
@@ -393,6 +402,7 @@ class Loader:
                                 f"{why}; {_NO_CUDA_HINT}")
             raise err
         native.ptr = ptr.value
+        native.fail_policy = bad_sample_policy == "fail"
         _live_natives.add(native)
         self._native = native
         self._config = {
@@ -446,6 +456,7 @@ class Loader:
         start = self._resume or 0
         self._resume = None
         if self._native_pos != (self._epoch, start):
+            native.drop_pending()
             rc = _lib.lib.feed_loader_set_epoch(native.ptr, self._epoch, start)
             if rc:
                 raise native.error(rc, f"feedclient.Loader.set_epoch({self._epoch}, {start})")
@@ -535,11 +546,10 @@ class Loader:
         copy = native.held >= self._prefetch
         if copy:
             self._check_copy_room()
-        bp = ctypes.POINTER(_lib.Batch)()
-        rc = _wait_next(native, bp)
+        rc, bp = _wait_next(native)
         if rc == _FEED_ESTATE:
             gc.collect()  # batches kept alive only by reference cycles
-            rc = _wait_next(native, bp)
+            rc, bp = _wait_next(native)
             if rc == _FEED_ESTATE:
                 raise StateError(
                     rc, "feedclient.Loader",
@@ -641,14 +651,26 @@ class Loader:
         return torch.from_numpy(np.ctypeslib.as_array(b.labels, shape=(b.n,)).copy())
 
 
-def _wait_next(native: _Native, bp: Any) -> int:
+def _wait_next(native: _Native) -> Tuple[int, Any]:
     """feed_loader_next in slices: Python runs its signal handlers between them, so Ctrl-C
-    raises KeyboardInterrupt while the loader waits, with no batch taken (the loader stays
-    usable and closable). Each slice releases the GIL."""
-    while True:
-        rc = _lib.lib.feed_loader_next_timed(native.ptr, ctypes.byref(bp), _WAIT_SLICE_MS)
-        if rc != _FEED_ETIMEDOUT:
-            return rc
+    raises KeyboardInterrupt while the loader waits (the loader stays usable and closable).
+    Each slice releases the GIL. Python checks for signals right after the call returns, so
+    Ctrl-C may cut a slice that handed a batch over: that batch is kept for the next call."""
+    if native.pending is not None:
+        bp, native.pending = native.pending, None
+        b = bp.contents
+        bad = native.fail_policy and any(b.status[i] for i in range(b.n))
+        return (_FEED_EBADSAMPLE if bad else 0), bp
+    bp = ctypes.POINTER(_lib.Batch)()
+    try:
+        while True:
+            rc = _lib.lib.feed_loader_next_timed(native.ptr, ctypes.byref(bp), _WAIT_SLICE_MS)
+            if rc != _FEED_ETIMEDOUT:
+                return rc, bp
+    except BaseException:
+        if bp:
+            native.pending = bp
+        raise
 
 
 class _Iter:
