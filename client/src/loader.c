@@ -305,11 +305,14 @@ static int next_batch(loader *l, feed_batch **out, uint64_t timeout_ns)
     if (!l || !out)
         return FEED_EINVAL;
     *out = NULL;
-    uint64_t now = feed_now_ns(), wait;
-    uint64_t end = timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
+    uint64_t now, wait, end;
     slot *sl = NULL;
     int rc;
     pthread_mutex_lock(&l->mu);
+    /* Read under mu: a receiver stamps last_up_ns/progress_ns under mu, and sched_next's
+     * "now - stamp" must not see a stamp later than now. */
+    now = feed_now_ns();
+    end = timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
     if (!l->next_since_ns)
         l->next_since_ns = now;
     while ((rc = sched_next(l, l->next_since_ns, now, &sl, &wait)) == SCHED_WAIT) {

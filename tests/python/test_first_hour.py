@@ -202,15 +202,19 @@ main = threading.main_thread().ident
 
 
 def watch():
-    # The loader has prefetch + 1 + window = 3 slots, batch 0's among them until it went back:
-    # the stopped server owes at most 3 batches, so next() runs dry by the third or fourth call
-    # from here. Say so once the main thread is inside a call from the third on.
+    # The server owes at most the batches asked for before it stopped (3 slots: prefetch + 1 +
+    # window), so within a few calls next() waits for good. Say so once the main thread is seen
+    # inside the same call twice in a row (a call that hands a ready batch over is far shorter
+    # than the 10 ms between looks).
+    last = None
     while True:
         frame = sys._current_frames().get(main)
-        if calls >= 3 and frame is not None and "feed_loader_next" in linecache.getline(
-                frame.f_code.co_filename, frame.f_lineno):
+        inside = frame is not None and "feed_loader_next" in linecache.getline(
+            frame.f_code.co_filename, frame.f_lineno)
+        if inside and last == (calls, True):
             print("waiting", flush=True)
             return
+        last = (calls, inside)
         time.sleep(0.01)
 
 
