@@ -15,7 +15,7 @@
 # The test suite is not run in the container: it would double CI time, and
 # scripts/test.sh runs it on the host; this step checks the install route.
 #
-# Measured here (2 cores shared with other builds): 546 s and 602 s for the container,
+# Measured here (2 cores shared with other builds): 546, 602 and 231 s for the container,
 # most of it apt-get (the build's packages, then Debian's torch) and the
 # Release build; the first run on a machine adds ~3 min of debootstrap.
 # Bounded by CLEAN_CONTAINER_TIMEOUT seconds (default 1200). Needs rootful
