@@ -11,9 +11,12 @@ Reads OUT_DIR/summary.json, batches.csv and nvml.csv; writes
                   timings, and the plot's title says so (nothing is made up);
                   only whole seconds of each source's measured window (a last
                   partial second would read as a drop)
-  batch_wait.png  how long the training loop waited for each batch: the series
-                  (jitter) and beside it the distribution of waits per source
-                  (CDF); waits of 0 are drawn at 0 (symlog axis), not floored
+  batch_wait.png  how long the training loop waited for each batch, as
+                  distributions per source: a box plot (median, quartiles,
+                  whiskers at p1 and p99, the rest as points) and beside it
+                  the CDF; the raw series in batch order is not drawn (its
+                  zigzag between 0 and the next batch's wait reads as noise);
+                  waits of 0 are drawn at 0 (symlog axis), not floored
 Needs matplotlib (Debian: python3-matplotlib) and nothing else.
 """
 import csv
@@ -124,10 +127,13 @@ def plot_util(meta, nvml, batches, runs, out_dir):
     plt.close(fig)
 
 
-def plot_wait(meta, batches, runs, out_dir):
-    fig, (ax, cdf) = plt.subplots(1, 2, figsize=(11, 4.6), width_ratios=[3, 2])
+def wait_figure(meta, batches, runs):
+    """The batch-wait figure: per source, a box plot (left) and the CDF (right) of the waits
+    in the measured window."""
+    fig, (ax, cdf) = plt.subplots(1, 2, figsize=(11, 4.6), width_ratios=[2, 3])
     stats = {r["source"]: r for r in runs}
     top = 0.0
+    names, series = [], []
     for src, rows in by_source(batches).items():
         waits = [float(r["wait_ms"]) for r in rows if r["warmup"] == "0"]
         if not waits:
@@ -136,20 +142,28 @@ def plot_wait(meta, batches, runs, out_dir):
         label = (f"{src}: p50 {s.get('wait_p50_ms', 0):.3g} / p99 {s.get('wait_p99_ms', 0):.3g}"
                  f" / max {s.get('wait_max_ms', 0):.3g} ms")
         colour = COLOURS.get(src)
-        ax.plot(range(len(waits)), waits, color=colour, lw=0.6, marker=".", ms=2)
+        names.append(src)
+        series.append(waits)
         ordered = sorted(waits)
         n = len(ordered)
         cdf.step(ordered, [(i + 1) / n for i in range(n)], where="post", color=colour,
                  lw=1.4, label=label)
         top = max(top, ordered[-1])
+    if series:
+        box = ax.boxplot(series, whis=(1, 99), patch_artist=True, widths=0.5,
+                         flierprops={"marker": ".", "markersize": 3, "alpha": 0.5})
+        for patch, src in zip(box["boxes"], names):
+            patch.set_facecolor(COLOURS.get(src, "#7f7f7f"))
+            patch.set_alpha(0.6)
+        ax.set_xticks(range(1, len(names) + 1), names)
     # symlog: linear below 0.01 ms, so waits of 0 sit on the axis instead of a made-up floor.
     for a in (ax, cdf):
         a.grid(True, which="major", alpha=0.3)
     ax.set_yscale("symlog", linthresh=0.01)
     ax.set_ylim(0, max(top, 0.01) * 2)
-    ax.set_xlabel("batch (measured window)")
+    ax.set_xlabel("source")
     ax.set_ylabel("wait for the batch (ms, symlog)")
-    ax.set_title("Per-batch wait, in order", fontsize=9)
+    ax.set_title("Per-batch wait: median, quartiles, p1-p99", fontsize=9)
     cdf.set_xscale("symlog", linthresh=0.01)
     cdf.set_xlim(0, max(top, 0.01) * 2)
     cdf.set_ylim(0, 1.02)
@@ -161,6 +175,11 @@ def plot_wait(meta, batches, runs, out_dir):
     fig.legend(handles, labels, loc="lower center", ncol=max(1, len(labels)), fontsize=8,
                frameon=False)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return fig
+
+
+def plot_wait(meta, batches, runs, out_dir):
+    fig = wait_figure(meta, batches, runs)
     fig.savefig(os.path.join(out_dir, "batch_wait.png"), dpi=120)
     plt.close(fig)
 

@@ -17,9 +17,19 @@ if ! podman image exists docker.io/library/debian:bookworm-slim; then
 fi
 export BENCH_SECONDS=${BENCH_SECONDS:-5}
 rm -rf out && mkdir -p out
-podman build --pull=never -q -f ../docker/feedd.Dockerfile -t localhost/feedd:latest ..
+# Tagged by the sources' content (image-tag.sh), and compose.yaml runs that tag: never an
+# image left by an earlier run or another checkout under "latest".
+FEED_IMAGE_TAG=$(./image-tag.sh ..)
+export FEED_IMAGE_TAG
+echo "compose test: images tagged $FEED_IMAGE_TAG"
+# Bounded store: per image, the 3 newest tags stay (a run of another checkout keeps its own).
+for repo in localhost/feedd localhost/feed-bench-cpu; do
+  podman images --filter "reference=$repo" --format '{{.CreatedAt}}	{{.Repository}}:{{.Tag}}' |
+    sort -r | tail -n +4 | cut -f2 | xargs -r podman rmi > /dev/null 2>&1 || true
+done
+podman build --pull=never -q -f ../docker/feedd.Dockerfile -t "localhost/feedd:$FEED_IMAGE_TAG" ..
 podman build --pull=never -q -f ../docker/bench.Dockerfile --build-arg BASE=debian:bookworm-slim \
-  -t localhost/feed-bench-cpu:latest ..
+  -t "localhost/feed-bench-cpu:$FEED_IMAGE_TAG" ..
 trap 'podman-compose -f compose.yaml down > /dev/null 2>&1 || true' EXIT
 # Naming bench-cpu starts it and the servers it depends on, not the GPU bench.
 podman-compose -f compose.yaml up --no-build --exit-code-from bench-cpu bench-cpu \

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# deps.sh [main|test|compose]: installs the Debian 12 packages one job needs.
+# deps.sh [main|python|test|compose]: installs the Debian 12 packages one job needs.
 #   main (the default): build feedd, feed-bench and the tools, run them, plot
 #                       (what scripts/main.sh runs)
+#   python: main's packages plus what the feedclient package needs in a venv
+#           (Debian's torch, venv, setuptools and wheel for pip's offline build)
 #   test: main's packages plus what the test suite runs (cmocka, the interop
 #         clients' grpcio and node/npm, the PyTorch package's torch and pytest,
 #         iproute2 for the network-namespace test)
@@ -16,14 +18,16 @@ test_pkgs=(git libcmocka-dev
            python3-grpcio python3-grpc-tools python3-protobuf nodejs npm
            python3-torch python3-torchvision python3-pytest python3-pil
            python3-venv python3-pip python3-setuptools openssl iproute2)
+python_pkgs=(python3-torch python3-venv python3-setuptools python3-wheel)
 compose_pkgs=(podman runc netavark aardvark-dns iptables debootstrap podman-compose python3)
 
 case "${1:-main}" in
   main) pkgs=("${main_pkgs[@]}") ;;
-  test) pkgs=("${main_pkgs[@]}" "${test_pkgs[@]}") ;;
+  python) pkgs=("${main_pkgs[@]}" "${python_pkgs[@]}") ;;
+  test) pkgs=("${main_pkgs[@]}" "${python_pkgs[@]}" "${test_pkgs[@]}") ;;
   compose) pkgs=("${compose_pkgs[@]}") ;;
-  -h|--help) sed -n '2,8s/^# \{0,1\}//p' "$0"; exit 0 ;;
-  *) echo "usage: scripts/deps.sh [main|test|compose]" >&2; exit 2 ;;
+  -h|--help) sed -n '2,10s/^# \{0,1\}//p' "$0"; exit 0 ;;
+  *) echo "usage: scripts/deps.sh [main|python|test|compose]" >&2; exit 2 ;;
 esac
 missing=()
 for p in "${pkgs[@]}"; do

@@ -21,3 +21,4 @@ add_executable(feedd
 target_include_directories(feedd PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(feedd PRIVATE feedengine feedcommon feedproto PkgConfig::GRPC
   PkgConfig::MHD PkgConfig::OPENSSL Threads::Threads)
+install(TARGETS feedd RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT feedd)

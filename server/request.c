@@ -97,6 +97,19 @@ int feedd_find_dataset(const feedd_request_env *env, const char *name)
     return -1;
 }
 
+/* "unknown dataset 'NAME' (this server has: a, b)" into msg: a client that asked for the wrong
+ * name learns the right ones. */
+static void unknown_dataset(const feedd_request_env *env, const char *field, const char *want,
+                            char *msg, size_t cap)
+{
+    size_t n =
+        (size_t)snprintf(msg, cap, "%s: unknown dataset '%.64s' (this server has:", field, want);
+    for (size_t i = 0; i < env->n_datasets && n < cap; i++)
+        n += (size_t)snprintf(msg + n, cap - n, "%s %s", i ? "," : "", env->datasets[i].name);
+    if (n < cap)
+        snprintf(msg + n, cap - n, ")");
+}
+
 /* Fill t from the wire spec with the contract's defaults; 0 or INVALID_ARGUMENT text. */
 static int transform_from_wire(const Feed__V1__TransformSpec *w, feed_transform *t, char *msg,
                                size_t cap)
@@ -151,7 +164,7 @@ static grpc_status_code open_session(const feedd_request_env *env, const Feed__V
     }
     int ds = feedd_find_dataset(env, o->dataset ? o->dataset : "");
     if (ds < 0) {
-        snprintf(msg, cap, "open.dataset: unknown dataset '%.64s'", o->dataset ? o->dataset : "");
+        unknown_dataset(env, "open.dataset", o->dataset ? o->dataset : "", msg, cap);
         return GRPC_STATUS_NOT_FOUND;
     }
     if (transform_from_wire(o->transform, &sess->tf, msg, cap) < 0)
@@ -275,7 +288,7 @@ grpc_status_code feedd_request_describe(const feedd_request_env *env, const uint
     const char *want = req->dataset ? req->dataset : "";
     if (want[0] && feedd_find_dataset(env, want) < 0) {
         code = GRPC_STATUS_NOT_FOUND;
-        snprintf(msg, cap, "dataset: unknown dataset '%.64s'", want);
+        unknown_dataset(env, "dataset", want, msg, cap);
         feed__v1__describe_request__free_unpacked(req, NULL);
         req = NULL;
     }

@@ -378,6 +378,28 @@ int report_write(const char *dir, const bench_meta *m, const run_result *runs, s
     return rc;
 }
 
+/* Spawned feedd run on this machine: when remote comes out slower than sync, say why (the
+ * servers, the client and the step share this machine's cores; on 2 cores the servers' decode
+ * takes cores the step needs) and what measures the design instead. */
+static void shared_cores_note(FILE *f, const bench_meta *m, const run_result *runs, size_t nruns,
+                              double sync_ips)
+{
+    for (size_t i = 0; i < nruns && m->spawned && sync_ips > 0; i++) {
+        const run_result *r = &runs[i];
+        if (r->status || strcmp(r->source, "remote") != 0 || r->images_per_s >= sync_ips)
+            continue;
+        fprintf(f,
+                "\n(remote at %.2fx of sync: its %u feedd ran on this machine%s%s, sharing its "
+                "%d CPUs with the client and the step, so decoding there takes cores the step "
+                "needs, and the gRPC hop is pure cost. feedd is meant for other CPU hosts: run "
+                "it there and pass --servers HOST:PORT,...; on one machine with cores to spare, "
+                "pin them apart with --server-cpus. README: How many server cores per GPU?)\n",
+                r->images_per_s / sync_ips, m->spawned, m->server_cpus ? " on cpus " : "",
+                m->server_cpus ? m->server_cpus : "", m->affinity_cpus);
+        break;
+    }
+}
+
 void report_table(FILE *f, const bench_meta *m, const run_result *runs, size_t nruns)
 {
     double sync_ips = 0.0;
@@ -460,4 +482,5 @@ void report_table(FILE *f, const bench_meta *m, const run_result *runs, size_t n
     else if (!m->step.on_gpu)
         fprintf(f, "\n(CPU step: no GPU was used; 'cpu step share' is the step's share of wall "
                    "time, and loading competes with it for the same cores.)\n");
+    shared_cores_note(f, m, runs, nruns, sync_ips);
 }

@@ -299,23 +299,52 @@ void feed_loader_close(feed_loader *l)
     free(l);
 }
 
-int feed_loader_next(feed_loader *l, feed_batch **out)
+/* next() and next_timed(): waits at most timeout_ns (UINT64_MAX: until sched_next decides). A
+ * wait cut short by FEED_ETIMEDOUT goes on in the next call: the batch's wait_ns and the wait
+ * stats count from the first of them. */
+static int next_batch(loader *l, feed_batch **out, uint64_t timeout_ns)
 {
     if (!l || !out)
         return FEED_EINVAL;
     *out = NULL;
-    uint64_t t0 = feed_now_ns(), wait;
+    uint64_t now, wait, end;
     slot *sl = NULL;
     int rc;
     pthread_mutex_lock(&l->mu);
-    while ((rc = sched_next(l, t0, feed_now_ns(), &sl, &wait)) == SCHED_WAIT)
-        wait_ns(l, wait < 100000000u ? wait : 100000000u);
+    /* Read under mu: a receiver stamps last_up_ns/progress_ns under mu, and sched_next's
+     * "now - stamp" must not see a stamp later than now. */
+    now = feed_now_ns();
+    end = timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
+    if (!l->next_since_ns)
+        l->next_since_ns = now;
+    while ((rc = sched_next(l, l->next_since_ns, now, &sl, &wait)) == SCHED_WAIT) {
+        if (now >= end) {
+            rc = FEED_ETIMEDOUT;
+            break;
+        }
+        if (wait > 100000000u)
+            wait = 100000000u;
+        wait_ns(l, wait < end - now ? wait : end - now);
+        now = feed_now_ns();
+    }
+    if (rc != FEED_ETIMEDOUT)
+        l->next_since_ns = 0;
     if (rc == 0) {
         *out = &sl->batch;
         rc = sl->result;
     }
     pthread_mutex_unlock(&l->mu);
     return rc;
+}
+
+int feed_loader_next(feed_loader *l, feed_batch **out)
+{
+    return next_batch(l, out, UINT64_MAX);
+}
+
+int feed_loader_next_timed(feed_loader *l, feed_batch **out, uint32_t timeout_ms)
+{
+    return next_batch(l, out, (uint64_t)timeout_ms * 1000000u);
 }
 
 /* The slot whose batch the caller holds, or NULL. mu held. */
@@ -382,6 +411,7 @@ int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch)
         wait_ns(l, 10000000u);
     }
     sched_reset_epoch(l, epoch, start_batch, keep, &plan, &ahead);
+    l->next_since_ns = 0;
     sched_dispatch(l, false, feed_now_ns());
     pthread_mutex_unlock(&l->mu);
 out:

@@ -318,6 +318,7 @@ struct feed_loader {
     bool growing;                 /* [mu] a thread is allocating slots[num_slots], mu dropped */
     bool slots_capped;            /* [mu] an allocation failed: no more slots */
     uint32_t handed;              /* [mu] */
+    uint64_t next_since_ns;       /* [mu] start of a next() wait that FEED_ETIMEDOUT cut; 0: none */
 
     uint64_t last_up_ns;     /* [mu] last time some server was up */
     uint64_t progress_ns;    /* [mu] last batch landed, or last time nothing was asked */

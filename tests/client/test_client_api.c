@@ -6,10 +6,13 @@
  * than the training thread, stream_wait() refusing a batch not held, the
  * version macros against the library's version, and the size fields that
  * let the config and stats structs grow (a caller's smaller struct keeps
- * working; a larger one than the library knows is refused).
+ * working; a larger one than the library knows is refused), and
+ * feed_loader_next_timed() returning FEED_ETIMEDOUT on a stopped server and
+ * going on with the same epoch once it runs again.
  */
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -157,6 +160,49 @@ static void test_release_from_another_thread(void **state)
     feed_loader_close(l);
 }
 
+/* The server is stopped (SIGSTOP) after the first batch: the batches already asked for come,
+ * then next_timed() says FEED_ETIMEDOUT with *out NULL; after SIGCONT the epoch goes on and
+ * every batch comes exactly once. The deadlines are far away, so nothing is failed over. */
+static void test_next_timed(void **state)
+{
+    (void)state;
+    const char *targets[] = {g_target};
+    feed_loader_config c;
+    base_cfg(&c, targets, 1);
+    c.batch_size = 1;
+    c.prefetch = 1;
+    c.window_per_server = 1;
+    c.batch_deadline_ms = c.unavailable_timeout_ms = 120000;
+    feed_loader *l = NULL;
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    uint64_t batches = feed_loader_batches_per_epoch(l), got = 0;
+    feed_batch *b = NULL;
+    assert_int_equal(feed_loader_next_timed(l, &b, 60000), 0);
+    assert_int_equal(feed_loader_release(l, b, NULL), 0);
+    got++;
+    assert_int_equal(feed_test_server_signal(&g_srv, SIGSTOP), 0);
+    int rc;
+    while ((rc = feed_loader_next_timed(l, &b, 20)) == 0) {
+        assert_int_equal(feed_loader_release(l, b, NULL), 0);
+        got++;
+        assert_true(got <= 1 + 2); /* asked for before the stop: prefetch + window */
+    }
+    assert_int_equal(rc, FEED_ETIMEDOUT);
+    assert_null(b);
+    assert_int_equal(feed_loader_next_timed(l, &b, 0), FEED_ETIMEDOUT);
+    assert_int_equal(feed_test_server_signal(&g_srv, SIGCONT), 0);
+    while ((rc = feed_loader_next_timed(l, &b, 60000)) == 0) {
+        assert_int_equal(feed_loader_release(l, b, NULL), 0);
+        got++;
+    }
+    assert_int_equal(rc, FEED_EEOF);
+    assert_int_equal(got, batches);
+    feed_loader_stats st;
+    assert_int_equal(feed_loader_get_stats(l, &st, sizeof(st)), 0);
+    assert_int_equal(st.failovers, 0);
+    feed_loader_close(l);
+}
+
 static void test_version(void **state)
 {
     (void)state;
@@ -235,6 +281,7 @@ int main(void)
         cmocka_unit_test(test_log_without_lock),
         cmocka_unit_test(test_release_from_another_thread),
         cmocka_unit_test(test_struct_sizes),
+        cmocka_unit_test(test_next_timed),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

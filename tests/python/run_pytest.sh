@@ -20,4 +20,6 @@ if [ "$sanitize" = ON ]; then
   export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
   export ASAN_OPTIONS=detect_leaks=0:protect_shadow_gap=0
 fi
-exec "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider .
+# Its own temp root: pytest prunes all but the newest 3 under /tmp/pytest-of-USER, which
+# removed a live run's datasets when other pytest runs shared the machine.
+exec "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider --basetemp "$build/pytest-tmp" .

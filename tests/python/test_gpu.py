@@ -43,8 +43,9 @@ def test_device_dtype_layout_and_values(server):
 def test_zero_copy_slots_cycle(server):
     with make(server, "cuda:0", prefetch=2, window_per_server=1) as loader:
         ptrs = {images.data_ptr() for images, _ in loader}
-    # Every batch lands in one of a few delivery slots: views, never copies.
-    assert len(ptrs) <= 2 + 1
+    # Every batch lands in one of a few delivery slots (prefetch + 1 + window): views, never
+    # copies.
+    assert len(ptrs) <= 2 + 1 + 1
 
 
 def test_side_stream_ordering(server):
@@ -77,12 +78,16 @@ def test_release_waits_for_the_step_stream(server):
     assert [s.item() for s in sums] == pytest.approx(want, rel=1e-6)
 
 
-def test_holding_past_prefetch_raises(server):
-    with make(server, "cuda:0", prefetch=2) as loader:
+def test_holding_past_prefetch_copies_then_raises_at_the_cap(server):
+    with make(server, "cuda:0", prefetch=2, held_memory_limit=0) as loader:
         it = iter(loader)
         a, _ = next(it)
         b, _ = next(it)
-        with pytest.raises(feedclient.StateError):
+        with pytest.raises(feedclient.StateError, match="held_memory_limit"):
             next(it)
         del a, b
         next(it)
+    with make(server, "cuda:0", prefetch=2) as loader:
+        kept = [images for images, _ in loader]
+        assert all(k.is_cuda for k in kept)
+        assert loader.stats()["copied_batches"] == len(kept) - 2

@@ -2,7 +2,7 @@
 sample of an epoch exactly once with its ImageFolder label, resume through
 state_dict() byte for byte, the DistributedSampler rank rules, len, set_epoch,
 dtype/layout against the library's own uint8 output, batch lifetime (slots
-held by tensors, StateError past prefetch, close with live tensors), the bad
+held by tensors, StateError past the copy cap, close with live tensors), the bad
 sample policies, the errors, and logging through Python while another
 thread waits in next()."""
 
@@ -149,8 +149,9 @@ def test_normalised_dtypes_and_layouts_match_uint8(server):
 
 
 def test_slot_lifetime(server):
-    """A batch's images stay intact while referenced; past prefetch the loader raises."""
-    with make(server, prefetch=2, window_per_server=1) as loader:
+    """A batch's images stay intact while referenced; with held_memory_limit=0 (no copies),
+    holding prefetch batches makes the next one raise, naming the cap."""
+    with make(server, prefetch=2, window_per_server=1, held_memory_limit=0) as loader:
         it = iter(loader)
         kept, _ = next(it)
         copy = kept.clone()
@@ -158,7 +159,7 @@ def test_slot_lifetime(server):
         del kept
         gc.collect()
         held, _ = next(it)
-        with pytest.raises(feedclient.StateError, match="prefetch"):
+        with pytest.raises(feedclient.StateError, match="held_memory_limit=0"):
             next(it)
         del held
         for _ in range(4):

@@ -249,6 +249,11 @@ FEED_EXPORT void feed_loader_close(feed_loader *l);
  * data may still be in flight: make the training stream wait on
  * b->ready_event (cudaStreamWaitEvent) before using data or labels_device. */
 FEED_EXPORT int feed_loader_next(feed_loader *l, feed_batch **out);
+/* As feed_loader_next(), but returns FEED_ETIMEDOUT when no batch is ready within timeout_ms
+ * (0: do not wait); *out is then NULL and nothing changes: the next call goes on with the same
+ * wait (the unavailable and deadline clocks run on, and the batch's wait_ns counts from the
+ * first call). For callers that must act between waits: Python checks for Ctrl-C. Since 0.5. */
+FEED_EXPORT int feed_loader_next_timed(feed_loader *l, feed_batch **out, uint32_t timeout_ms);
 /* The caller is done with b once `stream` has passed this point. On the GPU
  * path `stream` is a cudaStream_t, and NULL means the legacy default stream
  * (handle 0, PyTorch's default stream), not "now": pass the stream the step

@@ -32,13 +32,14 @@ from .errors import (
     OutOfMemoryError,
     ProtocolError,
     ResourceExhaustedError,
+    ServerReason,
     StateError,
     TooBigError,
     UnavailableError,
     UnsupportedError,
     error_class,
 )
-from .loader import Loader
+from .loader import HeldBatchesWarning, Loader
 
 __version__ = "0.5.0"
 library_path = _lib.path
@@ -89,9 +90,10 @@ def plan_sample(img_w: int, img_h: int, seed: int, epoch: int, index: int, *,
 
 
 __all__ = [
-    "Loader", "SamplePlan", "plan_sample", "library_version", "library_path", "sample_status_name",
+    "Loader", "HeldBatchesWarning", "SamplePlan", "plan_sample", "library_version",
+    "library_path", "sample_status_name",
     "FeedError", "InvalidArgumentError", "OutOfMemoryError", "FeedIOError", "NotFoundError",
     "CorruptError", "TooBigError", "UnsupportedError", "UnavailableError", "FeedTimeoutError",
     "ProtocolError", "CanceledError", "EndOfEpochError", "BadSampleError", "CudaError",
-    "ResourceExhaustedError", "StateError", "AuthError", "error_class",
+    "ResourceExhaustedError", "StateError", "AuthError", "ServerReason", "error_class",
 ]

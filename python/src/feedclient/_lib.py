@@ -5,12 +5,17 @@ Only the C API is bound here: the structs mirror the header field for field
 and nothing here plans, schedules or normalises.
 
 Where the library is found, first match wins:
-  1. ``$FEEDCLIENT_LIBRARY``: the path of ``libfeedclient.so``;
+  1. ``$FEEDCLIENT_LIBRARY``: the path of ``libfeedclient.so`` (an override);
   2. a ``libfeedclient.so*`` placed inside this package's folder;
-  3. the dynamic loader's search for ``libfeedclient.so.0`` (an installed
+  3. the environment's own prefix (``sys.prefix``: ``cmake --install BUILD
+     --prefix $VIRTUAL_ENV``), in ``lib``, ``lib64`` or ``lib/<multiarch>``;
+  4. the dynamic loader's search for ``libfeedclient.so.0`` (an installed
      prefix known to ``ldconfig``, ``LD_LIBRARY_PATH``, the rpath);
-  4. the repository's build tree (``build/client/``, where scripts/build.sh
-     puts it) when the package runs from a checkout (``python/src/feedclient``).
+  5. ``cmake --install``'s default prefix, ``/usr/local`` (which the dynamic
+     loader finds only once ``ldconfig`` has run), in the same folders;
+  6. the repository's build trees (``build/client/``, where scripts/build.sh
+     puts it, and ``build-main/client/``, scripts/main.sh's) when the package
+     runs from a checkout (``python/src/feedclient``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import sys
+import sysconfig
 from ctypes import (
     CFUNCTYPE,
     POINTER,
@@ -38,9 +45,9 @@ from ctypes import (
 
 # The library version this package is written against: the same major, at
 # least this minor (feed_loader_stream_wait came in 0.2, struct sizes in 0.3,
-# the token and TLS fields of the config in 0.4).
+# the token and TLS fields of the config in 0.4, feed_loader_next_timed in 0.5).
 ABI_MAJOR = 0
-ABI_MINOR = 4
+ABI_MINOR = 5
 
 DEVICE_HOST = -1
 DTYPE_UINT8, DTYPE_FP16, DTYPE_BF16, DTYPE_FP32 = 0, 1, 2, 3
@@ -166,6 +173,7 @@ _PROTOTYPES = {
     "feed_loader_open": (c_int, [POINTER(LoaderConfig), POINTER(c_void_p)]),
     "feed_loader_close": (None, [c_void_p]),
     "feed_loader_next": (c_int, [c_void_p, POINTER(POINTER(Batch))]),
+    "feed_loader_next_timed": (c_int, [c_void_p, POINTER(POINTER(Batch)), c_uint32]),
     "feed_loader_release": (c_int, [c_void_p, POINTER(Batch), c_void_p]),
     "feed_loader_stream_wait": (c_int, [c_void_p, POINTER(Batch), c_void_p]),
     "feed_loader_set_epoch": (c_int, [c_void_p, c_uint32, c_uint64]),
@@ -188,6 +196,17 @@ _PROTOTYPES = {
 }
 
 
+def _prefix_libs(prefix: str) -> list[str]:
+    """libfeedclient.so.0 where ``cmake --install --prefix prefix`` puts it (GNUInstallDirs:
+    lib, or lib64, or lib/<multiarch> for /usr)."""
+    dirs = ["lib", "lib64"]
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    if multiarch:
+        dirs.append(os.path.join("lib", multiarch))
+    return [p for p in (os.path.join(prefix, d, "libfeedclient.so.0") for d in dirs)
+            if os.path.isfile(p)]
+
+
 def _candidates() -> list[str]:
     here = os.path.dirname(os.path.abspath(__file__))
     out = []
@@ -195,10 +214,12 @@ def _candidates() -> list[str]:
     if env:
         out.append(env)
     out += sorted(glob.glob(os.path.join(here, "libfeedclient.so*")))
+    out += _prefix_libs(sys.prefix)
     out.append("libfeedclient.so.0")
+    out += _prefix_libs("/usr/local")
     repo = os.path.dirname(os.path.dirname(os.path.dirname(here)))
     if os.path.isfile(os.path.join(repo, "client", "include", "feed", "client.h")):
-        out.append(os.path.join(repo, "build", "client", "libfeedclient.so"))
+        out += [os.path.join(repo, b, "client", "libfeedclient.so") for b in ("build", "build-main")]
     return out
 
 
@@ -212,8 +233,9 @@ def _load() -> tuple[ctypes.CDLL, str]:
             continue
         return lib, path
     raise ImportError(
-        "feedclient: cannot load libfeedclient (set FEEDCLIENT_LIBRARY to its path, install it "
-        "with `cmake --install`, or build the repository); tried:\n  " + "\n  ".join(tried)
+        "feedclient: cannot load libfeedclient: install it with `cmake --install BUILD` (to "
+        "/usr/local, or --prefix sys.prefix of this environment), or set FEEDCLIENT_LIBRARY to "
+        "its path; tried:\n  " + "\n  ".join(tried)
     )
 
 

@@ -10,20 +10,31 @@ The slot goes back to the loader when no tensor refers to that memory any
 more — the last view, slice or reshape of ``images`` is freed — and on the
 GPU it is released on the CUDA stream that was current when the batch was
 handed out, so the copy of a later batch into it waits for the work queued
-there. ``labels`` and ``indices`` are copies the caller owns. Holding images
-of more than ``prefetch`` batches at once is an error (:class:`StateError`),
-never a silent overwrite; ``close()`` with batches still referenced closes
-the native loader once the last of them is freed.
+there. ``labels`` and ``indices`` are copies the caller owns.
+
+Held batches. While the caller holds the images of ``prefetch`` batches, the
+next batch is a copy into fresh memory: the native loader is opened with
+``prefetch + 1`` (and ``max_slots + 1``), the extra slot lands the batch that
+is copied, and goes back at once. So
+collecting batches works as with DataLoader; the copies held at once are
+capped by ``held_memory_limit`` bytes (a one-time :class:`HeldBatchesWarning`
+when copying starts, ``stats()["copied_batches"]`` and
+``["copied_bytes_held"]``), and only past that cap does next() raise
+:class:`StateError`, never a silent overwrite. ``close()`` with batches still
+referenced closes the native loader once the last of them is freed.
 """
 
 from __future__ import annotations
 
 import atexit
+import collections
 import ctypes
 import gc
 import logging
+import operator
 import os
 import threading
+import warnings
 import weakref
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Union
 
@@ -31,7 +42,8 @@ import numpy as np
 import torch
 
 from . import _lib
-from .errors import BadSampleError, StateError, make_error
+from ._held import HeldBatchesWarning, _Copies, _CopyRef
+from .errors import BadSampleError, CudaError, FeedError, StateError, make_error
 
 logger = logging.getLogger("feedclient")
 
@@ -53,8 +65,15 @@ _STATE_VERSION = 1
 _FEED_EEOF = -12
 _FEED_EBADSAMPLE = -13
 _FEED_ESTATE = -16
+_FEED_ECUDA = -14
+_FEED_ETIMEDOUT = -9
+# next() waits in slices this long, so Ctrl-C (KeyboardInterrupt) is seen between them.
+_WAIT_SLICE_MS = 100
 
 _live_natives: "weakref.WeakSet[_Native]" = weakref.WeakSet()
+# in_log is True on a thread while it runs a log callback: the library's log thread, which
+# feed_loader_close joins, so a loader finalised there is closed from another thread.
+_tls = threading.local()
 
 
 class _Native:
@@ -66,17 +85,37 @@ class _Native:
         self.close_requested = False
         self.mu = threading.Lock()
         self.last_error: Optional[str] = None
+        # The library's recent warnings and errors: what the servers said, for exceptions.
+        self.recent: "collections.deque[str]" = collections.deque(maxlen=32)
         # The callback object must outlive the native loader, which calls it.
         self.log_cb = _lib.LOG_FN(self._log)
+        # A batch the library handed over whose hand-over to the caller an exception (Ctrl-C)
+        # cut: the next next() hands it out, so no batch is lost or repeated.
+        self.pending: Optional[Any] = None
+        self.fail_policy = False
 
     def _log(self, user: Any, level: int, message: bytes) -> None:
+        _tls.in_log = True
         try:
             text = message.decode("utf-8", "replace")
             logger.log(_PY_LEVELS.get(level, logging.DEBUG), "%s", text)
             if level == 0:
                 self.last_error = text
+            if level <= 1:
+                self.recent.append(text)
         except Exception:  # a callback from C must not raise
             pass
+        finally:
+            _tls.in_log = False
+
+    def drop_pending(self) -> None:
+        if self.pending is not None:
+            _lib.lib.feed_loader_release(self.ptr, self.pending, None)
+            self.pending = None
+
+    def error(self, rc: int, context: str) -> FeedError:
+        """The exception for rc, with the library's last error and what servers said."""
+        return make_error(rc, context, self.last_error, list(self.recent))
 
     def hold(self) -> None:
         with self.mu:
@@ -103,11 +142,22 @@ class _Native:
     def _close_now(self) -> None:
         with self.mu:
             ptr, self.ptr = self.ptr, None
-        if ptr is not None:
+        if ptr is None:
+            return
+        if getattr(_tls, "in_log", False):
+            # feed_loader_close joins the log thread: never from that thread itself. The
+            # callback object stays alive with the closing thread until close returns.
+            threading.Thread(target=_close_native, args=(ptr, self.log_cb),
+                             name="feedclient-close", daemon=True).start()
+        else:
             _lib.lib.feed_loader_close(ptr)
 
     def __del__(self) -> None:
         self._close_now()
+
+
+def _close_native(ptr: int, log_cb: Any) -> None:
+    _lib.lib.feed_loader_close(ptr)
 
 
 @atexit.register
@@ -137,7 +187,7 @@ class _SlotView:
     the slot's _BatchRef alive. The CUDA one has no stream key: the loader has already made the
     consumer's stream wait for the batch."""
 
-    def __init__(self, ref: _BatchRef, ptr: int, shape: tuple, strides: tuple, typestr: str,
+    def __init__(self, ref: Any, ptr: int, shape: tuple, strides: tuple, typestr: str,
                  cuda: bool):
         self._ref = ref
         interface = {"shape": shape, "strides": strides, "typestr": typestr, "data": (ptr, False),
@@ -155,10 +205,16 @@ def _default_rank_world() -> Tuple[int, int]:
     return 0, 1
 
 
+_NO_CUDA_HINT = 'pass device="cpu" for the host path'
+
+
 def _parse_device(device: Union[str, int, torch.device, None]) -> torch.device:
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise CudaError(_FEED_ECUDA, f"feedclient.Loader(device={device!r})",
+                        f"torch sees no CUDA device here; {_NO_CUDA_HINT}")
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
     if dev.type not in ("cuda", "cpu"):
@@ -195,6 +251,12 @@ class Loader:
     ordered on torch's current stream) or ``"cpu"``; default: CUDA when
     available. ``rank``/``world`` default to ``torch.distributed``'s when it
     is initialised.
+
+    Held batches: while the caller holds ``prefetch`` batches, further ones
+    are copies into fresh memory (one :class:`HeldBatchesWarning`); the copies
+    held at once may take up to ``held_memory_limit`` bytes (default 2 GiB),
+    past which next() raises :class:`StateError`. ``seed`` is in [0, 2**64).
+    Ctrl-C while next() waits raises ``KeyboardInterrupt`` within ~0.1 s.
 
     Timeouts are in seconds: ``batch_deadline`` (a server silent this long
     while it owes batches is failed over), ``unavailable_timeout`` (no server
@@ -239,6 +301,7 @@ class Loader:
         window_per_server: int = 4,
         prefetch: int = 4,
         max_slots: int = 0,
+        held_memory_limit: int = 2**31,
         bad_sample_policy: str = "substitute",
         batch_deadline: float = 60.0,
         unavailable_timeout: float = 30.0,
@@ -264,6 +327,14 @@ class Loader:
             raise ValueError("feedclient.Loader: transform must be 'train' or 'eval'")
         if bad_sample_policy not in _POLICIES:
             raise ValueError(f"feedclient.Loader: bad_sample_policy must be one of {list(_POLICIES)}")
+        if not 1 <= prefetch <= 63:
+            raise ValueError(f"feedclient.Loader: prefetch must be in [1, 63], not {prefetch}")
+        seed = operator.index(seed)
+        if not 0 <= seed < 2**64:
+            raise ValueError(f"feedclient.Loader: seed must be in [0, 2**64), not {seed}")
+        held_memory_limit = operator.index(held_memory_limit)
+        if held_memory_limit < 0:
+            raise ValueError("feedclient.Loader: held_memory_limit must be >= 0 bytes")
         if rank is None and world is None:
             rank, world = _default_rank_world()
         elif rank is None or world is None:
@@ -274,6 +345,10 @@ class Loader:
         self._layout = layout
         self._with_indices = with_indices
         self._prefetch = prefetch
+        self._held_limit = held_memory_limit
+        self._copies = _Copies()
+        self._warned_copies = False
+        self._batch_bytes = batch_size * out_h * out_w * 3 * _DTYPES[dtype][1]
 
         cfg = _lib.LoaderConfig()
         _lib.lib.feed_loader_config_default(ctypes.byref(cfg))
@@ -297,8 +372,9 @@ class Loader:
         cfg.drop_last = drop_last
         cfg.ordered = ordered
         cfg.window_per_server = window_per_server
-        cfg.prefetch = prefetch
-        cfg.max_slots = max_slots
+        # One slot more than the caller may hold at once: the batch copied past prefetch.
+        cfg.prefetch = prefetch + 1
+        cfg.max_slots = min(max_slots + 1, 512) if max_slots else 0  # 512: the library's most
         cfg.dtype = _DTYPES[dtype][0]
         cfg.layout = _LAYOUTS[layout]
         cfg.mean[:] = list(mean)
@@ -319,8 +395,14 @@ class Loader:
         ptr = ctypes.c_void_p()
         rc = _lib.lib.feed_loader_open(ctypes.byref(cfg), ctypes.byref(ptr))
         if rc:
-            raise make_error(rc, f"feedclient.Loader({targets!r}, {dataset!r})", native.last_error)
+            err = native.error(rc, f"feedclient.Loader({targets!r}, {dataset!r})")
+            if isinstance(err, CudaError) and self._device.type == "cuda":
+                why = (native.last_error or "no GPU path").replace("; use FEED_DEVICE_HOST", "")
+                err = CudaError(rc, f"feedclient.Loader(device={device!r})",
+                                f"{why}; {_NO_CUDA_HINT}")
+            raise err
         native.ptr = ptr.value
+        native.fail_policy = bad_sample_policy == "fail"
         _live_natives.add(native)
         self._native = native
         self._config = {
@@ -374,10 +456,10 @@ class Loader:
         start = self._resume or 0
         self._resume = None
         if self._native_pos != (self._epoch, start):
+            native.drop_pending()
             rc = _lib.lib.feed_loader_set_epoch(native.ptr, self._epoch, start)
             if rc:
-                raise make_error(rc, f"feedclient.Loader.set_epoch({self._epoch}, {start})",
-                                 native.last_error)
+                raise native.error(rc, f"feedclient.Loader.set_epoch({self._epoch}, {start})")
             self._native_pos = (self._epoch, start)
         self._pos = start
         self._iter_gen += 1
@@ -427,6 +509,9 @@ class Loader:
                 servers.append({"target": ss.target.decode(), "up": ss.up,
                                 "batches": ss.batches, "outstanding": ss.outstanding})
         out["servers"] = servers
+        with self._copies.mu:
+            out["copied_batches"] = self._copies.batches
+            out["copied_bytes_held"] = self._copies.bytes_held
         return out
 
     def close(self) -> None:
@@ -458,11 +543,13 @@ class Loader:
         if gen != self._iter_gen:
             raise StateError(-16, "feedclient.Loader", "this iterator was replaced by a newer one")
         native = self._open_native()
-        bp = ctypes.POINTER(_lib.Batch)()
-        rc = _lib.lib.feed_loader_next(native.ptr, ctypes.byref(bp))
+        copy = native.held >= self._prefetch
+        if copy:
+            self._check_copy_room()
+        rc, bp = _wait_next(native)
         if rc == _FEED_ESTATE:
             gc.collect()  # batches kept alive only by reference cycles
-            rc = _lib.lib.feed_loader_next(native.ptr, ctypes.byref(bp))
+            rc, bp = _wait_next(native)
             if rc == _FEED_ESTATE:
                 raise StateError(
                     rc, "feedclient.Loader",
@@ -474,7 +561,7 @@ class Loader:
             self._pos = self._len
             raise StopIteration
         if rc not in (0, _FEED_EBADSAMPLE):
-            raise make_error(rc, "feedclient.Loader: next batch", native.last_error)
+            raise native.error(rc, "feedclient.Loader: next batch")
         native.hold()
         stream = 0
         if self._device.type == "cuda":
@@ -491,8 +578,10 @@ class Loader:
         if stream:
             wrc = _lib.lib.feed_loader_stream_wait(native.ptr, bp, ctypes.c_void_p(stream))
             if wrc:
-                raise make_error(wrc, "feedclient.Loader: stream wait", native.last_error)
-        images = self._images(ref, b)
+                raise native.error(wrc, "feedclient.Loader: stream wait")
+        images = self._images(ref, b.data, b)
+        if copy:
+            images = self._copy(images, b)
         labels = self._labels(ref, b)
         indices = torch.from_numpy(
             np.ctypeslib.as_array(b.indices, shape=(b.n,)).astype(np.int64))
@@ -500,7 +589,42 @@ class Loader:
             return images, labels, indices
         return images, labels
 
-    def _images(self, ref: _BatchRef, b: Any) -> torch.Tensor:
+    def _check_copy_room(self) -> None:
+        with self._copies.mu:
+            held = self._copies.bytes_held
+        if held + self._batch_bytes > self._held_limit:
+            raise StateError(
+                _FEED_ESTATE, "feedclient.Loader",
+                f"the images of {self._prefetch} batches (prefetch, in the loader's "
+                f"slots) and copies of {held} bytes are still referenced; another batch of "
+                f"{self._batch_bytes} bytes would pass held_memory_limit={self._held_limit} "
+                f"bytes: drop references to old batches or raise the cap with "
+                f"Loader(..., held_memory_limit=BYTES)")
+
+    def _copy(self, view: torch.Tensor, b: Any) -> torch.Tensor:
+        """A copy of the batch in fresh memory, counted until its last tensor is freed; the
+        slot under ``view`` goes back once ``view`` is dropped (on the GPU after the copy queued
+        on the current stream)."""
+        nbytes = view.numel() * view.element_size()
+        if not self._warned_copies:
+            self._warned_copies = True
+            msg = (f"feedclient.Loader: the images of {self._prefetch} batches (prefetch) "
+                   f"are still referenced, so further batches are copies into fresh memory "
+                   f"({nbytes} bytes each, up to held_memory_limit={self._held_limit} bytes held "
+                   f"at once); drop old batches to keep them zero-copy")
+            warnings.warn(msg, HeldBatchesWarning, stacklevel=4)
+            logger.warning("%s", msg)
+        if self._device.type == "cuda":
+            buf = torch.empty(nbytes, dtype=torch.uint8, device=self._device)
+            ptr = buf.data_ptr()
+        else:
+            buf = np.empty(nbytes, dtype=np.uint8)
+            ptr = buf.ctypes.data
+        out = self._images(_CopyRef(self._copies, nbytes, buf), ptr, b)
+        out.copy_(view)
+        return out
+
+    def _images(self, ref: Any, data: int, b: Any) -> torch.Tensor:
         _, es, typestr = _DTYPES[self._dtype]
         n, c, h, w = b.n, b.c, b.h, b.w
         if self._layout == "NCHW":
@@ -510,10 +634,10 @@ class Loader:
         else:
             shape, strides = (n, c, h, w), (h * w * c * es, es, w * c * es, c * es)
         if self._device.type == "cuda":
-            t = torch.as_tensor(_SlotView(ref, b.data, shape, strides, typestr, True),
+            t = torch.as_tensor(_SlotView(ref, data, shape, strides, typestr, True),
                                 device=self._device)
         else:
-            t = torch.from_numpy(np.asarray(_SlotView(ref, b.data, shape, strides, typestr, False)))
+            t = torch.from_numpy(np.asarray(_SlotView(ref, data, shape, strides, typestr, False)))
         if self._dtype == torch.bfloat16:
             t = t.view(torch.bfloat16)
         return t
@@ -525,6 +649,28 @@ class Loader:
                                    device=self._device)
             return view.clone()
         return torch.from_numpy(np.ctypeslib.as_array(b.labels, shape=(b.n,)).copy())
+
+
+def _wait_next(native: _Native) -> Tuple[int, Any]:
+    """feed_loader_next in slices: Python runs its signal handlers between them, so Ctrl-C
+    raises KeyboardInterrupt while the loader waits (the loader stays usable and closable).
+    Each slice releases the GIL. Python checks for signals right after the call returns, so
+    Ctrl-C may cut a slice that handed a batch over: that batch is kept for the next call."""
+    if native.pending is not None:
+        bp, native.pending = native.pending, None
+        b = bp.contents
+        bad = native.fail_policy and any(b.status[i] for i in range(b.n))
+        return (_FEED_EBADSAMPLE if bad else 0), bp
+    bp = ctypes.POINTER(_lib.Batch)()
+    try:
+        while True:
+            rc = _lib.lib.feed_loader_next_timed(native.ptr, ctypes.byref(bp), _WAIT_SLICE_MS)
+            if rc != _FEED_ETIMEDOUT:
+                return rc, bp
+    except BaseException:
+        if bp:
+            native.pending = bp
+        raise
 
 
 class _Iter:
