@@ -320,6 +320,7 @@ void feed_engine_free(feed_engine *e)
     free(e->vrows);
     free(e->ref_full);
     free(e->decoded);
+    free(e->aug_tmp);
     feed_resize_axis_free(&e->hx);
     feed_resize_axis_free(&e->vy);
     free(e);

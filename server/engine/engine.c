@@ -282,3 +282,21 @@ feed_sample_status feed_engine_run_reference(feed_engine *e, const uint8_t *jpeg
     e->ref_full = NULL;
     return st;
 }
+
+feed_sample_status feed_engine_augment(feed_engine *e, const feed_augment *a, uint8_t *out,
+                                       uint32_t out_h, uint32_t out_w, uint64_t seed,
+                                       uint32_t epoch, uint64_t sample_index)
+{
+    size_t bytes = (size_t)out_h * out_w * 3;
+    e->msg[0] = '\0';
+    if (a->num_steps == 0)
+        return FEED_SAMPLE_OK;
+    if (engine_grow(&e->aug_tmp, &e->aug_tmp_cap, bytes)) {
+        memset(out, 0, bytes);
+        engine_set_msg(e, FEED_SAMPLE_TOO_LARGE, "out of memory for augmentation scratch");
+        return FEED_SAMPLE_TOO_LARGE;
+    }
+    feed_aug_image img = {.px = out, .h = out_h, .w = out_w, .tmp = e->aug_tmp};
+    feed_augment_apply(a, &img, seed, epoch, sample_index);
+    return FEED_SAMPLE_OK;
+}

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "augment.h"
 #include "feed/errors.h"
 #include "feed/transform.h"
 
@@ -114,6 +115,15 @@ feed_sample_status feed_engine_run_decoded(feed_engine *e, const feed_decoded *i
                                            const feed_transform *t, uint64_t seed, uint32_t epoch,
                                            uint64_t sample_index, uint8_t *out,
                                            feed_stage_times *times);
+
+/*
+ * Augment a finished out_h x out_w sample in place (augment.h), with the
+ * engine's scratch. FEED_SAMPLE_OK, or TOO_LARGE (out zero-filled) when the
+ * scratch cannot grow.
+ */
+feed_sample_status feed_engine_augment(feed_engine *e, const feed_augment *a, uint8_t *out,
+                                       uint32_t out_h, uint32_t out_w, uint64_t seed,
+                                       uint32_t epoch, uint64_t sample_index);
 
 /* Message for the last failed run on this engine; "" after a success. */
 const char *feed_engine_last_error(const feed_engine *e);

@@ -75,6 +75,8 @@ struct feed_engine {
     uint8_t *ref_full; /* the reference path's whole image; freed at the end of the run */
     uint8_t *decoded;  /* feed_engine_decode's output when its caller gives no buffer */
     size_t decoded_cap;
+    uint8_t *aug_tmp; /* feed_engine_augment's scratch: one sample */
+    size_t aug_tmp_cap;
 
     /* The decompressor's table slots point here, refilled before every image
      * (reset_tables): libjpeg keeps tables across images otherwise. */
