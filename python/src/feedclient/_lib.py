@@ -107,6 +107,7 @@ class LoaderConfig(Structure):
         ("tls_ca_file", c_char_p),
         ("tls_cert_file", c_char_p),
         ("tls_key_file", c_char_p),
+        ("augment", c_char_p),
     ]
 
 
