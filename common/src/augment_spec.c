@@ -24,6 +24,8 @@
 #define MAX_NUMS 3
 #define MAX_BINS 1000u
 #define RATIO_LIMIT 100.0
+#define JITTER_LIMIT 100.0
+#define HUE_LIMIT 0.5
 #define PRESET "torchvision-v2-recipe"
 #define PRESET_TEXT "TrivialAugmentWide(); RandomErasing(p=0.1)"
 
@@ -177,6 +179,23 @@ static int get_fill(parser *ps, const char *key, const value *v, bool normalised
     return 0;
 }
 
+/* ColorJitter's factors: x >= 0 -> [max(0, 1 - x), 1 + x] (hue: [-x, x]), or a pair. */
+static int get_jitter(parser *ps, const char *key, const value *v, bool hue, double out[2])
+{
+    double lim = hue ? HUE_LIMIT : JITTER_LIMIT;
+    if (word_refused(ps, key, v))
+        return FEED_EINVAL;
+    if (v->n == 1) {
+        double x = v->num[0];
+        if (!(x >= 0.0 && x <= lim))
+            return fail(ps, ".%s must be in [0, %g] (or a pair)", key, lim);
+        out[0] = hue ? -x : fmax(1.0 - x, 0.0);
+        out[1] = hue ? x : 1.0 + x;
+        return 0;
+    }
+    return get_pair(ps, key, v, hue ? -HUE_LIMIT : 0.0, false, lim, out);
+}
+
 static int set_param(parser *ps, feed_augment_step *s, const char *key, const value *v)
 {
     bool has_bins = s->kind == FEED_AUGMENT_TRIVIAL_WIDE || s->kind == FEED_AUGMENT_RAND;
@@ -190,6 +209,12 @@ static int set_param(parser *ps, feed_augment_step *s, const char *key, const va
         if (strcmp(v->word, "imagenet") != 0 && strcmp(v->word, "IMAGENET") != 0)
             return fail(ps, ".policy must be imagenet (the only policy served)");
         return 0;
+    }
+    if (s->kind == FEED_AUGMENT_COLOR_JITTER) {
+        static const char *const names[4] = {"brightness", "contrast", "saturation", "hue"};
+        for (int k = 0; k < 4; k++)
+            if (strcmp(key, names[k]) == 0)
+                return get_jitter(ps, key, v, k == 3, s->jitter[k]);
     }
     if (s->kind == FEED_AUGMENT_ERASING) {
         if (strcmp(key, "p") == 0) {
@@ -224,6 +249,7 @@ static const struct {
     {"RandAugment", FEED_AUGMENT_RAND},
     {"AutoAugment", FEED_AUGMENT_AUTO},
     {"RandomErasing", FEED_AUGMENT_ERASING},
+    {"ColorJitter", FEED_AUGMENT_COLOR_JITTER},
 };
 
 static void step_defaults(feed_augment_step *s, feed_augment_kind kind)
@@ -240,6 +266,8 @@ static void step_defaults(feed_augment_step *s, feed_augment_kind kind)
     s->ratio[1] = 3.3;
     for (int c = 0; c < 3; c++)
         s->fill[c] = (uint8_t)lrint(MEAN[c] * 255.0);
+    for (int k = 0; k < 3; k++)
+        s->jitter[k][0] = s->jitter[k][1] = 1.0;
 }
 
 static int parse_step(parser *ps, feed_augment_step *s)
@@ -253,7 +281,7 @@ static int parse_step(parser *ps, feed_augment_step *s)
         k++;
     if (k == sizeof KINDS / sizeof KINDS[0])
         return fail(ps, "unknown augmentation '%s' (TrivialAugmentWide, RandAugment, "
-                        "AutoAugment, RandomErasing or " PRESET ")",
+                        "AutoAugment, ColorJitter, RandomErasing or " PRESET ")",
                     name);
     ps->step = KINDS[k].name;
     step_defaults(s, KINDS[k].kind);

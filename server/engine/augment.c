@@ -10,6 +10,9 @@
  *   RandAugment: num_ops times: op = below(14); sign = below(2) if signed.
  *   AutoAugment: policy = below(25); u0, u1 uniform; s0, s1 = below(2);
  *     sub-op i runs when u_i <= its probability, negated when s_i == 0.
+ *   ColorJitter: a permutation of the 4 adjustments (Fisher-Yates, 3 draws),
+ *     then a uniform factor for each not skipped, in the order brightness,
+ *     contrast, saturation, hue; applied in the permutation's order.
  *   RandomErasing: u uniform, erase when u < p; then up to 10 attempts of
  *     area = uniform in scale, log ratio uniform in log ratio, h and w
  *     rounded half to even, kept when h < H and w < W; top = below(H - h + 1),
@@ -120,6 +123,35 @@ static const aa_sub AA_IMAGENET[25][2] = {
 };
 #define AA_BINS 10u
 
+/* torch.randperm(4) in distribution: Fisher-Yates. */
+static void draw_permutation(feed_rng *rng, int perm[4])
+{
+    for (int i = 0; i < 4; i++)
+        perm[i] = i;
+    for (int i = 3; i > 0; i--) {
+        int j = (int)feed_rng_below(rng, (uint64_t)i + 1);
+        int t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+static bool jitter_skipped(const feed_augment_step *s, int k)
+{
+    double centre = k == FEED_AUG_ADJ_HUE ? 0.0 : 1.0;
+    return s->jitter[k][0] == centre && s->jitter[k][1] == centre;
+}
+
+static int draw_jitter(const feed_augment_step *s, feed_rng *rng, int *perm, double factors[4])
+{
+    draw_permutation(rng, perm);
+    for (int k = 0; k < 4; k++)
+        factors[k] = jitter_skipped(s, k) ? NAN
+                                          : s->jitter[k][0] + (s->jitter[k][1] - s->jitter[k][0]) *
+                                                                  feed_rng_uniform(rng);
+    return 4;
+}
+
 static int draw_erasing(const feed_augment_step *s, feed_rng *rng, uint32_t h, uint32_t w,
                         uint32_t box[4])
 {
@@ -142,7 +174,8 @@ static int draw_erasing(const feed_augment_step *s, feed_rng *rng, uint32_t h, u
 }
 
 int feed_augment_draw(const feed_augment_step *s, feed_rng *rng, uint32_t h, uint32_t w,
-                      feed_aug_op *ops, int *bins, int *signs, uint32_t box[4])
+                      feed_aug_op *ops, int *bins, int *signs, uint32_t box[4],
+                      double factors[4])
 {
     int n = 0;
     switch (s->kind) {
@@ -179,6 +212,9 @@ int feed_augment_draw(const feed_augment_step *s, feed_rng *rng, uint32_t h, uin
     case FEED_AUGMENT_ERASING:
         n = draw_erasing(s, rng, h, w, box);
         break;
+    case FEED_AUGMENT_COLOR_JITTER:
+        n = draw_jitter(s, rng, bins, factors);
+        break;
     }
     return n;
 }
@@ -196,7 +232,14 @@ void feed_augment_apply(const feed_augment *a, feed_aug_image *img, uint64_t see
         feed_aug_op ops[FEED_AUGMENT_MAX_RAND_OPS];
         int bins[FEED_AUGMENT_MAX_RAND_OPS], signs[FEED_AUGMENT_MAX_RAND_OPS];
         uint32_t box[4];
-        int n = feed_augment_draw(s, &rng, img->h, img->w, ops, bins, signs, box);
+        double factors[4];
+        int n = feed_augment_draw(s, &rng, img->h, img->w, ops, bins, signs, box, factors);
+        if (s->kind == FEED_AUGMENT_COLOR_JITTER) {
+            for (int i = 0; i < n; i++)
+                if (!isnan(factors[bins[i]]))
+                    feed_aug_adjust((feed_aug_adjust_kind)bins[i], factors[bins[i]], img);
+            continue;
+        }
         if (s->kind == FEED_AUGMENT_ERASING) {
             for (uint32_t y = box[0]; n && y < box[0] + box[2]; y++)
                 for (uint32_t x = box[1]; x < box[1] + box[3]; x++)

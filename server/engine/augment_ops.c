@@ -146,20 +146,18 @@ static void op_identity(feed_aug_image *img, double mag)
     (void)mag;
 }
 
-/* adjust_brightness(1 + magnitude): blend with black. */
-static void op_brightness(feed_aug_image *img, double mag)
+/* adjust_brightness(f): blend with black. */
+static void adjust_brightness(feed_aug_image *img, double f)
 {
-    double f = 1.0 + mag;
     float r = (float)f, om = (float)(1.0 - f);
     size_t n = npx(img) * 3;
     for (size_t i = 0; i < n; i++)
         img->px[i] = blend1(r, om, (float)img->px[i], 0.0f);
 }
 
-/* adjust_saturation(1 + magnitude): blend with the pixel's grey. */
-static void op_color(feed_aug_image *img, double mag)
+/* adjust_saturation(f): blend with the pixel's grey. */
+static void adjust_saturation(feed_aug_image *img, double f)
 {
-    double f = 1.0 + mag;
     float r = (float)f, om = (float)(1.0 - f);
     size_t n = npx(img);
     for (size_t i = 0; i < n; i++) {
@@ -170,10 +168,9 @@ static void op_color(feed_aug_image *img, double mag)
     }
 }
 
-/* adjust_contrast(1 + magnitude): blend with the mean grey (float32; the sum is exact). */
-static void op_contrast(feed_aug_image *img, double mag)
+/* adjust_contrast(f): blend with the mean grey (float32; the sum is exact). */
+static void adjust_contrast(feed_aug_image *img, double f)
 {
-    double f = 1.0 + mag;
     float r = (float)f, om = (float)(1.0 - f);
     size_t n = npx(img);
     uint64_t sum = 0;
@@ -182,6 +179,60 @@ static void op_contrast(feed_aug_image *img, double mag)
     float mean = (float)sum / (float)n;
     for (size_t i = 0; i < n * 3; i++)
         img->px[i] = blend1(r, om, (float)img->px[i], mean);
+}
+
+/*
+ * adjust_hue(f): through HSV in float32 as _rgb2hsv and _hsv2rgb compute it
+ * (Pillow's formulas), hue shifted by f modulo 1, back to uint8 by truncation.
+ */
+static void hue_pixel(uint8_t *px, float f)
+{
+    float r = (float)px[0] / 255.0f, g = (float)px[1] / 255.0f, b = (float)px[2] / 255.0f;
+    float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
+    bool eqc = maxc == minc;
+    float cr = maxc - minc, div = eqc ? 1.0f : cr;
+    float s = cr / (eqc ? 1.0f : maxc);
+    float rc = (maxc - r) / div, gc = (maxc - g) / div, bc = (maxc - b) / div;
+    float hr = maxc == r ? bc - gc : 0.0f;
+    float hg = maxc == g && maxc != r ? 2.0f + rc - bc : 0.0f;
+    float hb = maxc != g && maxc != r ? 4.0f + gc - rc : 0.0f;
+    float h = fmodf((hr + hg + hb) / 6.0f + 1.0f, 1.0f);
+    /* (h + f) % 1.0 as torch.remainder: fmod, then the divisor's sign. */
+    h = fmodf(h + f, 1.0f);
+    if (h < 0.0f)
+        h += 1.0f;
+    float i = floorf(h * 6.0f), fr = h * 6.0f - i;
+    float v = maxc;
+    float p = fminf(fmaxf(v * (1.0f - s), 0.0f), 1.0f);
+    float q = fminf(fmaxf(v * (1.0f - s * fr), 0.0f), 1.0f);
+    float t = fminf(fmaxf(v * (1.0f - s * (1.0f - fr)), 0.0f), 1.0f);
+    int sector = ((int)i % 6 + 6) % 6;
+    static const int pick[6][3] = {{0, 3, 1}, {2, 0, 1}, {1, 0, 3}, {1, 2, 0}, {3, 1, 0}, {0, 1, 2}};
+    const float val[4] = {v, p, q, t}; /* pick's indices: v, p, q, t */
+    for (int c = 0; c < 3; c++)
+        px[c] = to_u8(val[pick[sector][c]] * 255.0f);
+}
+
+static void adjust_hue(feed_aug_image *img, double f)
+{
+    size_t n = npx(img);
+    for (size_t i = 0; i < n; i++)
+        hue_pixel(img->px + i * 3, (float)f);
+}
+
+static void op_brightness(feed_aug_image *img, double mag)
+{
+    adjust_brightness(img, 1.0 + mag);
+}
+
+static void op_color(feed_aug_image *img, double mag)
+{
+    adjust_saturation(img, 1.0 + mag);
+}
+
+static void op_contrast(feed_aug_image *img, double mag)
+{
+    adjust_contrast(img, 1.0 + mag);
 }
 
 /* adjust_sharpness(1 + magnitude): blend with the [1 1 1; 1 5 1; 1 1 1]/13 blur of the interior. */
@@ -320,6 +371,26 @@ const char *feed_aug_op_name(feed_aug_op op)
 
 /* Beyond any bin of any policy; keeps every conversion to float and int defined. */
 #define MAGNITUDE_LIMIT 1e6
+
+void feed_aug_adjust(feed_aug_adjust_kind kind, double factor, feed_aug_image *img)
+{
+    if (!(factor >= -MAGNITUDE_LIMIT && factor <= MAGNITUDE_LIMIT) || img->h == 0 || img->w == 0)
+        return;
+    switch (kind) {
+    case FEED_AUG_ADJ_BRIGHTNESS:
+        adjust_brightness(img, factor);
+        break;
+    case FEED_AUG_ADJ_CONTRAST:
+        adjust_contrast(img, factor);
+        break;
+    case FEED_AUG_ADJ_SATURATION:
+        adjust_saturation(img, factor);
+        break;
+    case FEED_AUG_ADJ_HUE:
+        adjust_hue(img, factor);
+        break;
+    }
+}
 
 void feed_aug_apply_op(feed_aug_op op, double magnitude, feed_aug_image *img)
 {

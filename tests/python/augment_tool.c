@@ -9,7 +9,11 @@
  *   draw SPEC H W N SEED       for sample indices 0..N-1 of epoch 0, one line
  *                              each of the first step's draws: "Op bin sign"
  *                              per op ("" when none), or "top left h w" for
- *                              RandomErasing ("-" when it does not erase)
+ *                              RandomErasing ("-" when it does not erase), or
+ *                              ColorJitter's permutation ("2031") and its four
+ *                              factors (nan when skipped)
+ *   adjust KIND FACTOR H W     one of ColorJitter's adjustments (brightness,
+ *                              contrast, saturation, hue) on stdin as op does
  *   parse SPEC                 0 and "ok", or 2 and the parser's message
  * Exit status 2 on a usage or input error, with a message on stderr.
  */
@@ -24,8 +28,8 @@
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: feed-augment-tool op NAME MAG H W | apply SPEC H W SEED EPOCH "
-                    "INDEX | draw SPEC H W N SEED | parse SPEC\n");
+    fprintf(stderr, "usage: feed-augment-tool op NAME MAG H W | adjust KIND FACTOR H W | apply SPEC "
+                    "H W SEED EPOCH INDEX | draw SPEC H W N SEED | parse SPEC\n");
     return 2;
 }
 
@@ -69,6 +73,17 @@ static void run_op(feed_aug_image *img, void *ctx)
     feed_aug_apply_op(a->op, a->mag, img);
 }
 
+typedef struct adjust_args {
+    feed_aug_adjust_kind kind;
+    double factor;
+} adjust_args;
+
+static void run_adjust(feed_aug_image *img, void *ctx)
+{
+    const adjust_args *a = ctx;
+    feed_aug_adjust(a->kind, a->factor, img);
+}
+
 typedef struct apply_args {
     feed_augment aug;
     uint64_t seed, index;
@@ -102,7 +117,13 @@ static int draw(const feed_augment *aug, uint32_t h, uint32_t w, uint64_t n, uin
         feed_aug_op ops[FEED_AUGMENT_MAX_RAND_OPS];
         int bins[FEED_AUGMENT_MAX_RAND_OPS], signs[FEED_AUGMENT_MAX_RAND_OPS];
         uint32_t box[4];
-        int k = feed_augment_draw(&aug->steps[0], &rng, h, w, ops, bins, signs, box);
+        double f[4];
+        int k = feed_augment_draw(&aug->steps[0], &rng, h, w, ops, bins, signs, box, f);
+        if (aug->steps[0].kind == FEED_AUGMENT_COLOR_JITTER) {
+            printf("%d%d%d%d %.17g %.17g %.17g %.17g\n", bins[0], bins[1], bins[2], bins[3], f[0],
+                   f[1], f[2], f[3]);
+            continue;
+        }
         if (aug->steps[0].kind == FEED_AUGMENT_ERASING) {
             if (k)
                 printf("%u %u %u %u\n", box[0], box[1], box[2], box[3]);
@@ -128,6 +149,19 @@ int main(int argc, char **argv)
         if (a.op == FEED_AUG_NUM_OPS || read_side(argv[4], &h) || read_side(argv[5], &w))
             return usage();
         return filter_image(h, w, run_op, &a);
+    }
+    if (argc == 6 && strcmp(argv[1], "adjust") == 0) {
+        static const char *const kinds[4] = {"brightness", "contrast", "saturation", "hue"};
+        adjust_args a = {.kind = FEED_AUG_ADJ_HUE, .factor = strtod(argv[3], NULL)};
+        int found = 0;
+        for (int k = 0; k < 4; k++)
+            if (strcmp(kinds[k], argv[2]) == 0) {
+                a.kind = (feed_aug_adjust_kind)k;
+                found = 1;
+            }
+        if (!found || read_side(argv[4], &h) || read_side(argv[5], &w))
+            return usage();
+        return filter_image(h, w, run_adjust, &a);
     }
     if (argc == 8 && strcmp(argv[1], "apply") == 0) {
         apply_args a = {.seed = strtoull(argv[5], NULL, 10),

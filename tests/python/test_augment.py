@@ -1,7 +1,7 @@
 """The server's augmentations against real torchvision (Debian's
 python3-torchvision): each op alone on real JPEGs against torchvision's
 functional op, the policies' draws against torchvision's sampling over
-20,000 draws (chi-square, KS), and the bytes real feedd processes send with
+20,000 draws (chi-square, KS), ColorJitter's adjustments and draws likewise, and the bytes real feedd processes send with
 ``augment=`` (the same on two servers and after resume, and equal to the op
 table applied to the un-augmented crop).
 
@@ -102,6 +102,24 @@ def test_geometric_and_colour_ops_exact_on_real_jpegs() -> None:
     assert not inexact
 
 
+F = pytest.importorskip("torchvision.transforms.functional")
+ADJUST = {"brightness": F.adjust_brightness, "contrast": F.adjust_contrast,
+          "saturation": F.adjust_saturation, "hue": F.adjust_hue}
+
+
+@pytest.mark.parametrize("kind,factor", [
+    (k, f) for k in ("brightness", "contrast", "saturation") for f in (0.0, 0.6, 0.9, 1.37, 1.9)
+] + [("hue", f) for f in (-0.5, -0.31, -0.05, 0.0, 0.1, 0.25, 0.5)])
+def test_color_jitter_adjustments_match_torchvision(kind: str, factor: float) -> None:
+    for img in images():
+        h, w, _ = img.shape
+        ours = np.frombuffer(tool("adjust", kind, repr(factor), str(h), str(w),
+                                  data=img.tobytes()), np.uint8).reshape(h, w, 3)
+        t = torch.from_numpy(img).permute(2, 0, 1).contiguous()
+        theirs = ADJUST[kind](t, factor).permute(1, 2, 0).numpy()
+        assert psnr(ours, theirs) >= 40.0, f"{kind}({factor}): {psnr(ours, theirs):.1f} dB"
+
+
 # ---- distributions ----------------------------------------------------------------------
 
 
@@ -183,6 +201,26 @@ def test_auto_augment_draws_match_torchvision(monkeypatch) -> None:
     assert chi_square_same(ours, theirs) > ALPHA
 
 
+def test_color_jitter_draws_match_torchvision() -> None:
+    spec = "ColorJitter(brightness=0.4, contrast=(0.5, 1.5), saturation=0.4, hue=0.1)"
+    lines = tool("draw", spec, "8", "8", str(DRAWS), "3").decode().splitlines()
+    ours_perm = [x.split()[0] for x in lines]
+    ours = np.array([[float(v) for v in x.split()[1:]] for x in lines])
+    cj = T.ColorJitter(brightness=0.4, contrast=(0.5, 1.5), saturation=0.4, hue=0.1)
+    torch.manual_seed(99)
+    theirs_perm, theirs = [], []
+    for _ in range(DRAWS):
+        idx, b, c, sat, hue = cj.get_params(cj.brightness, cj.contrast, cj.saturation, cj.hue)
+        theirs_perm.append("".join(str(int(i)) for i in idx))
+        theirs.append([b, c, sat, hue])
+    theirs = np.array(theirs)
+    assert chi_square_same(ours_perm, theirs_perm) > ALPHA
+    for k in range(4):
+        assert stats.ks_2samp(ours[:, k], theirs[:, k]).pvalue > ALPHA, k
+    skipped = tool("draw", "ColorJitter(hue=0.2)", "8", "8", "3", "3").decode().split()
+    assert skipped[1:4] == ["nan"] * 3 and skipped[6:9] == ["nan"] * 3
+
+
 def test_random_erasing_boxes_match_torchvision() -> None:
     h, w, p = 183, 176, 0.5
     lines = tool("draw", f"RandomErasing(p={p})", str(h), str(w), str(DRAWS), "7")
@@ -224,6 +262,9 @@ def test_random_erasing_boxes_match_torchvision() -> None:
     ("TrivialAugmentWide(num_magnitude_bins=1)", "TrivialAugmentWide.num_magnitude_bins"),
     ("TrivialAugmentWide(fill=3)", "TrivialAugmentWide: unknown parameter 'fill'"),
     ("AutoAugment(policy=cifar10)", "AutoAugment.policy must be imagenet"),
+    ("ColorJitter(hue=0.6)", "ColorJitter.hue must be in [0, 0.5]"),
+    ("ColorJitter(brightness=-1)", "ColorJitter.brightness must be in [0, 100]"),
+    ("ColorJitter(saturation=(1.5, 0.5))", "ColorJitter.saturation must be (min, max)"),
     ("TrivialAugmentWide() RandomErasing()", "expected ';' between steps"),
     ("; ".join(["TrivialAugmentWide()"] * 9), "more than 8 steps"),
     ("TrivialAugmentWide(" + "x" * 2000, "longer than 1024 bytes"),

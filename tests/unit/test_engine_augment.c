@@ -69,6 +69,15 @@ static void parameters_parsed(void **state)
     assert_int_equal(a.steps[1].fill[0], 124);
     assert_int_equal(feed_augment_parse("RandomErasing(fill=7)", &a, msg, sizeof msg), 0);
     assert_int_equal(a.steps[0].fill[2], 7);
+    /* ColorJitter as torchvision's _check_input: x -> [max(0, 1 - x), 1 + x], hue [-x, x]. */
+    assert_int_equal(
+        feed_augment_parse("ColorJitter(brightness=1.5, contrast=(0.2, 0.3), hue=0.1)", &a, msg,
+                           sizeof msg),
+        0);
+    assert_true(a.steps[0].jitter[0][0] == 0.0 && a.steps[0].jitter[0][1] == 2.5);
+    assert_true(a.steps[0].jitter[1][0] == 0.2 && a.steps[0].jitter[1][1] == 0.3);
+    assert_true(a.steps[0].jitter[2][0] == 1.0 && a.steps[0].jitter[2][1] == 1.0);
+    assert_true(a.steps[0].jitter[3][0] == -0.1 && a.steps[0].jitter[3][1] == 0.1);
 }
 
 static void refusals_name_the_parameter(void **state)
@@ -132,7 +141,8 @@ static void apply_is_deterministic_per_sample(void **state)
     feed_augment a;
     char msg[200];
     assert_int_equal(
-        feed_augment_parse("RandAugment(num_ops=4); TrivialAugmentWide(); RandomErasing(p=0.5)",
+        feed_augment_parse("RandAugment(num_ops=4); TrivialAugmentWide(); AutoAugment(); "
+                           "ColorJitter(brightness=0.4, hue=0.1); RandomErasing(p=0.5)",
                            &a, msg, sizeof msg),
         0);
     uint8_t orig[H * W * 3], x[H * W * 3], y[H * W * 3], tmp[H * W * 3];
@@ -166,6 +176,8 @@ static void ops_survive_any_size_and_magnitude(void **state)
                 fill_pattern(px, sizeof px, (unsigned)(op + m));
                 feed_aug_image img = {.px = px, .h = sizes[s][0], .w = sizes[s][1], .tmp = tmp};
                 feed_aug_apply_op((feed_aug_op)op, mags[m], &img);
+                if (op < 4)
+                    feed_aug_adjust((feed_aug_adjust_kind)op, mags[m], &img);
             }
     assert_null(feed_aug_op_name(FEED_AUG_NUM_OPS));
     assert_string_equal(feed_aug_op_name(FEED_AUG_SHEAR_X), "ShearX");
@@ -191,7 +203,8 @@ static void erasing_fills_one_box(void **state)
         feed_aug_op ops[1];
         int bins[1], signs[1];
         uint32_t box[4];
-        int n = feed_augment_draw(&a.steps[0], &rng, H, W, ops, bins, signs, box);
+        double factors[4];
+        int n = feed_augment_draw(&a.steps[0], &rng, H, W, ops, bins, signs, box, factors);
         for (uint32_t y = 0; y < H; y++)
             for (uint32_t x = 0; x < W; x++) {
                 bool in = n && y >= box[0] && y < box[0] + box[2] && x >= box[1] &&

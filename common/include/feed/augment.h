@@ -27,6 +27,7 @@ typedef enum feed_augment_kind {
     FEED_AUGMENT_RAND,
     FEED_AUGMENT_AUTO,
     FEED_AUGMENT_ERASING,
+    FEED_AUGMENT_COLOR_JITTER,
 } feed_augment_kind;
 
 typedef struct feed_augment_step {
@@ -38,6 +39,10 @@ typedef struct feed_augment_step {
     double scale[2];             /* RandomErasing: area fraction (default 0.02 .. 0.33) */
     double ratio[2];             /* RandomErasing: aspect h/w (default 0.3 .. 3.3) */
     uint8_t fill[3];             /* RandomErasing: the erased pixels' value */
+    /* ColorJitter: factor ranges [min, max] for brightness, contrast, saturation and hue
+     * (feed_aug_adjust_kind's order); an adjustment equal to its centre (1, or 0 for hue)
+     * at both ends is skipped and draws nothing, as torchvision's None. */
+    double jitter[4][2];
 } feed_augment_step;
 
 typedef struct feed_augment {
@@ -51,7 +56,10 @@ typedef struct feed_augment {
  * "torchvision-v2-recipe" (TrivialAugmentWide(); RandomErasing(p=0.1)).
  * RandomErasing's `value` is torchvision's (after Normalize with ImageNet's
  * mean and std, default 0) and becomes the uint8 pixel nearest to it; `fill`
- * (0..255, one or three) gives the pixel directly. "" or NULL: no steps.
+ * (0..255, one or three) gives the pixel directly. ColorJitter(brightness,
+ * contrast, saturation, hue) takes a number x (brightness, contrast,
+ * saturation: [max(0, 1 - x), 1 + x], x <= 100; hue: [-x, x], x <= 0.5) or a
+ * pair (min, max) as torchvision does. "" or NULL: no steps.
  * Returns 0, or FEED_EINVAL with msg naming the step and parameter
  * ("augment: RandomErasing.p must be in [0, 1]").
  */

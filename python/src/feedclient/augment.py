@@ -15,6 +15,7 @@ Accepted forms:
 
 Ops: ``TrivialAugmentWide(num_magnitude_bins)``, ``RandAugment(num_ops,
 magnitude, num_magnitude_bins)``, ``AutoAugment(policy="imagenet")``,
+``ColorJitter(brightness, contrast, saturation, hue)``,
 ``RandomErasing(p, scale, ratio, value)``; ``value`` is torchvision's (after
 Normalize with ImageNet's mean and std), or give ``fill`` as pixels.
 """
