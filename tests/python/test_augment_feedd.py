@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import feedclient
+import feedclient.augment
 from test_augment import TOOL
 
 RECIPE = "torchvision-v2-recipe"
@@ -98,3 +99,11 @@ def test_bad_python_spelling_refused_before_connecting() -> None:
         make("127.0.0.1:1", augment=[{"name": "RandomErasing", "p": float("nan")}])
     with pytest.raises(ValueError, match=r"augment\[0\] must be a dict with a 'name'"):
         make("127.0.0.1:1", augment=[("TrivialAugmentWide",)])
+
+
+@pytest.mark.parametrize("train,shape", [(True, (176, 176, 3)), (False, (224, 224, 3))])
+def test_recipe_sizes(server, train: bool, shape) -> None:
+    kw = feedclient.augment.recipe(train)
+    with make(server.target, **{"size": SIZE, **kw}) as loader:
+        x, _, _ = next(iter(loader))
+    assert tuple(x.shape[1:]) == shape

@@ -10,7 +10,8 @@ Accepted forms:
 - a string: ``"TrivialAugmentWide(); RandomErasing(p=0.1)"`` or the preset
   ``"torchvision-v2-recipe"`` (TrivialAugmentWide + RandomErasing(p=0.1);
   the recipe's sizes are the Loader's ``size=176`` for training and
-  ``resize_size=232, size=224`` for evaluation);
+  ``resize_size=232, size=224`` for evaluation: :func:`recipe` gives all of
+  them as Loader arguments);
 - a list of dicts, each ``{"name": "RandAugment", "num_ops": 2, "magnitude": 9}``.
 
 Ops: ``TrivialAugmentWide(num_magnitude_bins)``, ``RandAugment(num_ops,
@@ -23,7 +24,7 @@ Normalize with ImageNet's mean and std), or give ``fill`` as pixels.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 AugmentSpec = Union[str, Sequence[Mapping[str, Any]], None]
 
@@ -62,3 +63,13 @@ def describe(augment: AugmentSpec) -> Optional[bytes]:
             raise ValueError(f"feedclient.Loader: augment[{i}]: bad name {step['name']!r}")
         steps.append(f"{step['name']}({params})")
     return "; ".join(steps).encode()
+
+
+def recipe(train: bool = True) -> Dict[str, Any]:
+    """Loader keyword arguments for torchvision's v2 ImageNet recipe: training
+    crops 176 (RandomResizedCrop + flip) and augments with the preset;
+    evaluation resizes to 232 and centre-crops 224.
+    MixUp/CutMix are per batch: :class:`feedclient.mix.MixUpCutMix`."""
+    if train:
+        return {"transform": "train", "size": 176, "augment": PRESET}
+    return {"transform": "eval", "size": 224, "resize_size": 232}
