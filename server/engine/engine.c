@@ -1,8 +1,9 @@
 /*
  * The engine's sample assembly (see engine.h): one sample's run from JPEG
  * bytes (or a decoded image) into its slot of the caller's batch buffer,
- * joining decode.c's decoder to crop.c's resize pipeline, and the full-decode
- * reference. Runs on the engine's worker thread.
+ * joining decode.c's decoder to crop.c's resize pipeline, the full-decode
+ * reference, and feed_engine_augment (augment.h's steps on the finished
+ * sample, with the engine's scratch). Runs on the engine's worker thread.
  *
  * Fast path, in order:
  *   1. cheap checks on the bytes (empty, size limit, SOI);

@@ -15,6 +15,9 @@
  * plans the sample in the original image's coordinates, as the fast path
  * does, maps the box onto the reduced image, and crops, resizes and flips
  * from its pixels.
+ *
+ * Augmentations (augment.h) come after either path, on the finished sample:
+ * feed_engine_augment.
  */
 #ifndef FEED_SERVER_ENGINE_ENGINE_H
 #define FEED_SERVER_ENGINE_ENGINE_H
