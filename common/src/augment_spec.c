@@ -3,7 +3,9 @@
  * feed/augment.h). The text comes from the client, so it is bounded
  * (FEED_AUGMENT_MAX_TEXT bytes, FEED_AUGMENT_MAX_STEPS steps, 3 numbers a
  * value) and every number is checked, NaN included; a refusal names the step
- * and the parameter. Runs on the thread that opens a session (feedd) or a loader (libfeedclient).
+ * and the parameter. Runs on the thread that opens a session (feedd) or a
+ * loader (libfeedclient). Numbers are read with strtod in the C locale
+ * neither process changes.
  *
  * Grammar (spaces anywhere between tokens):
  *   text  := step { ';' step } [ ';' ]
@@ -41,7 +43,7 @@ typedef struct parser {
 } parser;
 
 typedef struct value {
-    int n;              /* numbers read; 0 for a word */
+    int n; /* numbers read; 0 for a word */
     double num[MAX_NUMS];
     char word[32];
 } value;
@@ -147,8 +149,8 @@ static int get_uint(parser *ps, const char *key, const value *v, uint32_t lo, ui
 }
 
 /* A pair (a, b) with lo <= a <= b <= hi (lo_open: lo < a). */
-static int get_pair(parser *ps, const char *key, const value *v, double lo, bool lo_open,
-                    double hi, double out[2])
+static int get_pair(parser *ps, const char *key, const value *v, double lo, bool lo_open, double hi,
+                    double out[2])
 {
     if (word_refused(ps, key, v))
         return FEED_EINVAL;
@@ -280,8 +282,9 @@ static int parse_step(parser *ps, feed_augment_step *s)
     while (k < sizeof KINDS / sizeof KINDS[0] && strcmp(KINDS[k].name, name) != 0)
         k++;
     if (k == sizeof KINDS / sizeof KINDS[0])
-        return fail(ps, "unknown augmentation '%s' (TrivialAugmentWide, RandAugment, "
-                        "AutoAugment, ColorJitter, RandomErasing or " PRESET ")",
+        return fail(ps,
+                    "unknown augmentation '%s' (TrivialAugmentWide, RandAugment, "
+                    "AutoAugment, ColorJitter, RandomErasing or " PRESET ")",
                     name);
     ps->step = KINDS[k].name;
     step_defaults(s, KINDS[k].kind);
@@ -310,8 +313,7 @@ static int parse_step(parser *ps, feed_augment_step *s)
     }
     ps->p++;
     if (s->kind == FEED_AUGMENT_RAND && s->magnitude >= s->num_magnitude_bins)
-        return fail(ps, ".magnitude must be below num_magnitude_bins (%u)",
-                    s->num_magnitude_bins);
+        return fail(ps, ".magnitude must be below num_magnitude_bins (%u)", s->num_magnitude_bins);
     return 0;
 }
 

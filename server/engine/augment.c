@@ -174,8 +174,7 @@ static int draw_erasing(const feed_augment_step *s, feed_rng *rng, uint32_t h, u
 }
 
 int feed_augment_draw(const feed_augment_step *s, feed_rng *rng, uint32_t h, uint32_t w,
-                      feed_aug_op *ops, int *bins, int *signs, uint32_t box[4],
-                      double factors[4])
+                      feed_aug_op *ops, int *bins, int *signs, uint32_t box[4], double factors[4])
 {
     int n = 0;
     switch (s->kind) {
@@ -249,9 +248,9 @@ void feed_augment_apply(const feed_augment *a, feed_aug_image *img, uint64_t see
         bool wide = s->kind == FEED_AUGMENT_TRIVIAL_WIDE;
         uint32_t nbins = s->kind == FEED_AUGMENT_AUTO ? AA_BINS : s->num_magnitude_bins;
         for (int i = 0; i < n; i++) {
-            double mag = bins[i] < 0 ? 0.0
-                                     : magnitude_of(ops[i], wide, nbins, (uint32_t)bins[i], img->h,
-                                                    img->w);
+            double mag = bins[i] < 0
+                             ? 0.0
+                             : magnitude_of(ops[i], wide, nbins, (uint32_t)bins[i], img->h, img->w);
             feed_aug_apply_op(ops[i], mag * signs[i], img);
         }
     }

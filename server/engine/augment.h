@@ -87,7 +87,6 @@ void feed_augment_apply(const feed_augment *a, feed_aug_image *img, uint64_t see
  * by feed_aug_adjust_kind in factors[] (NaN for an adjustment it skips).
  */
 int feed_augment_draw(const feed_augment_step *s, feed_rng *rng, uint32_t h, uint32_t w,
-                      feed_aug_op *ops, int *bins, int *signs, uint32_t box[4],
-                      double factors[4]);
+                      feed_aug_op *ops, int *bins, int *signs, uint32_t box[4], double factors[4]);
 
 #endif

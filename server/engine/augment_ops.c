@@ -207,7 +207,8 @@ static void hue_pixel(uint8_t *px, float f)
     float q = fminf(fmaxf(v * (1.0f - s * fr), 0.0f), 1.0f);
     float t = fminf(fmaxf(v * (1.0f - s * (1.0f - fr)), 0.0f), 1.0f);
     int sector = ((int)i % 6 + 6) % 6;
-    static const int pick[6][3] = {{0, 3, 1}, {2, 0, 1}, {1, 0, 3}, {1, 2, 0}, {3, 1, 0}, {0, 1, 2}};
+    static const int pick[6][3] = {{0, 3, 1}, {2, 0, 1}, {1, 0, 3},
+                                   {1, 2, 0}, {3, 1, 0}, {0, 1, 2}};
     const float val[4] = {v, p, q, t}; /* pick's indices: v, p, q, t */
     for (int c = 0; c < 3; c++)
         px[c] = to_u8(val[pick[sector][c]] * 255.0f);
@@ -255,8 +256,8 @@ static void op_sharpness(feed_aug_image *img, double mag)
             unsigned blur = mid[i];
             if (inner_row && i >= 3 && i + 3 < stride) {
                 const uint8_t *up = mid - stride, *dn = mid + stride;
-                unsigned s = up[i - 3] + up[i] + up[i + 3] + mid[i - 3] + 5u * mid[i] +
-                             mid[i + 3] + dn[i - 3] + dn[i] + dn[i + 3];
+                unsigned s = up[i - 3] + up[i] + up[i + 3] + mid[i - 3] + 5u * mid[i] + mid[i + 3] +
+                             dn[i - 3] + dn[i] + dn[i + 3];
                 blur = (2 * s + 13) / 26; /* round(s / 13); s / 13 never ends in .5 */
             }
             dst[i] = blend1(r, om, (float)mid[i], (float)blur);

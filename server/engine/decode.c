@@ -264,8 +264,9 @@ feed_sample_status engine_check_quant_tables(feed_engine *e)
         const JQUANT_TBL *q = d->comp_info[ci].quant_table;
         if (q && memcmp(q->quantval, none.quantval, sizeof none.quantval) == 0) {
             st = FEED_SAMPLE_CORRUPT;
-            engine_set_msg(e, st, "quantisation table %d is not defined in this image (or all zeros)",
-                    d->comp_info[ci].quant_tbl_no);
+            engine_set_msg(e, st,
+                           "quantisation table %d is not defined in this image (or all zeros)",
+                           d->comp_info[ci].quant_tbl_no);
         }
     }
     return st;
@@ -405,12 +406,12 @@ feed_sample_status engine_precheck_bytes(feed_engine *e, const uint8_t *jpeg, si
     }
     if (len > e->lim.max_jpeg_bytes) {
         engine_set_msg(e, FEED_SAMPLE_TOO_LARGE, "%zu bytes exceeds max_jpeg_bytes %llu", len,
-                (unsigned long long)e->lim.max_jpeg_bytes);
+                       (unsigned long long)e->lim.max_jpeg_bytes);
         return FEED_SAMPLE_TOO_LARGE;
     }
     if (len < 2 || jpeg[0] != 0xFF || jpeg[1] != 0xD8) {
         engine_set_msg(e, FEED_SAMPLE_NOT_JPEG, "no SOI marker: starts with 0x%02x 0x%02x", jpeg[0],
-                len > 1 ? jpeg[1] : 0);
+                       len > 1 ? jpeg[1] : 0);
         return FEED_SAMPLE_NOT_JPEG;
     }
     return FEED_SAMPLE_OK;
@@ -458,21 +459,22 @@ static feed_sample_status check_header(feed_engine *e, bool *cmyk)
     uint32_t w = d->image_width, h = d->image_height;
     if (w > e->lim.max_side || h > e->lim.max_side) {
         engine_set_msg(e, FEED_SAMPLE_TOO_LARGE, "declared %ux%u exceeds max_side %u", w, h,
-                e->lim.max_side);
+                       e->lim.max_side);
         return FEED_SAMPLE_TOO_LARGE;
     }
     if ((uint64_t)w * h > e->lim.max_pixels) {
         engine_set_msg(e, FEED_SAMPLE_TOO_LARGE, "declared %ux%u exceeds max_pixels %llu", w, h,
-                (unsigned long long)e->lim.max_pixels);
+                       (unsigned long long)e->lim.max_pixels);
         return FEED_SAMPLE_TOO_LARGE;
     }
     uint64_t coef_cap = e->lim.max_pixels * COEF_BYTES_PER_MAX_PIXEL;
     if (jpeg_has_multiple_scans(d)) {
         uint64_t need = coef_bytes(d);
         if (need > coef_cap) {
-            engine_set_msg(e, FEED_SAMPLE_TOO_LARGE,
-                    "progressive %ux%u needs %llu MiB of coefficients, over the %llu MiB cap", w, h,
-                    (unsigned long long)(need >> 20), (unsigned long long)(coef_cap >> 20));
+            engine_set_msg(
+                e, FEED_SAMPLE_TOO_LARGE,
+                "progressive %ux%u needs %llu MiB of coefficients, over the %llu MiB cap", w, h,
+                (unsigned long long)(need >> 20), (unsigned long long)(coef_cap >> 20));
             return FEED_SAMPLE_TOO_LARGE;
         }
     }
@@ -494,7 +496,7 @@ static feed_sample_status check_header(feed_engine *e, bool *cmyk)
         break;
     default:
         engine_set_msg(e, FEED_SAMPLE_UNSUPPORTED, "colour space %d with %d components",
-                (int)d->jpeg_color_space, d->num_components);
+                       (int)d->jpeg_color_space, d->num_components);
         return FEED_SAMPLE_UNSUPPORTED;
     }
     d->dct_method = JDCT_ISLOW;
@@ -644,4 +646,3 @@ feed_sample_status feed_engine_decode(feed_engine *e, const uint8_t *jpeg, size_
         return engine_fail_now(e, NULL, 0, NULL);
     return run_decode(e, jpeg, len, min_side, alloc, ctx, img);
 }
-

@@ -61,7 +61,7 @@ static feed_sample_status run_fast(feed_engine *e, const uint8_t *jpeg, size_t l
 
     engine_window win;
     engine_map_window(t, d->image_width, d->image_height, &plan, 1.0 / denom, d->output_width,
-               d->output_height, &win);
+                      d->output_height, &win);
     uint32_t c0 = win.c0, c1 = win.c1, r0 = win.r0, r1 = win.r1;
 
     JDIMENSION xoff = c0, cw = c1 - c0;
@@ -107,7 +107,8 @@ static feed_sample_status run_fast(feed_engine *e, const uint8_t *jpeg, size_t l
         resize_ns += feed_now_ns() - t0;
         done += got;
     }
-    if (d->output_scanline < d->output_height && !jpeg_has_multiple_scans(d) && !engine_eoi_follows(d)) {
+    if (d->output_scanline < d->output_height && !jpeg_has_multiple_scans(d) &&
+        !engine_eoi_follows(d)) {
         e->status = FEED_SAMPLE_TRUNCATED;
         engine_set_msg(e, e->status, "no EOI marker after the scan data");
         return engine_fail_now(e, out, out_bytes, times);
@@ -181,7 +182,7 @@ feed_sample_status feed_engine_run_decoded(feed_engine *e, const feed_decoded *i
     feed_plan_sample(t, img->src_width, img->src_height, seed, epoch, sample_index, &plan);
     engine_window win;
     engine_map_window(t, img->src_width, img->src_height, &plan, img->scale_num / 8.0, img->width,
-               img->height, &win);
+                      img->height, &win);
     uint32_t cw = win.c1 - win.c0;
     engine_pipeline pipe;
     if (engine_plan_axes(e, t, &win, plan.flip) ||

@@ -22,7 +22,6 @@
 #include "jmem.h"
 #include "resize.h"
 
-
 /* Rows decoded per batch before they go through the horizontal pass. */
 #define BATCH_ROWS 16
 /*

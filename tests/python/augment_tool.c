@@ -28,8 +28,9 @@
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: feed-augment-tool op NAME MAG H W | adjust KIND FACTOR H W | apply SPEC "
-                    "H W SEED EPOCH INDEX | draw SPEC H W N SEED | parse SPEC\n");
+    fprintf(stderr,
+            "usage: feed-augment-tool op NAME MAG H W | adjust KIND FACTOR H W | apply SPEC "
+            "H W SEED EPOCH INDEX | draw SPEC H W N SEED | parse SPEC\n");
     return 2;
 }
 

@@ -70,10 +70,9 @@ static void parameters_parsed(void **state)
     assert_int_equal(feed_augment_parse("RandomErasing(fill=7)", &a, msg, sizeof msg), 0);
     assert_int_equal(a.steps[0].fill[2], 7);
     /* ColorJitter as torchvision's _check_input: x -> [max(0, 1 - x), 1 + x], hue [-x, x]. */
-    assert_int_equal(
-        feed_augment_parse("ColorJitter(brightness=1.5, contrast=(0.2, 0.3), hue=0.1)", &a, msg,
-                           sizeof msg),
-        0);
+    assert_int_equal(feed_augment_parse("ColorJitter(brightness=1.5, contrast=(0.2, 0.3), hue=0.1)",
+                                        &a, msg, sizeof msg),
+                     0);
     assert_true(a.steps[0].jitter[0][0] == 0.0 && a.steps[0].jitter[0][1] == 2.5);
     assert_true(a.steps[0].jitter[1][0] == 0.2 && a.steps[0].jitter[1][1] == 0.3);
     assert_true(a.steps[0].jitter[2][0] == 1.0 && a.steps[0].jitter[2][1] == 1.0);
@@ -167,8 +166,8 @@ static void ops_survive_any_size_and_magnitude(void **state)
 {
     (void)state;
     static const uint32_t sizes[][2] = {{1, 1}, {1, 7}, {7, 1}, {2, 2}, {3, 3}, {5, 64}};
-    static const double mags[] = {0.0, -0.0, 1.0, -1.0, 0.99, 255.0, -135.0, 1e6, -1e9,
-                                  INFINITY, -INFINITY, NAN, 3.5, 8.0, 9.0, -3.0};
+    static const double mags[] = {0.0,  -0.0,     1.0,       -1.0, 0.99, 255.0, -135.0, 1e6,
+                                  -1e9, INFINITY, -INFINITY, NAN,  3.5,  8.0,   9.0,    -3.0};
     uint8_t px[5 * 64 * 3], tmp[5 * 64 * 3];
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         for (int op = 0; op <= FEED_AUG_NUM_OPS; op++)
@@ -207,8 +206,8 @@ static void erasing_fills_one_box(void **state)
         int n = feed_augment_draw(&a.steps[0], &rng, H, W, ops, bins, signs, box, factors);
         for (uint32_t y = 0; y < H; y++)
             for (uint32_t x = 0; x < W; x++) {
-                bool in = n && y >= box[0] && y < box[0] + box[2] && x >= box[1] &&
-                          x < box[1] + box[3];
+                bool in =
+                    n && y >= box[0] && y < box[0] + box[2] && x >= box[1] && x < box[1] + box[3];
                 const uint8_t *p = px + ((size_t)y * W + x) * 3;
                 assert_int_equal(p[0], in ? 9 : 200);
                 assert_int_equal(p[2], in ? 7 : 200);
