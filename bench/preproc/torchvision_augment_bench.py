@@ -7,13 +7,13 @@ Per image, two pipelines side by side (which goes first alternates):
     plain:  pil_loader (decode + convert RGB) -> RandomResizedCrop(SIZE, antialias)
             -> RandomHorizontalFlip -> PILToTensor
     recipe: pil_loader -> RandomResizedCrop(SIZE, antialias) -> RandomHorizontalFlip
-            -> TrivialAugmentWide() -> PILToTensor -> ConvertImageDtype(float)
-            -> Normalize(ImageNet) -> RandomErasing(p=0.1)
+            -> TrivialAugmentWide(interpolation=BILINEAR) -> PILToTensor
+            -> ConvertImageDtype(float) -> Normalize(ImageNet) -> RandomErasing(p=0.1)
 
 (torchvision/references/classification/presets.py's ClassificationPresetTrain
-with auto_augment_policy="ta_wide", random_erase_prob=0.1, crop 176; its
-TrivialAugmentWide is given the recipe's bilinear interpolation there, here
-the default nearest, as feedd does.) torch is held to one thread; times are
+with auto_augment_policy="ta_wide", random_erase_prob=0.1, crop 176, which
+gives TrivialAugmentWide the recipe's bilinear interpolation, as feedd's
+preset torchvision-v2-recipe does.) torch is held to one thread; times are
 this thread's CPU time (time.thread_time_ns), so other jobs on a shared
 machine do not count. Prints one line a pass: pass, images, plain and recipe
 images per CPU-second.
@@ -46,7 +46,8 @@ def main() -> None:
     blobs = [f.read_bytes() for f in files]
     crop = [T.RandomResizedCrop(a.size, antialias=True), T.RandomHorizontalFlip()]
     plain = T.Compose(crop + [T.PILToTensor()])
-    recipe = T.Compose(crop + [T.TrivialAugmentWide(), T.PILToTensor(),
+    ta = T.TrivialAugmentWide(interpolation=T.InterpolationMode.BILINEAR)
+    recipe = T.Compose(crop + [ta, T.PILToTensor(),
                                T.ConvertImageDtype(torch.float), T.Normalize(MEAN, STD),
                                T.RandomErasing(p=0.1)])
     print("pass images plain_img_s recipe_img_s")

@@ -29,7 +29,8 @@
 #define JITTER_LIMIT 100.0
 #define HUE_LIMIT 0.5
 #define PRESET "torchvision-v2-recipe"
-#define PRESET_TEXT "TrivialAugmentWide(); RandomErasing(p=0.1)"
+/* references/classification/presets.py gives TrivialAugmentWide the recipe's interpolation. */
+#define PRESET_TEXT "TrivialAugmentWide(interpolation=bilinear); RandomErasing(p=0.1)"
 
 /* ImageNet's mean and std: RandomErasing's value is after Normalize with them. */
 static const double MEAN[3] = {0.485, 0.456, 0.406};
@@ -207,6 +208,14 @@ static int set_param(parser *ps, feed_augment_step *s, const char *key, const va
         return get_uint(ps, key, v, 0, FEED_AUGMENT_MAX_RAND_OPS, &s->num_ops);
     if (s->kind == FEED_AUGMENT_RAND && strcmp(key, "magnitude") == 0)
         return get_uint(ps, key, v, 0, MAX_BINS - 1, &s->magnitude);
+    bool geometric = has_bins || s->kind == FEED_AUGMENT_AUTO;
+    if (geometric && strcmp(key, "interpolation") == 0) {
+        if (strcmp(v->word, "nearest") != 0 && strcmp(v->word, "bilinear") != 0 &&
+            strcmp(v->word, "NEAREST") != 0 && strcmp(v->word, "BILINEAR") != 0)
+            return fail(ps, ".interpolation must be nearest or bilinear");
+        s->bilinear = v->word[0] == 'b' || v->word[0] == 'B';
+        return 0;
+    }
     if (s->kind == FEED_AUGMENT_AUTO && strcmp(key, "policy") == 0) {
         if (strcmp(v->word, "imagenet") != 0 && strcmp(v->word, "IMAGENET") != 0)
             return fail(ps, ".policy must be imagenet (the only policy served)");

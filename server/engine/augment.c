@@ -246,6 +246,7 @@ void feed_augment_apply(const feed_augment *a, feed_aug_image *img, uint64_t see
             continue;
         }
         bool wide = s->kind == FEED_AUGMENT_TRIVIAL_WIDE;
+        img->bilinear = s->bilinear;
         uint32_t nbins = s->kind == FEED_AUGMENT_AUTO ? AA_BINS : s->num_magnitude_bins;
         for (int i = 0; i < n; i++) {
             double mag = bins[i] < 0
@@ -253,5 +254,6 @@ void feed_augment_apply(const feed_augment *a, feed_aug_image *img, uint64_t see
                              : magnitude_of(ops[i], wide, nbins, (uint32_t)bins[i], img->h, img->w);
             feed_aug_apply_op(ops[i], mag * signs[i], img);
         }
+        img->bilinear = false;
     }
 }

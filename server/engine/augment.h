@@ -58,7 +58,8 @@ typedef enum feed_aug_adjust_kind {
 typedef struct feed_aug_image {
     uint8_t *px;
     uint32_t h, w;
-    uint8_t *tmp; /* h * w * 3 bytes of scratch for the ops that read while writing */
+    uint8_t *tmp;  /* h * w * 3 bytes of scratch for the ops that read while writing */
+    bool bilinear; /* geometric ops interpolate bilinearly (torchvision's BILINEAR), else nearest */
 } feed_aug_image;
 
 /* Name as torchvision's _apply_op spells it ("ShearX"), or NULL past the table. */

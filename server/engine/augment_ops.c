@@ -11,7 +11,8 @@
  * Geometric ops compute the inverse affine matrix as
  * functional._get_inverse_affine_matrix does, map each output pixel's centre
  * through it in float32 as _gen_affine_grid and grid_sample(align_corners=
- * False) do, and take the nearest pixel (round half to even), zero outside.
+ * False) do, and take the nearest pixel (round half to even) or the bilinear
+ * blend of four, zero outside.
  * To add an op: a function below, an entry in OPS, its magnitudes in augment.c.
  */
 #include <math.h>
@@ -74,7 +75,70 @@ static void inverse_affine(double cx, double cy, double angle, double tx, double
     m[5] += cy;
 }
 
-/* F_t.affine with nearest interpolation and zero fill, through img->tmp. */
+/*
+ * Round half to even (nearbyintf in the default rounding mode) for |v| < 2^22,
+ * without the libm call baseline x86-64 makes for nearbyintf: adding 1.5 * 2^23
+ * leaves no fraction bits, so the addition itself rounds.
+ */
+static float round_even(float v)
+{
+    const float magic = 12582912.0f;
+    return (v + magic) - magic;
+}
+
+/* floorf for |v| < 2^31. */
+static float floor_small(float v)
+{
+    float t = (float)(int32_t)v;
+    return t > v ? t - 1.0f : t;
+}
+
+/*
+ * grid_sample(mode="bilinear", padding_mode="zeros", align_corners=False) at
+ * (sx, sy), as its CPU kernel sums the four taps in float32 (a tap outside
+ * the image is 0), then rounded half to even (_cast_squeeze_out) into dst.
+ */
+static void bilinear_pixel(const feed_aug_image *img, float sx, float sy, uint8_t *dst)
+{
+    memset(dst, 0, 3);
+    if (!(sx > -2.0f && sx < (float)img->w + 1.0f && sy > -2.0f && sy < (float)img->h + 1.0f))
+        return;
+    float x0 = floor_small(sx), y0 = floor_small(sy);
+    float we = sx - x0, ww = 1.0f - we, ns = sy - y0, nn = 1.0f - ns;
+    const float wt[4] = {nn * ww, nn * we, ns * ww, ns * we}; /* nw, ne, sw, se */
+    int64_t xi = (int64_t)x0, yi = (int64_t)y0;
+    if (xi >= 0 && xi + 1 < img->w && yi >= 0 && yi + 1 < img->h) {
+        /* All four taps inside: the same sums without the zero taps' tests. */
+        const uint8_t *n = img->tmp + ((size_t)yi * img->w + (size_t)xi) * 3;
+        const uint8_t *so = n + (size_t)img->w * 3;
+        for (int c = 0; c < 3; c++) {
+            float v = (float)n[c] * wt[0];
+            v = v + (float)n[c + 3] * wt[1];
+            v = v + (float)so[c] * wt[2];
+            v = v + (float)so[c + 3] * wt[3];
+            v = round_even(v);
+            dst[c] = v <= 0.0f ? 0 : v >= 255.0f ? 255 : (uint8_t)v;
+        }
+        return;
+    }
+    const uint8_t *tap[4];
+    for (int k = 0; k < 4; k++) {
+        int64_t x = xi + (k & 1), y = yi + (k >> 1);
+        tap[k] = x >= 0 && x < img->w && y >= 0 && y < img->h
+                     ? img->tmp + ((size_t)y * img->w + (size_t)x) * 3
+                     : NULL;
+    }
+    for (int c = 0; c < 3; c++) {
+        float v = (tap[0] ? (float)tap[0][c] : 0.0f) * wt[0];
+        v = v + (tap[1] ? (float)tap[1][c] : 0.0f) * wt[1];
+        v = v + (tap[2] ? (float)tap[2][c] : 0.0f) * wt[2];
+        v = v + (tap[3] ? (float)tap[3][c] : 0.0f) * wt[3];
+        v = round_even(v); /* v is within [0, 255] */
+        dst[c] = v <= 0.0f ? 0 : v >= 255.0f ? 255 : (uint8_t)v;
+    }
+}
+
+/* F_t.affine with zero fill (nearest, or bilinear when img->bilinear), through img->tmp. */
 static void warp(feed_aug_image *img, const double md[6])
 {
     uint32_t w = img->w, h = img->h;
@@ -90,8 +154,15 @@ static void warp(feed_aug_image *img, const double md[6])
             float px = -hw + 0.5f + (float)x;
             float gx = px * r0 + py * r1 + r2;
             float gy = px * r3 + py * r4 + r5;
-            float ix = nearbyintf(((gx + 1.0f) * (float)w - 1.0f) / 2.0f);
-            float iy = nearbyintf(((gy + 1.0f) * (float)h - 1.0f) / 2.0f);
+            float sx = ((gx + 1.0f) * (float)w - 1.0f) / 2.0f;
+            float sy = ((gy + 1.0f) * (float)h - 1.0f) / 2.0f;
+            if (img->bilinear) {
+                bilinear_pixel(img, sx, sy, dst + (size_t)x * 3);
+                continue;
+            }
+            /* Beyond +-2^21 no rounding lands inside the image (sides <= 4096). */
+            bool near = fabsf(sx) < 2097152.0f && fabsf(sy) < 2097152.0f;
+            float ix = near ? round_even(sx) : -1.0f, iy = near ? round_even(sy) : -1.0f;
             if (ix >= 0.0f && ix < (float)w && iy >= 0.0f && iy < (float)h)
                 memcpy(dst + (size_t)x * 3, img->tmp + ((size_t)iy * w + (size_t)ix) * 3, 3);
             else
@@ -115,19 +186,29 @@ static void op_shear_y(feed_aug_image *img, double mag)
     warp(img, m);
 }
 
-/* TranslateX/Y: translate by int(magnitude) pixels (toward zero). */
-static void op_translate_x(feed_aug_image *img, double mag)
+/*
+ * TranslateX/Y: translate by int(magnitude) pixels (toward zero). A whole-
+ * pixel shift samples within float32 error of pixel centres, so bilinear
+ * rounds to the nearest pixel's value: the nearest path gives its bytes.
+ */
+static void translate(feed_aug_image *img, double tx, double ty)
 {
     double m[6];
-    inverse_affine(0.0, 0.0, 0.0, trunc(mag), 0.0, 0.0, 0.0, m);
+    bool bilinear = img->bilinear;
+    inverse_affine(0.0, 0.0, 0.0, tx, ty, 0.0, 0.0, m);
+    img->bilinear = false;
     warp(img, m);
+    img->bilinear = bilinear;
+}
+
+static void op_translate_x(feed_aug_image *img, double mag)
+{
+    translate(img, trunc(mag), 0.0);
 }
 
 static void op_translate_y(feed_aug_image *img, double mag)
 {
-    double m[6];
-    inverse_affine(0.0, 0.0, 0.0, 0.0, trunc(mag), 0.0, 0.0, m);
-    warp(img, m);
+    translate(img, 0.0, trunc(mag));
 }
 
 /* F.rotate(angle) about the centre: the inverse matrix of -angle. */

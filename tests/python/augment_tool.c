@@ -3,7 +3,9 @@
  * the command line, for test_augment*.py (against torchvision) and the
  * augmentation benchmark. Test-only; single-threaded.
  *
- *   op NAME MAGNITUDE H W      raw HWC RGB on stdin, the op's output on stdout
+ *   op NAME MAGNITUDE H W [bilinear]
+ *                              raw HWC RGB on stdin, the op's output on stdout
+ *                              (geometric ops: nearest, or bilinear)
  *   apply SPEC H W SEED EPOCH INDEX
  *                              the same with a whole description (augment.h)
  *   draw SPEC H W N SEED       for sample indices 0..N-1 of epoch 0, one line
@@ -17,6 +19,7 @@
  *   parse SPEC                 0 and "ok", or 2 and the parser's message
  * Exit status 2 on a usage or input error, with a message on stderr.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,9 +31,10 @@
 
 static int usage(void)
 {
-    fprintf(stderr,
-            "usage: feed-augment-tool op NAME MAG H W | adjust KIND FACTOR H W | apply SPEC "
-            "H W SEED EPOCH INDEX | draw SPEC H W N SEED | parse SPEC\n");
+    fprintf(
+        stderr,
+        "usage: feed-augment-tool op NAME MAG H W [bilinear] | adjust KIND FACTOR H W | apply SPEC "
+        "H W SEED EPOCH INDEX | draw SPEC H W N SEED | parse SPEC\n");
     return 2;
 }
 
@@ -66,11 +70,13 @@ out:
 typedef struct op_args {
     feed_aug_op op;
     double mag;
+    bool bilinear;
 } op_args;
 
 static void run_op(feed_aug_image *img, void *ctx)
 {
     const op_args *a = ctx;
+    img->bilinear = a->bilinear;
     feed_aug_apply_op(a->op, a->mag, img);
 }
 
@@ -142,8 +148,9 @@ static int draw(const feed_augment *aug, uint32_t h, uint32_t w, uint64_t n, uin
 int main(int argc, char **argv)
 {
     uint32_t h, w;
-    if (argc == 6 && strcmp(argv[1], "op") == 0) {
-        op_args a = {.op = FEED_AUG_NUM_OPS, .mag = strtod(argv[3], NULL)};
+    if ((argc == 6 || (argc == 7 && strcmp(argv[6], "bilinear") == 0)) &&
+        strcmp(argv[1], "op") == 0) {
+        op_args a = {.op = FEED_AUG_NUM_OPS, .mag = strtod(argv[3], NULL), .bilinear = argc == 7};
         for (int k = 0; k < FEED_AUG_NUM_OPS; k++)
             if (strcmp(feed_aug_op_name((feed_aug_op)k), argv[2]) == 0)
                 a.op = (feed_aug_op)k;

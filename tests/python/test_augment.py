@@ -48,15 +48,18 @@ def images() -> List[np.ndarray]:
     return [np.asarray(Image.open(f).convert("RGB").resize((176, 183))).copy() for f in files]
 
 
-def feed_op(img: np.ndarray, name: str, magnitude: float) -> np.ndarray:
+def feed_op(img: np.ndarray, name: str, magnitude: float, bilinear: bool = False) -> np.ndarray:
     h, w, _ = img.shape
-    out = tool("op", name, repr(magnitude), str(h), str(w), data=img.tobytes())
+    out = tool("op", name, repr(magnitude), str(h), str(w), *(["bilinear"] if bilinear else []),
+               data=img.tobytes())
     return np.frombuffer(out, np.uint8).reshape(h, w, 3)
 
 
-def torchvision_op(img: np.ndarray, name: str, magnitude: float) -> np.ndarray:
+def torchvision_op(img: np.ndarray, name: str, magnitude: float,
+                   bilinear: bool = False) -> np.ndarray:
     t = torch.from_numpy(img).permute(2, 0, 1).contiguous()
-    return aa._apply_op(t, name, magnitude, NEAREST, None).permute(1, 2, 0).numpy()
+    mode = T.InterpolationMode.BILINEAR if bilinear else NEAREST
+    return aa._apply_op(t, name, magnitude, mode, None).permute(1, 2, 0).numpy()
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
@@ -81,6 +84,9 @@ def op_cases() -> List[Tuple[str, float]]:
 INTEGER_OPS = {"Identity", "Posterize", "Solarize", "Equalize", "Invert"}
 
 
+GEOMETRIC = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"}
+
+
 @pytest.mark.parametrize("name,magnitude", op_cases())
 def test_op_matches_torchvision(name: str, magnitude: float) -> None:
     for img in images():
@@ -89,6 +95,14 @@ def test_op_matches_torchvision(name: str, magnitude: float) -> None:
             assert np.array_equal(ours, theirs), f"{name}({magnitude}) differs"
         else:
             assert psnr(ours, theirs) >= 40.0, f"{name}({magnitude}): {psnr(ours, theirs):.1f} dB"
+
+
+@pytest.mark.parametrize("name,magnitude", [c for c in op_cases() if c[0] in GEOMETRIC])
+def test_bilinear_geometric_ops_match_torchvision(name: str, magnitude: float) -> None:
+    for img in images():
+        ours = feed_op(img, name, magnitude, bilinear=True)
+        theirs = torchvision_op(img, name, magnitude, bilinear=True)
+        assert psnr(ours, theirs) >= 40.0, f"{name}({magnitude}): {psnr(ours, theirs):.1f} dB"
 
 
 def test_geometric_and_colour_ops_exact_on_real_jpegs() -> None:
@@ -262,6 +276,7 @@ def test_random_erasing_boxes_match_torchvision() -> None:
     ("TrivialAugmentWide(num_magnitude_bins=1)", "TrivialAugmentWide.num_magnitude_bins"),
     ("TrivialAugmentWide(fill=3)", "TrivialAugmentWide: unknown parameter 'fill'"),
     ("AutoAugment(policy=cifar10)", "AutoAugment.policy must be imagenet"),
+    ("RandAugment(interpolation=bicubic)", "RandAugment.interpolation must be nearest or"),
     ("ColorJitter(hue=0.6)", "ColorJitter.hue must be in [0, 0.5]"),
     ("ColorJitter(brightness=-1)", "ColorJitter.brightness must be in [0, 100]"),
     ("ColorJitter(saturation=(1.5, 0.5))", "ColorJitter.saturation must be (min, max)"),
@@ -276,5 +291,5 @@ def test_bad_descriptions_name_the_parameter(spec: str, needle: str) -> None:
 
 def test_preset_and_torchvision_spelling() -> None:
     assert tool("parse", "torchvision-v2-recipe") == b"ok 2\n"
-    assert tool("parse", "TrivialAugmentWide(); RandomErasing(p=0.1, scale=(0.02, 0.33), "
-                         "ratio=[0.3, 3.3], value=0)") == b"ok 2\n"
+    assert tool("parse", "TrivialAugmentWide(interpolation=bilinear); RandomErasing(p=0.1, "
+                         "scale=(0.02, 0.33), ratio=[0.3, 3.3], value=0)") == b"ok 2\n"

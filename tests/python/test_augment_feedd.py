@@ -75,7 +75,8 @@ def test_resume_same_bytes(server, stop_after: int) -> None:
 
 
 def test_list_of_dicts_is_the_preset(server) -> None:
-    steps = [{"name": "TrivialAugmentWide", "num_magnitude_bins": 31},
+    steps = [{"name": "TrivialAugmentWide", "num_magnitude_bins": 31,
+              "interpolation": "bilinear"},
              {"name": "RandomErasing", "p": 0.1, "scale": (0.02, 0.33), "ratio": (0.3, 3.3),
               "value": 0}]
     with make(server.target, augment=steps) as a, make(server.target, augment=RECIPE) as b:

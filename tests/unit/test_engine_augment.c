@@ -38,6 +38,7 @@ static void preset_is_the_recipe(void **state)
     assert_int_equal(a.num_steps, 2);
     assert_int_equal(a.steps[0].kind, FEED_AUGMENT_TRIVIAL_WIDE);
     assert_int_equal(a.steps[0].num_magnitude_bins, 31);
+    assert_true(a.steps[0].bilinear); /* as the reference recipe's presets.py */
     assert_int_equal(a.steps[1].kind, FEED_AUGMENT_ERASING);
     assert_true(a.steps[1].p == 0.1);
     assert_true(a.steps[1].scale[0] == 0.02 && a.steps[1].scale[1] == 0.33);
@@ -174,6 +175,8 @@ static void ops_survive_any_size_and_magnitude(void **state)
             for (size_t m = 0; m < sizeof mags / sizeof mags[0]; m++) {
                 fill_pattern(px, sizeof px, (unsigned)(op + m));
                 feed_aug_image img = {.px = px, .h = sizes[s][0], .w = sizes[s][1], .tmp = tmp};
+                feed_aug_apply_op((feed_aug_op)op, mags[m], &img);
+                img.bilinear = true;
                 feed_aug_apply_op((feed_aug_op)op, mags[m], &img);
                 if (op < 4)
                     feed_aug_adjust((feed_aug_adjust_kind)op, mags[m], &img);

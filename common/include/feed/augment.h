@@ -9,6 +9,7 @@
 #ifndef FEED_AUGMENT_H
 #define FEED_AUGMENT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,10 +36,11 @@ typedef struct feed_augment_step {
     uint32_t num_ops;            /* RandAugment: ops per sample, 0..16 (default 2) */
     uint32_t magnitude;          /* RandAugment: bin, 0..num_magnitude_bins-1 (default 9) */
     uint32_t num_magnitude_bins; /* TrivialAugmentWide 31, RandAugment 31; 2..1000 */
-    double p;                    /* RandomErasing: probability (default 0.5) */
-    double scale[2];             /* RandomErasing: area fraction (default 0.02 .. 0.33) */
-    double ratio[2];             /* RandomErasing: aspect h/w (default 0.3 .. 3.3) */
-    uint8_t fill[3];             /* RandomErasing: the erased pixels' value */
+    bool bilinear;   /* TrivialAugmentWide, RandAugment, AutoAugment: interpolation=bilinear */
+    double p;        /* RandomErasing: probability (default 0.5) */
+    double scale[2]; /* RandomErasing: area fraction (default 0.02 .. 0.33) */
+    double ratio[2]; /* RandomErasing: aspect h/w (default 0.3 .. 3.3) */
+    uint8_t fill[3]; /* RandomErasing: the erased pixels' value */
     /* ColorJitter: factor ranges [min, max] for brightness, contrast, saturation and hue
      * (feed_aug_adjust_kind's order); an adjustment equal to its centre (1, or 0 for hue)
      * at both ends is skipped and draws nothing, as torchvision's None. */
@@ -53,7 +55,9 @@ typedef struct feed_augment {
 /*
  * Parse a description: steps separated by ';', each Name(key=value, ...) with
  * torchvision's names and defaults, tuples as (a, b); or the preset
- * "torchvision-v2-recipe" (TrivialAugmentWide(); RandomErasing(p=0.1)).
+ * "torchvision-v2-recipe" (TrivialAugmentWide(interpolation=bilinear);
+ * RandomErasing(p=0.1), as torchvision's reference recipe builds them).
+ * interpolation is nearest (the default) or bilinear.
  * RandomErasing's `value` is torchvision's (after Normalize with ImageNet's
  * mean and std, default 0) and becomes the uint8 pixel nearest to it; `fill`
  * (0..255, one or three) gives the pixel directly. ColorJitter(brightness,
