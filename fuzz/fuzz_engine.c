@@ -6,7 +6,8 @@
  * and through the reference path once. Like libjpeg-turbo's
  * fuzz/decompress.cc it reads every output byte, so uninitialised output
  * shows up under MSan, and it holds the engine to its contract: a failed
- * sample's output is all zero.
+ * sample's output is all zero. A good fast-path sample then goes through
+ * every augmentation policy (augment.h), drawn from the same seed.
  * Limits are lowered (1 Mpx) so a hostile header cannot make one run slow.
  */
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #define OUT_MAX (64 * 64 * 3)
 
 static feed_engine *engine;
+static feed_augment every_policy;
 /* Where every output byte ends up, so no read is optimised away. */
 static volatile unsigned sink;
 
@@ -31,6 +33,8 @@ static void run_one(const uint8_t *data, size_t size, const feed_transform *t, u
     feed_sample_status st = reference
                                 ? feed_engine_run_reference(engine, data, size, t, seed, 1, 7, out)
                                 : feed_engine_run(engine, data, size, t, seed, 1, 7, out, NULL);
+    if (!reference && st == FEED_SAMPLE_OK)
+        st = feed_engine_augment(engine, &every_policy, out, t->out_h, t->out_w, seed, 1, 7);
     unsigned acc = 0, any = 0;
     for (size_t i = 0; i < n; i++) {
         acc += out[i];
@@ -48,7 +52,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         feed_engine_limits_default(&lim);
         lim.max_pixels = 1u << 20;
         lim.max_side = 4096;
-        if (feed_engine_new(&lim, &engine) != 0)
+        if (feed_engine_new(&lim, &engine) != 0 ||
+            feed_augment_parse("RandAugment(num_ops=3, interpolation=bilinear); AutoAugment(); "
+                               "ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, "
+                               "hue=0.1); TrivialAugmentWide(); RandomErasing(p=0.5)",
+                               &every_policy, NULL, 0) != 0)
             abort();
     }
     uint64_t seed = feed_crc32c(0, data, size);

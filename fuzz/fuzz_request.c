@@ -6,7 +6,8 @@
  * little-endian length and the bytes (the last frame takes what is left).
  * They go through one session, as on a stream, until one is refused, which
  * would end the stream. Every request that passes is held to what
- * service.c then relies on: an open session with a valid transform, a window
+ * service.c then relies on: an open session with a valid transform (and at
+ * most FEED_AUGMENT_MAX_STEPS augmentation steps, TransformSpec.augment), a window
  * within bounds, indices in range and a batch within max_batch_bytes.
  * Two datasets are served, both a 10-sample pack made at first use.
  */
@@ -73,7 +74,8 @@ static void check_batch(const feedd_session *sess, const feedd_batch_request *re
 {
     char why[160];
     if (!sess->opened || sess->ds_id >= env.n_datasets || sess->window < 1 ||
-        sess->window > cfg.max_window || feed_transform_validate(&sess->tf, why, sizeof why) != 0)
+        sess->window > cfg.max_window || feed_transform_validate(&sess->tf, why, sizeof why) != 0 ||
+        sess->aug.num_steps > FEED_AUGMENT_MAX_STEPS)
         abort();
     for (const char *c = sess->client_name; *c; c++)
         if (*c < 0x20 || *c > 0x7e)

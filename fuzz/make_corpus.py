@@ -104,6 +104,12 @@ REQUESTS = {
         batch_request(session_open(b"val", eval_, window=100)),
         batch_request(None, 7, 2, [1])),
     "stream-default-transform": stream(batch_request(session_open(b"train"), 0, 0, [0])),
+    "stream-augment": stream(batch_request(session_open(b"train", transform(
+        0, 32, 32, f_bytes(10, b"RandAugment(num_ops=2, magnitude=9); ColorJitter(hue=(-0.1, "
+                               b"0.2)); RandomErasing(p=0.25, scale=(0.02, 0.33), fill=7)"))),
+        1, 0, [0, 1])),
+    "stream-augment-preset": stream(batch_request(session_open(b"train", transform(
+        0, 32, 32, f_bytes(10, b"torchvision-v2-recipe"))), 1, 0, [2])),
     "stream-bad-index": stream(batch_request(session_open(b"train", train), 1, 0, [10])),
     "stream-reopen": stream(batch_request(session_open(b"train"), 1, 0, [1]),
                             batch_request(session_open(b"val"), 2, 0, [2])),

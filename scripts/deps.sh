@@ -6,7 +6,8 @@
 #           (Debian's torch, venv, setuptools and wheel for pip's offline build)
 #   test: main's packages plus what the test suite runs (cmocka, the interop
 #         clients' grpcio and node/npm, the PyTorch package's torch and pytest,
-#         iproute2 for the network-namespace test)
+#         scipy for the augmentations' distribution tests, iproute2 for the
+#         network-namespace test)
 #   compose: rootful podman for deploy/compose-test.sh (scripts/compose-ci.sh)
 # Run as root; does nothing for packages already present.
 set -euo pipefail
@@ -16,7 +17,7 @@ main_pkgs=(build-essential cmake pkg-config
            libmicrohttpd-dev libcurl4-openssl-dev libssl-dev python3 python3-numpy python3-matplotlib)
 test_pkgs=(git libcmocka-dev
            python3-grpcio python3-grpc-tools python3-protobuf nodejs npm
-           python3-torch python3-torchvision python3-pytest python3-pil
+           python3-torch python3-torchvision python3-pytest python3-pil python3-scipy
            python3-venv python3-pip python3-setuptools openssl iproute2)
 python_pkgs=(python3-torch python3-venv python3-setuptools python3-wheel)
 compose_pkgs=(podman runc netavark aardvark-dns iptables debootstrap podman-compose python3)

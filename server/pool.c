@@ -237,6 +237,13 @@ static void make_sample(worker *w, feedd_job *job, uint32_t pos)
                          feed_engine_last_error(w->engine));
         }
     }
+    if (st == FEED_SAMPLE_OK && job->aug && job->aug->num_steps > 0) {
+        st = feed_engine_augment(w->engine, job->aug, out, job->tf->out_h, job->tf->out_w,
+                                 job->seed, job->epoch, index);
+        if (st != FEED_SAMPLE_OK)
+            snprintf(job->errors[pos], sizeof job->errors[pos], "%s",
+                     feed_engine_last_error(w->engine));
+    }
     job->sample_crc[pos] = feed_crc32c(0, out, job->sample_bytes);
     job->status[pos] = st;
     feedd_count(&feedd_m.sample_status[st], 1);

@@ -37,6 +37,7 @@ struct feedd_job {
     const feed_dataset *ds;
     uint32_t ds_id;
     const feed_transform *tf;
+    const feed_augment *aug; /* after the crop; NULL or no steps: none */
     uint64_t seed;
     uint32_t epoch;
     /* BatchRequest.ownership NOT_OWNER: another server owns these samples; a miss is decoded

@@ -153,6 +153,18 @@ static int transform_from_wire(const Feed__V1__TransformSpec *w, feed_transform 
     return 0;
 }
 
+/* TransformSpec.augment parsed; 0 or INVALID_ARGUMENT text naming the parameter. */
+static int augment_from_wire(const Feed__V1__TransformSpec *w, feed_augment *a, char *msg,
+                             size_t cap)
+{
+    char why[200];
+    if (feed_augment_parse(w ? w->augment : NULL, a, why, sizeof why) != 0) {
+        snprintf(msg, cap, "transform.%s", why);
+        return FEED_EINVAL;
+    }
+    return 0;
+}
+
 static grpc_status_code open_session(const feedd_request_env *env, const Feed__V1__SessionOpen *o,
                                      const char *peer, feedd_session *sess, char *msg, size_t cap)
 {
@@ -168,6 +180,8 @@ static grpc_status_code open_session(const feedd_request_env *env, const Feed__V
         return GRPC_STATUS_NOT_FOUND;
     }
     if (transform_from_wire(o->transform, &sess->tf, msg, cap) < 0)
+        return GRPC_STATUS_INVALID_ARGUMENT;
+    if (augment_from_wire(o->transform, &sess->aug, msg, cap) < 0)
         return GRPC_STATUS_INVALID_ARGUMENT;
     sess->ds_id = (uint32_t)ds;
     sess->seed = o->seed;

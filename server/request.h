@@ -16,6 +16,7 @@
 
 #include <grpc/status.h>
 
+#include "augment.h"
 #include "config.h"
 #include "feed.pb-c.h"
 #include "feed/dataset.h"
@@ -50,6 +51,7 @@ typedef struct feedd_session {
     bool opened;
     uint32_t ds_id;
     feed_transform tf;
+    feed_augment aug; /* TransformSpec.augment, parsed */
     uint64_t seed;
     uint32_t window;                             /* 1..max_window */
     char client_name[FEEDD_CLIENT_NAME_MAX + 1]; /* printable ASCII */

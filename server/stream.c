@@ -343,6 +343,7 @@ static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sam
         bj->job.ds = ds;
         bj->job.ds_id = s->sess.ds_id;
         bj->job.tf = &s->sess.tf;
+        bj->job.aug = &s->sess.aug;
         bj->job.seed = s->sess.seed;
         bj->job.epoch = r->epoch;
         bj->job.not_owner = r->ownership == FEED__V1__CACHE_OWNERSHIP__CACHE_OWNERSHIP_NOT_OWNER;

@@ -225,6 +225,7 @@ static void start_stream(loader *l, server *s)
     snprintf(name, sizeof(name), "libfeedclient rank %u/%u", l->cfg.rank, l->cfg.world);
     wire_open wo = {.dataset = l->dataset,
                     .transform = &l->cfg.transform,
+                    .augment = l->augment,
                     .seed = l->cfg.seed,
                     .window = s->window,
                     .client_name = name};

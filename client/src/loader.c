@@ -12,6 +12,7 @@
 
 #include <grpc/grpc.h>
 
+#include "feed/augment.h"
 #include "feed/client.h"
 #include "feed/errors.h"
 #include "feed/log.h"
@@ -52,6 +53,7 @@ void feed_loader_config_default(feed_loader_config *cfg)
 
 static int check_config(const feed_loader_config *c, const char **why, char *tmsg, size_t cap)
 {
+    feed_augment aug;
     *why = NULL;
     if (!c->targets || c->num_targets == 0 || c->num_targets > CLIENT_MAX_SERVERS)
         *why = "targets";
@@ -76,6 +78,8 @@ static int check_config(const feed_loader_config *c, const char **why, char *tms
     else if ((unsigned)c->owner_routing > FEED_OWNER_ROUTING_ON)
         *why = "owner_routing";
     else if (feed_transform_validate(&c->transform, tmsg, cap))
+        *why = tmsg;
+    else if (c->augment && feed_augment_parse(c->augment, &aug, tmsg, cap))
         *why = tmsg;
     else if (c->batch_deadline_ms == 0 || c->unavailable_timeout_ms == 0 ||
              c->resolve_interval_ms == 0)
@@ -164,7 +168,7 @@ static int open_servers(loader *l)
 int feed_loader_open(const feed_loader_config *caller_cfg, feed_loader **out)
 {
     const char *why;
-    char tmsg[128];
+    char tmsg[200];
     loader *l = NULL;
     int rc = FEED_EINVAL;
     feed_loader_config full;
@@ -186,7 +190,7 @@ int feed_loader_open(const feed_loader_config *caller_cfg, feed_loader **out)
     rc = check_config(cfg, &why, tmsg, sizeof(tmsg));
     if (rc) {
         if (cfg->log_fn) {
-            char msg[192];
+            char msg[256];
             snprintf(msg, sizeof(msg), "feed_loader_open: invalid %s", why);
             cfg->log_fn(cfg->log_user, FEED_LOG_ERROR, msg);
         }
@@ -221,6 +225,12 @@ int feed_loader_open(const feed_loader_config *caller_cfg, feed_loader **out)
             goto out;
     }
     l->cfg.dataset = l->dataset;
+    if (cfg->augment && cfg->augment[0]) {
+        l->augment = dup_str(cfg->augment);
+        if (!l->augment)
+            goto out;
+    }
+    l->cfg.augment = l->augment;
     l->cfg.targets = (const char *const *)l->targets;
 
     uint32_t bs = cfg->batch_size;
@@ -290,6 +300,7 @@ void feed_loader_close(feed_loader *l)
     }
     free(l->targets);
     free(l->dataset);
+    free(l->augment);
     logq_stop(l);
     pthread_cond_destroy(&l->cond);
     pthread_cond_destroy(&l->dns_cond);

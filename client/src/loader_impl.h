@@ -261,6 +261,7 @@ typedef struct dns_target {
 struct feed_loader {
     feed_loader_config cfg; /* immutable; strings below are our copies */
     char *dataset;
+    char *augment; /* cfg.augment copied; NULL: none */
     char **targets;
     /* conn.c's, from conn_start to conn_stop, then read-only: what every channel and call
      * carries (cfg's token and TLS files are read there and not kept). */

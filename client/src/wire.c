@@ -239,6 +239,8 @@ void *wire_pack_request(const wire_open *open, uint64_t batch_id, uint32_t epoch
         ts.ratio_max = t->ratio_max;
         ts.flip_prob = t->flip_prob;
         ts.resize_size = t->resize_size;
+        if (open->augment)
+            ts.augment = (char *)open->augment;
         so.dataset = (char *)open->dataset;
         so.transform = &ts;
         so.seed = open->seed;

@@ -82,6 +82,7 @@ void wire_batch_reader_destroy(wire_batch_reader *r);
 typedef struct wire_open {
     const char *dataset;
     const feed_transform *transform;
+    const char *augment; /* NULL: none */
     uint64_t seed;
     uint32_t window;
     const char *client_name;

@@ -15,6 +15,9 @@
  * plans the sample in the original image's coordinates, as the fast path
  * does, maps the box onto the reduced image, and crops, resizes and flips
  * from its pixels.
+ *
+ * Augmentations (augment.h) come after either path, on the finished sample:
+ * feed_engine_augment.
  */
 #ifndef FEED_SERVER_ENGINE_ENGINE_H
 #define FEED_SERVER_ENGINE_ENGINE_H
@@ -22,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "augment.h"
 #include "feed/errors.h"
 #include "feed/transform.h"
 
@@ -114,6 +118,15 @@ feed_sample_status feed_engine_run_decoded(feed_engine *e, const feed_decoded *i
                                            const feed_transform *t, uint64_t seed, uint32_t epoch,
                                            uint64_t sample_index, uint8_t *out,
                                            feed_stage_times *times);
+
+/*
+ * Augment a finished out_h x out_w sample in place (augment.h), with the
+ * engine's scratch. FEED_SAMPLE_OK, or TOO_LARGE (out zero-filled) when the
+ * scratch cannot grow.
+ */
+feed_sample_status feed_engine_augment(feed_engine *e, const feed_augment *a, uint8_t *out,
+                                       uint32_t out_h, uint32_t out_w, uint64_t seed,
+                                       uint32_t epoch, uint64_t sample_index);
 
 /* Message for the last failed run on this engine; "" after a success. */
 const char *feed_engine_last_error(const feed_engine *e);

@@ -61,6 +61,7 @@ int main(void)
     FIELD(feed_loader_config, tls_cert_file);
     FIELD(feed_loader_config, tls_key_file);
     FIELD(feed_loader_config, owner_routing);
+    FIELD(feed_loader_config, augment);
 
     SIZE(feed_batch);
     FIELD(feed_batch, data);

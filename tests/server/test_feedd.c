@@ -217,6 +217,12 @@ static void test_error_statuses(void **state)
     expect_stream_error(chan, &open, idx, 2, GRPC_STATUS_INVALID_ARGUMENT, "transform.out");
 
     bad = train_spec(32);
+    bad.augment = "TrivialAugmentWide(); RandomErasing(p=2)";
+    make_open(&open, &bad, "good", 1, 1);
+    expect_stream_error(chan, &open, idx, 2, GRPC_STATUS_INVALID_ARGUMENT,
+                        "transform.augment: RandomErasing.p must be in [0, 1]");
+
+    bad = train_spec(32);
     bad.mode = (Feed__V1__TransformMode)7;
     make_open(&open, &bad, "good", 1, 1);
     expect_stream_error(chan, &open, idx, 2, GRPC_STATUS_INVALID_ARGUMENT, "transform.mode");

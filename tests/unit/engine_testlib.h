@@ -1,7 +1,8 @@
 /*
  * What the engine's unit tests share (test_engine.c: the fast path against
  * the reference, kernels, determinism; test_engine_input.c: malformed input,
- * limits, per-image tables, the decoded path): files from tests/data, PSNR,
+ * limits, per-image tables, the decoded path; test_engine_crop.c: crop.c;
+ * test_engine_augment.c: the augmentations): files from tests/data, PSNR,
  * JPEGs made here with libjpeg in any layout, and a fixture with an engine
  * and two output buffers.
  */

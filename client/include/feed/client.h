@@ -175,6 +175,11 @@ typedef struct feed_loader_config {
     const char *tls_key_file;
     /* Which server each sample goes to (feed_owner_routing; default AUTO). */
     feed_owner_routing owner_routing;
+    /* 0.5: per-sample augmentations after the crop, made by the servers: TransformSpec.augment
+     * in proto/feed.proto (torchvision's names, e.g. "TrivialAugmentWide(); RandomErasing(p=0.1)"
+     * or "torchvision-v2-recipe"). NULL or "": none. At most 1024 bytes; copied by
+     * feed_loader_open. A description the servers refuse fails next() with their message. */
+    const char *augment;
 } feed_loader_config;
 
 typedef struct feed_batch {

@@ -115,6 +115,7 @@ class LoaderConfig(Structure):
         ("tls_cert_file", c_char_p),
         ("tls_key_file", c_char_p),
         ("owner_routing", c_int),
+        ("augment", c_char_p),
     ]
 
 

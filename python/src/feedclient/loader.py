@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from . import _lib
+from . import augment as _augment
 from ._held import HeldBatchesWarning, _Copies, _CopyRef
 from .errors import BadSampleError, CudaError, FeedError, StateError, make_error
 
@@ -271,6 +272,10 @@ class Loader:
     (the others serve); when every server refuses it, the constructor or the
     next batch raises :class:`AuthError` at once, with the server's message. A
     failed TLS handshake counts as unavailable, and the error says why.
+
+    ``augment`` names per-sample augmentations the servers make after the
+    crop, as torchvision does (see :mod:`feedclient.augment`), e.g.
+    ``"torchvision-v2-recipe"``.
     """
 
     def __init__(
@@ -310,6 +315,7 @@ class Loader:
         tls_ca: Union[str, "os.PathLike[str]", None] = None,
         tls_cert: Union[str, "os.PathLike[str]", None] = None,
         tls_key: Union[str, "os.PathLike[str]", None] = None,
+        augment: _augment.AugmentSpec = None,
     ) -> None:
         if isinstance(targets, str):
             targets = [targets]
@@ -357,6 +363,8 @@ class Loader:
         cfg.targets = self._targets_c
         cfg.num_targets = len(targets)
         cfg.dataset = self._dataset_c
+        self._augment_c = _augment.describe(augment)
+        cfg.augment = self._augment_c
         if transform == "eval":
             _lib.lib.feed_transform_default_eval(ctypes.byref(cfg.transform))
             cfg.transform.resize_size = resize_size
