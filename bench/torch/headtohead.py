@@ -30,6 +30,14 @@ queued steps (back-pressure from a busy GPU, not starvation).
 reads its loss N-1 steps late does (0: unbounded, the loop above); with it,
 host wait measures data latency alone.
 
+--recipe trains as torchvision's v2 ImageNet recipe does (with --size 176):
+the DataLoader's workers run RandomResizedCrop + flip + TrivialAugmentWide
+(bilinear) + Normalize + RandomErasing(0.1) in torchvision and ship float32;
+feedclient asks its servers for the preset "torchvision-v2-recipe" and gets
+bf16; both then get MixUp(0.2)/CutMix(1.0) per batch on the GPU
+(feedclient.mix; the reference recipe runs it in the workers' collate) and
+CrossEntropyLoss(label_smoothing=0.1) on the soft labels.
+
 --device cpu runs the same loop on the CPU (a smoke test; no GPU metrics).
 """
 
@@ -107,14 +115,26 @@ def normalise(x: torch.Tensor) -> torch.Tensor:
 
 def dataloader_batches(args, dev) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
     from torchvision import transforms as T
-    tf = T.Compose([T.RandomResizedCrop(args.size), T.RandomHorizontalFlip(), T.PILToTensor()])
+    if args.recipe:
+        bil = T.InterpolationMode.BILINEAR
+        tf = T.Compose([T.RandomResizedCrop(args.size, interpolation=bil, antialias=True),
+                        T.RandomHorizontalFlip(), T.TrivialAugmentWide(interpolation=bil),
+                        T.PILToTensor(), T.ConvertImageDtype(torch.float),
+                        T.Normalize(MEAN, STD), T.RandomErasing(p=0.1)])
+    else:
+        tf = T.Compose([T.RandomResizedCrop(args.size), T.RandomHorizontalFlip(), T.PILToTensor()])
     ds = torchvision.datasets.ImageFolder(args.tree, transform=tf)
     dl = torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=True,
                                      num_workers=args.workers, pin_memory=dev.type == "cuda",
                                      persistent_workers=args.workers > 0, drop_last=True)
     while True:
         for x, y in dl:
-            yield normalise(x.to(dev, non_blocking=True)), y.to(dev, non_blocking=True)
+            x = x.to(dev, non_blocking=True)
+            if args.recipe:  # already normalised by the recipe's transforms
+                x = x.to(torch.bfloat16 if dev.type == "cuda" else torch.float32)
+                yield x.contiguous(memory_format=torch.channels_last), y.to(dev, non_blocking=True)
+            else:
+                yield normalise(x), y.to(dev, non_blocking=True)
 
 
 def feedclient_batches(args, dev) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
@@ -123,7 +143,8 @@ def feedclient_batches(args, dev) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]
     loader = feedclient.Loader(args.targets.split(","), args.dataset, batch_size=args.batch,
                                seed=1, device=dev, size=args.size, dtype=dtype,
                                layout="channels_last", drop_last=True,
-                               window_per_server=args.window, prefetch=args.prefetch)
+                               window_per_server=args.window, prefetch=args.prefetch,
+                               augment=feedclient.augment.PRESET if args.recipe else None)
     epoch = 0
     while True:
         loader.set_epoch(epoch)
@@ -163,6 +184,10 @@ def main() -> int:
     ap.add_argument("--max-inflight", type=int, default=0,
                     help="steps queued ahead of the GPU before the loop waits (0: unbounded)")
     ap.add_argument("--label", default="", help="configuration name for the output")
+    ap.add_argument("--recipe", action="store_true",
+                    help="torchvision's v2 ImageNet recipe: TrivialAugmentWide + RandomErasing(0.1) "
+                    "per sample (torchvision in the workers, or feedd's preset), MixUp(0.2)/CutMix(1.0) "
+                    "per batch on the GPU, CrossEntropyLoss(label_smoothing=0.1); use --size 176")
     ap.add_argument("--json", required=True, help="append one line per window")
     ap.add_argument("--series", help="write per-batch waits and GPU samples (JSON)")
     args = ap.parse_args()
@@ -173,7 +198,11 @@ def main() -> int:
     model = getattr(torchvision.models, args.model)(num_classes=1000).to(dev)
     model = model.to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-5)
-    crit = nn.CrossEntropyLoss()
+    crit = nn.CrossEntropyLoss(label_smoothing=0.1 if args.recipe else 0.0)
+    mix = None
+    if args.recipe:
+        from feedclient.mix import MixUpCutMix
+        mix = MixUpCutMix(1000, seed=1, mixup_alpha=0.2, cutmix_alpha=1.0)
     extra = [int(p) for p in args.pids.split(",") if p]
     gm = GpuMetrics(dev.index or 0).start() if cuda else None
     batches = SOURCES[args.source](args, dev)
@@ -197,6 +226,9 @@ def main() -> int:
         t0 = time.monotonic()
         x, y = next(batches)
         t1 = time.monotonic()
+        if mix is not None:
+            x, y = mix(x, y, epoch=0, batch=steps)
+            y = y.float()
         if cuda:
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()

@@ -4,7 +4,9 @@
 # torch/run_h2h.sh). Configurations (default: all, in this order):
 #   r18-synth r18-dl-orig r18-feed-orig r18-dl-reenc r18-feed-reenc
 #   r50-synth r50-dl-orig r50-feed-orig  dl-sweep
-# and, named only: r18-feed-orig-cache r50-feed-orig-cache
+# and, named only: r18-feed-orig-cache r50-feed-orig-cache, and torchvision's
+# v2 recipe at its train size 176 (headtohead.py --recipe): r50-synth-recipe
+# r50-dl-recipe r50-feed-recipe r50-feed-recipe-cache (originals).
 # r18/r50: torchvision resnet18/resnet50; synth: batches already on the GPU
 # (the ceiling); dl: torchvision ImageFolder + DataLoader(num_workers=K);
 # feed: feedclient.Loader over two feedd servers. orig: the bundle's original
@@ -128,13 +130,21 @@ for cfg in $configs; do
     r18-*) model=resnet18 ;;
     r50-*) model=resnet50 ;;
   esac
+  recipe=()
   case $cfg in
-    r*-synth) run "$cfg" --source synthetic --model "$model" "${common[@]}" ;;
-    r*-dl-orig|r*-dl-reenc)
-      run "$cfg" --source dataloader --model "$model" --tree "$work/${cfg##*-}" \
-        --workers "${WORKERS:-15}" "${common[@]}" ;;
-    r*-feed-orig|r*-feed-reenc|r*-feed-orig-cache)
+    *-recipe*) recipe=(--recipe --size 176) ;;
+  esac
+  case $cfg in
+    r*-synth|r*-synth-recipe)
+      run "$cfg" --source synthetic --model "$model" "${common[@]}" "${recipe[@]}" ;;
+    r*-dl-orig|r*-dl-reenc|r*-dl-recipe)
+      tree=${cfg##*-}
+      [ "$tree" = recipe ] && tree=orig
+      run "$cfg" --source dataloader --model "$model" --tree "$work/$tree" \
+        --workers "${WORKERS:-15}" "${common[@]}" "${recipe[@]}" ;;
+    r*-feed-orig|r*-feed-reenc|r*-feed-orig-cache|r*-feed-recipe|r*-feed-recipe-cache)
       ds=${cfg#r*-feed-} warm=()
+      ds=${ds/recipe/orig}
       if [ "$ds" = orig-cache ]; then
         ds=orig warm=(--warmup "${CACHE_WARMUP:-60}")
         start_servers cache
@@ -144,7 +154,7 @@ for cfg in $configs; do
       PIN="taskset -c ${TRAIN_CPUS:-0-1}" run "$cfg" --source feedclient --model "$model" \
         --dataset "$ds" --targets "$(IFS=,; echo "${targets[*]}")" \
         --window "${WINDOW:-4}" --prefetch "${PREFETCH:-6}" \
-        --pids "$(IFS=,; echo "${pids[*]}")" "${common[@]}" "${warm[@]}"
+        --pids "$(IFS=,; echo "${pids[*]}")" "${common[@]}" "${warm[@]}" "${recipe[@]}"
       save_metrics "$cfg"
       stop_servers ;;
     dl-sweep)
