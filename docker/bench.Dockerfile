@@ -13,7 +13,7 @@ FROM ${BASE}
 ARG CUDA_ARCHS="70-real;75-real;80-real;86-real;89-real;90"
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         build-essential cmake pkg-config libjpeg-dev libgrpc-dev protobuf-c-compiler \
-        libprotobuf-c-dev libmicrohttpd-dev python3 python3-matplotlib \
+        libprotobuf-c-dev libmicrohttpd-dev libcurl4-openssl-dev libssl-dev python3 python3-matplotlib \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

@@ -6,7 +6,7 @@
 FROM debian:bookworm-slim AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
         build-essential cmake pkg-config libjpeg-dev libgrpc-dev protobuf-c-compiler \
-        libprotobuf-c-dev libmicrohttpd-dev \
+        libprotobuf-c-dev libmicrohttpd-dev libcurl4-openssl-dev libssl-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./
@@ -18,7 +18,7 @@ RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DFEED_CUDA=OFF -DFEED_BUILD
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends \
-        libjpeg62-turbo libgrpc29 libprotobuf-c1 libmicrohttpd12 \
+        libjpeg62-turbo libgrpc29 libprotobuf-c1 libmicrohttpd12 libcurl4 libssl3 \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /build/server/feedd /build/server/tools/feed-pack \
      /build/server/tools/feed-gen-dataset /usr/local/bin/
