@@ -6,17 +6,25 @@
  * Connections come from feedd's own listener (listener.h), not MHD's, which
  * busy-loops when accept() fails with EMFILE. At most METRICS_CONN_CAP
  * connections are kept: a new one beyond that evicts the one idle longest
- * (no request in progress) by shutting its socket down, so idle or
- * half-sent connections cannot lock a scraper out; MHD then closes it on
- * its next pass. MHD itself must never reach its own connection limit:
- * libmicrohttpd 0.9.75 refusing a connection added from another thread
- * deadlocked its thread (a burst of 1,500 connections left the port mute
- * and SIGTERM hanging in MHD_stop_daemon), so a connection that would take
- * the last of METRICS_CONN_SLOTS is closed here instead. The table of
- * connections and the counts are guarded by mu: MHD's thread adds and
- * removes entries (connection notifications), the listener's thread
- * evicts. MHD's own log goes through a rate limit. Locks: mu is a leaf
- * (nothing else is taken under it, no log line is written under it);
+ * by shutting its socket down, so idle or half-sent connections cannot lock
+ * a scraper out; MHD then closes it on its next pass. Eviction runs on MHD's
+ * thread, when MHD starts the new connection, so it is ordered with MHD's
+ * reading: a connection whose request MHD has read is in the handler
+ * already (MHD reads and runs the request in one pass), and one whose bytes
+ * wait in the socket is not idle either, so neither is chosen; only a
+ * connection that has sent nothing or an incomplete request is. (Evicting
+ * from the listener's thread raced with that pass: a busy reconnecting
+ * attacker evicted a scrape between MHD's read and its handler.) MHD itself
+ * must never reach its own connection limit: libmicrohttpd 0.9.75 refusing
+ * a connection added from another thread deadlocked its thread (a burst of
+ * 1,500 connections left the port mute and SIGTERM hanging in
+ * MHD_stop_daemon), so a connection that would take the last of
+ * METRICS_CONN_SLOTS is closed by the listener instead. The table of
+ * connections and the counts are guarded by mu: MHD's thread adds, evicts
+ * and removes entries, the listener's thread counts arrivals. MHD's own log
+ * goes through a rate limit. Locks: mu is a leaf (nothing else is taken
+ * under it, no log line is written under it; the system calls under it,
+ * ioctl and shutdown, do not block);
  * extra_mu is held across the extra renderer, which takes the service's
  * locks (service_internal.h: svc->mu, then each stream's mu), so the order
  * is extra_mu, then those. With a token
@@ -32,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -86,8 +95,8 @@ struct feedd_metrics_server {
     pthread_cond_t closed; /* MHD closed a connection */
     /* Guarded by mu. */
     metrics_conn conns[METRICS_CONN_SLOTS];
-    size_t live;    /* handed to MHD and not closed yet (started or not) */
-    size_t evicted; /* of those, shut down by an eviction */
+    size_t live; /* handed to MHD and not closed yet (started or not) */
+    size_t held; /* started by MHD, not evicted and not closed yet */
     uint64_t log_last_ns, log_dropped, refused, refused_log_ns;
 };
 
@@ -344,6 +353,37 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     set_in_request(cls, conn, false);
 }
 
+/* Whether a connection's request bytes wait in its socket, unread by MHD. */
+static bool has_unread(int fd)
+{
+    int n = 0;
+    return ioctl(fd, FIONREAD, &n) == 0 && n > 0;
+}
+
+/*
+ * MHD's thread, mu held: with more than METRICS_CONN_CAP connections held,
+ * shut down the one idle longest that is not in a request and has no bytes
+ * waiting. One start evicts at most one connection, so an attacker's
+ * reconnects churn one for one instead of emptying the table.
+ */
+static void evict_idlest(feedd_metrics_server *m)
+{
+    metrics_conn *idlest = NULL;
+    if (m->held <= METRICS_CONN_CAP)
+        return;
+    for (size_t i = 0; i < METRICS_CONN_SLOTS; i++) {
+        metrics_conn *c = &m->conns[i];
+        if (c->used && !c->evicted && !c->in_request &&
+            (!idlest || c->idle_since_ns < idlest->idle_since_ns) && !has_unread(c->fd))
+            idlest = c;
+    }
+    if (idlest) {
+        shutdown(idlest->fd, SHUT_RDWR);
+        idlest->evicted = true;
+        m->held--;
+    }
+}
+
 /* MHD's thread: a connection starts or ends; its table entry is its socket context. */
 static void on_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
                       enum MHD_ConnectionNotificationCode toe)
@@ -358,13 +398,15 @@ static void on_notify(void *cls, struct MHD_Connection *conn, void **socket_cont
             if (!c->used) {
                 *c = (metrics_conn){true, false, false, ci->connect_fd, feed_now_ns()};
                 *socket_context = c;
+                m->held++;
             }
         }
+        evict_idlest(m);
     } else {
         metrics_conn *c = *socket_context;
         m->live -= m->live > 0;
-        if (c && c->evicted)
-            m->evicted -= m->evicted > 0;
+        if (c && !c->evicted)
+            m->held -= m->held > 0;
         if (c)
             c->used = false;
         *socket_context = NULL;
@@ -374,17 +416,14 @@ static void on_notify(void *cls, struct MHD_Connection *conn, void **socket_cont
 }
 
 /*
- * The listener's thread: make room for one more connection, then hand it to
- * MHD; or, when MHD holds all but one of its slots (evicted connections it
- * has not closed yet) for METRICS_FULL_WAIT_S, close it. Connections MHD has not started yet count,
- * or a burst would pass the cap before any of it is in the table. One
- * arrival evicts at most one connection, so an attacker's reconnects churn
- * one for one instead of emptying the table.
+ * The listener's thread: hand a connection to MHD; or, when MHD holds all
+ * but one of its slots (evicted connections it has not closed yet) for
+ * METRICS_FULL_WAIT_S, close it. Connections MHD has not started yet
+ * count, or a burst would pass MHD's limit before any of it is started.
  */
 static void on_connection(void *arg, int fd, const struct sockaddr *addr, socklen_t len)
 {
     feedd_metrics_server *m = arg;
-    metrics_conn *idlest = NULL;
     uint64_t refused = 0, now = feed_now_ns();
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
@@ -395,17 +434,6 @@ static void on_connection(void *arg, int fd, const struct sockaddr *addr, sockle
            pthread_cond_timedwait(&m->closed, &m->mu, &until) == 0)
         ;
     bool full = m->live + 1 >= METRICS_CONN_SLOTS;
-    for (size_t i = 0; i < METRICS_CONN_SLOTS && !full; i++) {
-        metrics_conn *c = &m->conns[i];
-        if (c->used && !c->evicted && !c->in_request &&
-            (!idlest || c->idle_since_ns < idlest->idle_since_ns))
-            idlest = c;
-    }
-    if (!full && m->live - m->evicted >= METRICS_CONN_CAP && idlest) {
-        shutdown(idlest->fd, SHUT_RDWR);
-        idlest->evicted = true;
-        m->evicted++;
-    }
     if (full && (m->refused++ == 0 || now - m->refused_log_ns >= 10000000000u)) {
         refused = m->refused;
         m->refused_log_ns = now;
