@@ -587,6 +587,32 @@ static void *io_main(void *arg)
     return NULL;
 }
 
+void conn_dispatch_soon(loader *l)
+{
+    l->dispatch_due = true;
+    pthread_cond_signal(&l->dispatch_cond);
+}
+
+/* The dispatch thread: sends what next(), release() and set_epoch() made room for. */
+static void *dispatch_main(void *arg)
+{
+    loader *l = arg;
+    if (l->gpu)
+        client_gpu_bind_thread(l->gpu);
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop) {
+        if (!l->dispatch_due) {
+            pthread_cond_wait(&l->dispatch_cond, &l->mu);
+            continue;
+        }
+        l->dispatch_due = false;
+        sched_dispatch(l, true, feed_now_ns());
+        pthread_cond_broadcast(&l->cond);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
 int conn_start(loader *l)
 {
     int trc = client_trust_open(l);
@@ -610,6 +636,9 @@ int conn_start(loader *l)
             return FEED_ENOMEM;
         rx->started = true;
     }
+    if (pthread_create(&l->dispatch_thread, NULL, dispatch_main, l))
+        return FEED_ENOMEM;
+    l->dispatch_started = true;
     return 0;
 }
 
@@ -617,7 +646,11 @@ void conn_stop(loader *l)
 {
     pthread_mutex_lock(&l->mu);
     l->stop = true;
+    pthread_cond_signal(&l->dispatch_cond);
     pthread_mutex_unlock(&l->mu);
+    if (l->dispatch_started)
+        pthread_join(l->dispatch_thread, NULL);
+    l->dispatch_started = false;
     for (uint32_t i = 0; i < l->num_receivers; i++) {
         receiver *rx = &l->receivers[i];
         if (rx->started)

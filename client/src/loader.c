@@ -209,6 +209,7 @@ int feed_loader_open(const feed_loader_config *caller_cfg, feed_loader **out)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&l->cond, &ca);
     pthread_cond_init(&l->dns_cond, &ca);
+    pthread_cond_init(&l->dispatch_cond, &ca);
     pthread_condattr_destroy(&ca);
     grpc_init();
     rc = logq_start(l);
@@ -266,7 +267,7 @@ int feed_loader_open(const feed_loader_config *caller_cfg, feed_loader **out)
         rc = sched_build_plans(l, cfg->epoch, cfg->start_batch, false, &plan, &ahead);
     if (!rc) {
         sched_reset_epoch(l, cfg->epoch, cfg->start_batch, false, &plan, &ahead);
-        sched_dispatch(l, false, feed_now_ns());
+        conn_dispatch_soon(l);
     }
     pthread_mutex_unlock(&l->mu);
     if (rc)
@@ -304,6 +305,7 @@ void feed_loader_close(feed_loader *l)
     logq_stop(l);
     pthread_cond_destroy(&l->cond);
     pthread_cond_destroy(&l->dns_cond);
+    pthread_cond_destroy(&l->dispatch_cond);
     pthread_mutex_destroy(&l->mu);
     pthread_mutex_destroy(&l->dns_mu);
     grpc_shutdown();
@@ -341,6 +343,7 @@ static int next_batch(loader *l, feed_batch **out, uint64_t timeout_ns)
     if (rc != FEED_ETIMEDOUT)
         l->next_since_ns = 0;
     if (rc == 0) {
+        conn_dispatch_soon(l);
         *out = &sl->batch;
         rc = sl->result;
     }
@@ -380,7 +383,8 @@ int feed_loader_release(feed_loader *l, feed_batch *b, void *stream)
     rc = 0;
     if (sl->gpu)
         rc = client_gpu_slot_release(sl->gpu, stream);
-    sched_release(l, sl, feed_now_ns());
+    sched_release(l, sl);
+    conn_dispatch_soon(l);
 out:
     pthread_mutex_unlock(&l->mu);
     return rc;
@@ -423,7 +427,7 @@ int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch)
     }
     sched_reset_epoch(l, epoch, start_batch, keep, &plan, &ahead);
     l->next_since_ns = 0;
-    sched_dispatch(l, false, feed_now_ns());
+    conn_dispatch_soon(l);
     pthread_mutex_unlock(&l->mu);
 out:
     return rc;

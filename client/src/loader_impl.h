@@ -5,7 +5,8 @@
  *
  * Threads: the training thread (next/release/set_epoch/stats), receiver
  * threads (2 to CLIENT_MAX_RECEIVERS) that all run the one completion queue,
- * and a resolver thread when a target is "dns:///...". One mutex, `mu`,
+ * the dispatch thread (conn.c), and a resolver thread when a target is
+ * "dns:///...". One mutex, `mu`,
  * guards everything marked [mu]. A receiver drops `mu` only while it lands a
  * piece of a batch in state PIECE_LANDING (its slot SLOT_LANDING), whose samples' places
  * in the slot nobody else touches; several receivers land different pieces, of one batch
@@ -15,9 +16,13 @@
  * Lock order: mu, then the log queue's mu (a leaf; logq.c); the resolver's own
  * dns_mu is never held with mu. cfg.log_fn is called only by the log thread,
  * with no lock held.
- * Slots are allocated only on the loader's own threads (receivers), never on
- * the training thread: next()/release()/set_epoch() dispatch without growing,
- * and a receiver grows on its next pass (at most CLIENT_TICK_MS later).
+ * The training thread starts no gRPC operation and allocates no slot:
+ * next()/release()/set_epoch() change the scheduler's state and wake the
+ * dispatch thread (conn_dispatch_soon), which sends the requests they made
+ * room for (sched_dispatch); slots are allocated only on the loader's own
+ * threads. A caller's thread thus never waits in gRPC, and the receivers'
+ * and the dispatcher's gRPC calls under mu are grpc_call_start_batch and
+ * grpc_call_cancel, which do not block.
  */
 #ifndef FEED_CLIENT_LOADER_IMPL_H
 #define FEED_CLIENT_LOADER_IMPL_H
@@ -272,6 +277,11 @@ struct feed_loader {
     pthread_mutex_t mu;
     pthread_cond_t cond; /* [mu] any slot/server change */
     bool stop;           /* [mu] */
+    /* The dispatch thread (conn.c): it runs sched_dispatch whenever dispatch_due is set. */
+    pthread_cond_t dispatch_cond; /* [mu] dispatch_due or stop */
+    bool dispatch_due;            /* [mu] */
+    pthread_t dispatch_thread;
+    bool dispatch_started;
 
     grpc_completion_queue *cq;
     receiver receivers[CLIENT_MAX_RECEIVERS];
@@ -379,15 +389,16 @@ void sched_note_cache_side(loader *l, server *s, uint32_t cache_side);
  * least window. */
 uint32_t sched_route_window(const loader *l, uint32_t window, uint32_t max_window);
 /* next() at `now`, for a call that began at `since`: 0 with *out the batch's slot, now HANDED
- * and counted in stats (its result, 0 or FEED_EBADSAMPLE, in (*out)->result); FEED_ESTATE
+ * and counted in stats (the caller then asks for a dispatch: conn_dispatch_soon) (its result, 0 or FEED_EBADSAMPLE, in (*out)->result); FEED_ESTATE
  * (the caller holds prefetch batches already), FEED_EEOF, the fatal error, FEED_EAUTH (every
  * server refuses the credentials: sched_all_refused), FEED_EUNAVAILABLE
  * (no server up for unavailable_timeout_ms, or nothing landed for the longer of that and
  * batch_deadline_ms); or SCHED_WAIT: nothing yet, ask again on a change or after *wait_ns. */
 #define SCHED_WAIT 1
 int sched_next(loader *l, uint64_t since, uint64_t now, slot **out, uint64_t *wait_ns);
-/* release() of sl, a HANDED slot whose device copy the caller has released: it is free. */
-void sched_release(loader *l, slot *sl, uint64_t now);
+/* release() of sl, a HANDED slot whose device copy the caller has released: it is free (the
+ * caller then asks for a dispatch). */
+void sched_release(loader *l, slot *sl);
 void sched_free_slots(loader *l);
 /* Whether set_epoch(epoch, start_batch) continues into the prefetched epoch
  * (epoch + 1 of the current one, from batch 0) instead of dropping everything.
@@ -407,8 +418,11 @@ void sched_reset_epoch(loader *l, uint32_t epoch, uint64_t start_batch, bool kee
 
 /* conn.c */
 extern const sched_transport conn_transport;
-int conn_start(loader *l); /* starts the receiver threads */
+int conn_start(loader *l); /* starts the receiver threads and the dispatch thread */
 void conn_stop(loader *l); /* stops them, cancels and frees every call */
+/* Wakes the dispatch thread to run sched_dispatch: what the training thread calls instead of
+ * sending itself. mu held. */
+void conn_dispatch_soon(loader *l);
 int conn_add_server(loader *l, const char *target, int dns_index); /* mu held; index or <0 */
 bool conn_send(loader *l, server *s, grpc_byte_buffer *bb);        /* mu held; takes bb */
 /* Detach c from its server and cancel it; its remaining tags free it. mu held. */

@@ -401,14 +401,12 @@ int sched_next(loader *l, uint64_t since, uint64_t now, slot **out, uint64_t *wa
     l->stats.wait_ns_total += waited;
     if (waited > l->stats.wait_ns_max)
         l->stats.wait_ns_max = waited;
-    sched_dispatch(l, false, now);
     *out = sl;
     return 0;
 }
 
-void sched_release(loader *l, slot *sl, uint64_t now)
+void sched_release(loader *l, slot *sl)
 {
     sl->state = SLOT_FREE;
     l->handed--;
-    sched_dispatch(l, false, now);
 }

@@ -267,6 +267,8 @@ int next_at(loader *l, feed_batch **out, uint64_t *wait)
     uint64_t w = 0;
     pthread_mutex_lock(&l->mu);
     int rc = sched_next(l, g.now, g.now, &sl, &w);
+    if (rc == 0)
+        sched_dispatch(l, true, g.now); /* what the dispatch thread then does */
     pthread_mutex_unlock(&l->mu);
     *out = rc == 0 ? &sl->batch : NULL;
     if (wait)
@@ -283,7 +285,8 @@ void release_at(loader *l, feed_batch *b)
             sl = &l->slots[i];
     assert_non_null(sl);
     assert_int_equal(sl->state, SLOT_HANDED);
-    sched_release(l, sl, g.now);
+    sched_release(l, sl);
+    sched_dispatch(l, true, g.now); /* what the dispatch thread then does */
     pthread_mutex_unlock(&l->mu);
 }
 
@@ -294,7 +297,7 @@ void set_epoch_at(loader *l, uint32_t epoch, uint64_t start_batch)
     assert_int_equal(sched_build_plans(l, epoch, start_batch, keep, &plan, &ahead), 0);
     pthread_mutex_lock(&l->mu);
     sched_reset_epoch(l, epoch, start_batch, keep, &plan, &ahead);
-    sched_dispatch(l, false, g.now);
+    sched_dispatch(l, true, g.now); /* the dispatch thread */
     pthread_mutex_unlock(&l->mu);
 }
 

@@ -8,10 +8,14 @@
  * let the config and stats structs grow (a caller's smaller struct keeps
  * working; a larger one than the library knows is refused), and
  * feed_loader_next_timed() returning FEED_ETIMEDOUT on a stopped server and
- * going on with the same epoch once it runs again.
+ * going on with the same epoch once it runs again; and that the training
+ * thread's calls (next, release, set_epoch) start no gRPC operation: the
+ * requests they make room for go out from the loader's own threads.
  */
+#include <grpc/grpc.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -112,6 +116,62 @@ static void test_log_without_lock(void **state)
     assert_int_equal(under_lock, 0);
     pthread_cond_destroy(&p.cond);
     pthread_mutex_destroy(&p.mu);
+}
+
+/* grpc_call_start_batch as libfeedclient calls it (linked with --wrap): counts every call, and
+ * those made on a thread that is inside one of the training thread's API calls. */
+static _Thread_local bool t_in_api;
+static atomic_uint g_batches, g_batches_in_api;
+
+grpc_call_error __real_grpc_call_start_batch(grpc_call *call, const grpc_op *ops, size_t nops,
+                                             void *tag, void *reserved);
+grpc_call_error __wrap_grpc_call_start_batch(grpc_call *call, const grpc_op *ops, size_t nops,
+                                             void *tag, void *reserved);
+grpc_call_error __wrap_grpc_call_start_batch(grpc_call *call, const grpc_op *ops, size_t nops,
+                                             void *tag, void *reserved)
+{
+    atomic_fetch_add(&g_batches, 1);
+    if (t_in_api)
+        atomic_fetch_add(&g_batches_in_api, 1);
+    return __real_grpc_call_start_batch(call, ops, nops, tag, reserved);
+}
+
+/* Slots are prefetch + window: with the window wider than what waits in slots, each release()
+ * frees the slot that the next request needs while the server has room for it, so before the
+ * sends moved to the loader's threads release() itself sent it. */
+static void test_training_thread_sends_nothing(void **state)
+{
+    (void)state;
+    const char *targets[] = {g_target};
+    feed_loader_config c;
+    base_cfg(&c, targets, 1);
+    c.batch_size = 2;
+    c.window_per_server = 2;
+    c.prefetch = 1;
+    feed_loader *l = NULL;
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    unsigned before = atomic_load(&g_batches);
+    uint64_t batches = feed_loader_batches_per_epoch(l), seen = 0;
+    for (uint32_t epoch = 0; epoch < 2; epoch++) {
+        t_in_api = true;
+        assert_int_equal(feed_loader_set_epoch(l, epoch, 0), 0);
+        for (;;) {
+            feed_batch *b = NULL;
+            int rc = feed_loader_next(l, &b);
+            if (rc == FEED_EEOF)
+                break;
+            assert_int_equal(rc, 0);
+            seen += b->n;
+            assert_int_equal(feed_loader_release(l, b, NULL), 0);
+        }
+        t_in_api = false;
+    }
+    uint64_t size = feed_loader_dataset_size(l);
+    feed_loader_close(l);
+    assert_int_equal(seen, 2 * size);
+    /* The wrapper saw the requests, so a count of 0 below means something. */
+    assert_true(atomic_load(&g_batches) - before >= 2 * batches);
+    assert_int_equal(atomic_load(&g_batches_in_api), 0);
 }
 
 typedef struct release_job {
@@ -282,6 +342,7 @@ int main(void)
         cmocka_unit_test(test_release_from_another_thread),
         cmocka_unit_test(test_struct_sizes),
         cmocka_unit_test(test_next_timed),
+        cmocka_unit_test(test_training_thread_sends_nothing),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
