@@ -2,8 +2,10 @@
  * feedd's gRPC service (see service.h): start, drain, stop and free, the
  * request slots that accept calls, and the completion-queue threads that
  * run every gRPC event and hand it to unary.c or stream.c. How the files of
- * the service divide the work, which thread runs what and the lock order:
- * service_internal.h.
+ * the service divide the work, which thread runs what and the lock order
+ * (svc->mu, then a stream's mu, then the pool's or the memory's):
+ * service_internal.h. This file walks the streams holding each by a
+ * reference, not under svc->mu (each_stream).
  *
  * Ownership: the main thread owns the service object and calls start, drain,
  * stop and free; each completion-queue thread owns its queue, its request
@@ -521,14 +523,50 @@ out:
     return rc;
 }
 
+/* The first stream from n on that can be held (feedd_stream_hold), or NULL. Under svc->mu. */
+static stream *hold_from(feed_list_node *n)
+{
+    for (; n; n = n->next) {
+        stream *s = FEED_LIST_ENTRY(n, stream, link);
+        if (feedd_stream_hold(s))
+            return s;
+    }
+    return NULL;
+}
+
+/*
+ * Runs fn on every stream listed now, with svc->mu not held, so that fn may take the stream's
+ * lock and let it make its gRPC calls, and a stream freed meanwhile takes svc->mu itself. Each
+ * stream is held while fn runs and until the next one is, so its place in the list stays
+ * valid. A stream opened meanwhile goes in front and is not visited; it reads the service's
+ * state (draining) itself.
+ */
+static void each_stream(feedd_service *svc, void (*fn)(stream *s, void *arg), void *arg)
+{
+    pthread_mutex_lock(&svc->mu);
+    stream *s = hold_from(svc->streams.first);
+    pthread_mutex_unlock(&svc->mu);
+    while (s) {
+        fn(s, arg);
+        pthread_mutex_lock(&svc->mu);
+        stream *next = hold_from(s->link.next);
+        pthread_mutex_unlock(&svc->mu);
+        feedd_stream_unhold(s);
+        s = next;
+    }
+}
+
+static void drain_one(stream *s, void *arg)
+{
+    (void)arg;
+    feedd_stream_drain(s);
+}
+
 void feedd_service_drain(feedd_service *svc)
 {
     atomic_store(&svc->draining, true);
     atomic_store(&feedd_m.serving, 0);
-    pthread_mutex_lock(&svc->mu);
-    for (feed_list_node *n = svc->streams.first; n; n = n->next)
-        feedd_stream_drain(FEED_LIST_ENTRY(n, stream, link));
-    pthread_mutex_unlock(&svc->mu);
+    each_stream(svc, drain_one, NULL);
 }
 
 int feedd_service_health_port(const feedd_service *svc)
@@ -544,15 +582,23 @@ size_t feedd_service_open_streams(feedd_service *svc)
     return n;
 }
 
+struct stall_check {
+    uint64_t now_ns;
+    uint32_t stall_ms;
+};
+
+static void check_one(stream *s, void *arg)
+{
+    const struct stall_check *c = arg;
+    feedd_stream_check_stall(s, c->now_ns, c->stall_ms);
+}
+
 void feedd_service_check_stalls(feedd_service *svc)
 {
     uint32_t stall_ms = svc->cfg->send_stall_ms;
     if (stall_ms) {
-        uint64_t now = feed_now_ns();
-        pthread_mutex_lock(&svc->mu);
-        for (feed_list_node *n = svc->streams.first; n; n = n->next)
-            feedd_stream_check_stall(FEED_LIST_ENTRY(n, stream, link), now, stall_ms);
-        pthread_mutex_unlock(&svc->mu);
+        struct stall_check c = {feed_now_ns(), stall_ms};
+        each_stream(svc, check_one, &c);
     }
 }
 
@@ -569,7 +615,7 @@ size_t feedd_service_render_streams(void *arg, char *buf, size_t cap)
         stream *s = FEED_LIST_ENTRY(node, stream, link);
         char client[2 * FEEDD_CLIENT_NAME_MAX + 1];
         size_t c = 0;
-        pthread_mutex_lock(&s->mu);
+        feedd_stream_lock(s);
         /* Printable ASCII already; a label value escapes only these two. */
         for (const char *p = s->sess.client_name; *p; p++) {
             if (*p == '"' || *p == '\\')
@@ -581,7 +627,7 @@ size_t feedd_service_render_streams(void *arg, char *buf, size_t cap)
                      "feedd_stream_memory_bytes{stream=\"%llu\",peer=\"%s\",client=\"%s\"} %llu\n",
                      (unsigned long long)s->id, s->peer, client,
                      (unsigned long long)atomic_load(&s->mem.used));
-        pthread_mutex_unlock(&s->mu);
+        feedd_stream_unlock(s);
         len = n > 0 && (size_t)n < cap - len ? len + (size_t)n : len;
     }
     pthread_mutex_unlock(&svc->mu);

@@ -20,9 +20,13 @@
  * Locks, in this order: svc->mu (stream list, counters, shutdown state),
  * then stream->mu (everything in the stream marked "guarded by mu"), then
  * the pool's mu (pool.h) or the memory's mu (memory.c), both leaves: nothing
- * else is locked, and no gRPC call made, while one is held. A stream is
- * freed when its reference count (one per pending gRPC op, one per accepted
- * job, one for the open call) drops to zero.
+ * else is locked, and no gRPC call made, while one is held. No gRPC call,
+ * batch buffer allocation or log write is made under svc->mu or a stream's
+ * mu either: stream.c makes them once the lock is released (its header), and
+ * the walks over the streams (drain, stall checks: service.c each_stream)
+ * hold each stream by a reference, not under svc->mu. A stream is freed when
+ * its reference count (one per pending gRPC op, one per accepted job, one
+ * for the open call, one per holder) drops to zero.
  */
 #ifndef FEED_SERVER_SERVICE_INTERNAL_H
 #define FEED_SERVER_SERVICE_INTERNAL_H
@@ -104,7 +108,26 @@ struct batch_job {
     uint32_t *sample_crc;
     char (*errors)[FEEDD_SAMPLE_MSG_MAX + 1];
     feedd_sm_job sm; /* the stream's state machine links it */
+    feed_list_node alloc_link; /* in its stream's todo.alloc while its buffer is to be made */
 };
+
+/*
+ * What a critical section of a stream decided to do once its lock is released (stream.c:
+ * unlock_log_free): gRPC calls and buffer allocations are never made under it. Each item
+ * that needs the stream holds a reference of its own, taken under the lock.
+ */
+typedef struct stream_todo {
+    feed_list alloc;    /* jobs whose bytes the caps granted: make their buffers, then report */
+    batch_job *send;    /* pack and send this batch; the job's reference becomes the send's */
+    bool send_md;       /* with the initial metadata */
+    bool recv;          /* arm the next RECV_MESSAGE */
+    bool status;        /* send the status in status_slice (with the metadata if status_md) */
+    bool status_md;
+    grpc_status_code status_code;
+    bool cancel;        /* cancel the call: with cancel_code and cancel_msg, or plain if OK */
+    grpc_status_code cancel_code;
+    char cancel_msg[STATUS_MSG_MAX];
+} stream_todo;
 
 /* A Stream call; see stream.c. */
 struct stream {
@@ -131,8 +154,9 @@ struct stream {
     feedd_queue q;
     uint64_t send_started_ns;
     bool stall_cancelled; /* feedd_stream_check_stall cancelled the call */
+    stream_todo todo;
     uint64_t batches_sent, bytes_sent, requests;
-    /* Log lines made under mu, written once it is released (stream.c: unlock_and_log). */
+    /* Log lines made under mu, written once it is released (stream.c: unlock_log_free). */
     struct {
         int level;
         char text[STATUS_MSG_MAX + 192];
@@ -189,12 +213,23 @@ void feedd_stream_on_recv(stream *s, bool ok);
 void feedd_stream_on_send(stream *s, bool ok);
 void feedd_stream_on_status(stream *s);
 void feedd_stream_on_close(stream *s);
-/* The main thread: the service drains; under svc->mu. */
+/* The main thread, svc->mu not held, s held (feedd_stream_hold): the service drains. */
 void feedd_stream_drain(stream *s);
-/* The main thread, under svc->mu: cancel s if its pending send is older than stall_ms. */
+/* The main thread, svc->mu not held, s held: cancel s if its pending send is older than
+ * stall_ms. */
 void feedd_stream_check_stall(stream *s, uint64_t now_ns, uint32_t stall_ms);
+/* Under svc->mu: a reference on s for a walk over the streams, or false when s is going (its
+ * references are gone; it leaves the list once svc->mu is released). */
+bool feedd_stream_hold(stream *s);
+/* svc->mu not held: drops feedd_stream_hold's reference. */
+void feedd_stream_unhold(stream *s);
 /* The granter thread: the job's bytes are reserved in both caps (memory.h's granted). */
 void feedd_stream_on_granted(feedd_mem_waiter *w);
+/* s->mu, counted per thread: feedd_stream_locks_held() is how many this thread holds (tests
+ * check that no gRPC call or batch allocation is made while one is). */
+void feedd_stream_lock(stream *s);
+void feedd_stream_unlock(stream *s);
+int feedd_stream_locks_held(void);
 
 /* batch_pack.c: bj as a Batch message of h x w samples; takes bj->mem. NULL if it cannot. */
 grpc_byte_buffer *feedd_batch_pack(batch_job *bj, uint32_t h, uint32_t w, const char *peer);

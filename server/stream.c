@@ -13,15 +13,22 @@
  * Ownership and threads: the stream object is the call's; it is touched
  * under s->mu by the call's completion-queue thread (requests, send and
  * close tags), by pool workers (on_job_done), by the granter thread
- * (feedd_stream_on_granted) and by the main thread (feedd_stream_drain).
+ * (feedd_stream_on_granted) and by the main thread (drain, stall checks).
  * Every handler feeds the event to s->sm and then runs apply() on what it
  * asked for. The stream is freed when its reference count (one per pending
- * gRPC op, one per accepted job, one for the open call) drops to zero. Lock
- * order: see service_internal.h. No log line is written under s->mu: lines
- * made there wait in the stream (defer_log) until it is released
- * (unlock_and_log), so a slow log sink never stalls the call's other
- * threads. gRPC calls (start_batch, cancel) and the batch buffer's
- * allocation are still made under it.
+ * gRPC op, one per accepted job, one for the open call, one per walker or
+ * unlocked todo) drops to zero. Lock order: see service_internal.h.
+ *
+ * Nothing that can block or allocate a batch is done under s->mu: apply()
+ * only records gRPC calls (start_batch, cancel), batch buffers to allocate
+ * and batches to pack in s->todo, and log lines in s->log (defer_log); the
+ * thread that releases the lock (unlock_log_free) makes them with the lock
+ * released, then retakes it to tell the machine what failed or was
+ * allocated, until nothing is left. An op made unlocked is never overtaken
+ * by one decided later: the machine decides a status only once no send is in
+ * flight, and arms a receive only after the previous one came back.
+ * test_server_units (test_stream_lock_rule) checks the rule at every call.
+ * Still under it: a request's index arrays (job_new) and the status slice.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -39,6 +46,26 @@
 #include "guard.h"
 #include "metrics.h"
 #include "service_internal.h"
+
+/* How many stream locks this thread holds: tests check it at every gRPC call and allocation. */
+static _Thread_local int t_stream_locks;
+
+void feedd_stream_lock(stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    t_stream_locks++;
+}
+
+void feedd_stream_unlock(stream *s)
+{
+    t_stream_locks--;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int feedd_stream_locks_held(void)
+{
+    return t_stream_locks;
+}
 
 static void peer_of(grpc_call *call, char *out, size_t cap)
 {
@@ -77,29 +104,163 @@ static void defer_log(stream *s, feed_log_level level, const char *fmt, ...)
     }
 }
 
-/* Release s->mu, then write the lines made under it; last: free the stream in between. */
-static void unlock_log_free(stream *s, bool last)
+static void stream_mem_sub(stream *s, uint64_t bytes);
+static void apply(stream *s, feedd_sm_out *out);
+static void job_free(batch_job *bj);
+
+static bool todo_empty(const stream_todo *t)
 {
-    int n = s->n_log;
-    struct {
-        int level;
-        char text[sizeof s->log[0].text];
-    } lines[STREAM_LOG_LINES];
-    for (int i = 0; i < n; i++) {
-        lines[i].level = s->log[i].level;
-        memcpy(lines[i].text, s->log[i].text, sizeof lines[i].text);
-    }
-    s->n_log = 0;
-    pthread_mutex_unlock(&s->mu);
-    if (last)
-        stream_free(s);
-    for (int i = 0; i < n; i++)
-        feed_log((feed_log_level)lines[i].level, "%s", lines[i].text);
+    return feed_list_empty(&t->alloc) && !t->send && !t->recv && !t->status && !t->cancel;
 }
 
-static void unlock_and_log(stream *s)
+/* What running a todo unlocked leaves for the machine. */
+typedef struct todo_report {
+    feed_list allocated;     /* jobs whose buffer was tried (bj->mem NULL: it failed) */
+    bool pack_failed, send_failed; /* the batch could not be packed; its send did not start */
+    uint64_t send_bytes;
+    bool recv_failed, status_failed;
+} todo_report;
+
+/* s->mu NOT held; the caller holds a reference. Makes the calls and allocations t says, in
+ * stream_sm.h's order, and says in r what the machine must hear. */
+static void run_todo(stream *s, stream_todo *t, todo_report *r)
 {
-    unlock_log_free(s, false);
+    memset(r, 0, sizeof *r);
+    if (t->cancel) {
+        if (t->cancel_code == GRPC_STATUS_OK)
+            grpc_call_cancel(s->call, NULL);
+        else
+            grpc_call_cancel_with_status(s->call, t->cancel_code, t->cancel_msg, NULL);
+    }
+    while (!feed_list_empty(&t->alloc)) {
+        batch_job *bj = FEED_LIST_ENTRY(feed_list_pop_front(&t->alloc), batch_job, alloc_link);
+        bj->mem = feedd_memory_buf_new(s->svc->memory, bj->wait.bytes);
+        if (bj->mem)
+            bj->job.data = bj->mem->data;
+        else
+            feedd_memory_unreserve(s->svc->memory, &s->mem, bj->wait.bytes);
+        feed_list_push_back(&r->allocated, &bj->alloc_link);
+    }
+    if (t->send) {
+        batch_job *bj = t->send;
+        r->send_bytes = bj->mem->bytes;
+        grpc_byte_buffer *bb = feedd_batch_pack(bj, s->sess.tf.out_h, s->sess.tf.out_w, s->peer);
+        job_free(bj);
+        if (!bb) {
+            r->pack_failed = true;
+        } else {
+            grpc_op ops[2];
+            size_t n = 0;
+            memset(ops, 0, sizeof ops);
+            if (t->send_md)
+                ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+            ops[n].op = GRPC_OP_SEND_MESSAGE;
+            ops[n++].data.send_message.send_message = bb;
+            r->send_failed = grpc_call_start_batch(s->call, ops, n, &s->t_send, NULL) != GRPC_CALL_OK;
+            grpc_byte_buffer_destroy(bb); /* the call holds its own reference to the slices */
+            if (!r->send_failed) {
+                feedd_count(&feedd_m.batches, 1);
+                feedd_count(&feedd_m.bytes, r->send_bytes);
+            }
+        }
+    }
+    if (t->recv) {
+        grpc_op op;
+        memset(&op, 0, sizeof op);
+        op.op = GRPC_OP_RECV_MESSAGE;
+        op.data.recv_message.recv_message = &s->recv_bb;
+        r->recv_failed = grpc_call_start_batch(s->call, &op, 1, &s->t_recv, NULL) != GRPC_CALL_OK;
+    }
+    if (t->status) {
+        grpc_op ops[2];
+        size_t n = 0;
+        memset(ops, 0, sizeof ops);
+        if (t->status_md)
+            ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+        ops[n].data.send_status_from_server.status = t->status_code;
+        ops[n++].data.send_status_from_server.status_details = &s->status_slice;
+        r->status_failed = grpc_call_start_batch(s->call, ops, n, &s->t_status, NULL) !=
+                           GRPC_CALL_OK;
+    }
+}
+
+/* Under s->mu again: the machine hears what run_todo left, and the failed ops' references go. */
+static void report_todo(stream *s, todo_report *r)
+{
+    feedd_sm_out out = {0};
+    while (!feed_list_empty(&r->allocated)) {
+        batch_job *bj =
+            FEED_LIST_ENTRY(feed_list_pop_front(&r->allocated), batch_job, alloc_link);
+        feedd_sm_on_granted(&s->sm, &bj->sm, bj->mem != NULL, &out);
+        apply(s, &out);
+        memset(&out, 0, sizeof out);
+    }
+    if (r->pack_failed || r->send_failed) {
+        if (r->send_failed)
+            defer_log(s, FEED_LOG_ERROR, "stream %s: send failed to start", s->peer);
+        stream_mem_sub(s, r->send_bytes);
+        s->mem_sending = 0;
+        s->batches_sent--;
+        s->bytes_sent -= r->send_bytes;
+        s->refs--;
+        feedd_sm_on_send_failed(&s->sm, GRPC_STATUS_INTERNAL,
+                                r->pack_failed ? "could not pack a batch" : "send failed", &out);
+        apply(s, &out);
+        memset(&out, 0, sizeof out);
+    }
+    if (r->recv_failed) {
+        s->refs--;
+        feedd_sm_on_recv(&s->sm, false, &out);
+        apply(s, &out);
+    }
+    if (r->status_failed) {
+        s->refs--;
+        s->todo.cancel = true;
+        s->todo.cancel_code = GRPC_STATUS_OK;
+    }
+}
+
+/*
+ * Release s->mu, then make what the critical section decided (s->todo: gRPC calls, buffer
+ * allocations) and write the log lines made under it; what that leaves for the machine is
+ * reported under the lock again, until nothing is left. last: the stream's last reference
+ * went; it is freed once nothing is left to do. While a todo runs unlocked the stream holds a
+ * reference for it, so no other thread frees it meanwhile.
+ */
+static void unlock_log_free(stream *s, bool last)
+{
+    for (;;) {
+        stream_todo t = s->todo;
+        memset(&s->todo, 0, sizeof s->todo);
+        bool work = !todo_empty(&t);
+        if (work) {
+            s->refs++;
+            last = false;
+        }
+        int n = s->n_log;
+        struct {
+            int level;
+            char text[sizeof s->log[0].text];
+        } lines[STREAM_LOG_LINES];
+        for (int i = 0; i < n; i++) {
+            lines[i].level = s->log[i].level;
+            memcpy(lines[i].text, s->log[i].text, sizeof lines[i].text);
+        }
+        s->n_log = 0;
+        feedd_stream_unlock(s);
+        if (last)
+            stream_free(s);
+        for (int i = 0; i < n; i++)
+            feed_log((feed_log_level)lines[i].level, "%s", lines[i].text);
+        if (!work)
+            return;
+        todo_report r;
+        run_todo(s, &t, &r);
+        feedd_stream_lock(s);
+        report_todo(s, &r);
+        last = --s->refs == 0;
+    }
 }
 
 /* Drop a reference; call with s->mu held; unlocks it. */
@@ -144,8 +305,6 @@ static void discard_job_locked(stream *s, batch_job *bj)
     s->refs--;
 }
 
-static void apply(stream *s, feedd_sm_out *out);
-
 /* drop_work: the stream's jobs back from the pool queue and the memory FIFO. Under s->mu. */
 static void take_back_jobs_locked(stream *s)
 {
@@ -157,7 +316,8 @@ static void take_back_jobs_locked(stream *s)
         discard_job_locked(s, (batch_job *)(void *)job);
         feedd_sm_on_dropped(&s->sm, &out);
     }
-    /* One the granter already took is its to dispose of (feedd_stream_on_granted). */
+    /* One granted already (by the granter, or waiting in a todo for its buffer) is discarded
+     * when its grant is reported: the machine no longer takes work. */
     feed_list waiting = {0};
     feedd_memory_withdraw(s->svc->memory, &s->mem, &waiting);
     while (!feed_list_empty(&waiting)) {
@@ -168,17 +328,6 @@ static void take_back_jobs_locked(stream *s)
     apply(s, &out);
 }
 
-/* The pixel buffer, once both caps have granted its bytes; false when malloc fails. */
-static bool job_alloc_mem(stream *s, batch_job *bj)
-{
-    bj->mem = feedd_memory_buf_new(s->svc->memory, bj->wait.bytes);
-    if (bj->mem)
-        bj->job.data = bj->mem->data;
-    else
-        feedd_memory_unreserve(s->svc->memory, &s->mem, bj->wait.bytes);
-    return bj->mem != NULL;
-}
-
 /* The machine accepted bj: it holds a stream reference until it is sent or dropped. */
 static void admit_locked(stream *s, batch_job *bj)
 {
@@ -186,90 +335,39 @@ static void admit_locked(stream *s, batch_job *bj)
     s->refs++;
     feedd_gauge(&feedd_m.inflight_batches, 1);
     feedd_count(&feedd_m.requests, 1);
-    /* Straight to the pool only when nothing waits: a waiting batch is never overtaken. */
-    if (feedd_memory_admit(s->svc->memory, &bj->wait)) {
-        feedd_sm_out out = {0};
-        feedd_sm_on_granted(&s->sm, &bj->sm, job_alloc_mem(s, bj), &out);
-        apply(s, &out);
-    }
+    /* Straight to its buffer when nothing waits: a waiting batch is never overtaken. */
+    if (feedd_memory_admit(s->svc->memory, &bj->wait))
+        feed_list_push_back(&s->todo.alloc, &bj->alloc_link);
 }
 
-/* Pack and start sending bj, which the machine no longer counts. Under s->mu. */
+/* bj goes out once s->mu is released; the machine no longer counts it. Under s->mu. */
 static void send_locked(stream *s, batch_job *bj)
 {
-    feedd_sm_out out = {0};
-    size_t bytes = bj->mem->bytes;
-    grpc_byte_buffer *bb = feedd_batch_pack(bj, s->sess.tf.out_h, s->sess.tf.out_w, s->peer);
+    uint64_t bytes = bj->mem->bytes;
     feedd_gauge(&feedd_m.inflight_batches, -1);
-    job_free(bj);
-    s->refs--; /* the job's reference */
-    if (!bb) {
-        stream_mem_sub(s, bytes);
-        feedd_sm_on_send_failed(&s->sm, GRPC_STATUS_INTERNAL, "could not pack a batch", &out);
-    } else {
-        grpc_op ops[2];
-        size_t n = 0;
-        memset(ops, 0, sizeof ops);
-        if (!s->sent_md) {
-            ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-            s->sent_md = true;
-        }
-        ops[n].op = GRPC_OP_SEND_MESSAGE;
-        ops[n++].data.send_message.send_message = bb;
-        s->mem_sending = bytes;
-        s->send_started_ns = feed_now_ns();
-        s->refs++;
-        grpc_call_error e = grpc_call_start_batch(s->call, ops, n, &s->t_send, NULL);
-        grpc_byte_buffer_destroy(bb); /* the call holds its own reference to the slices */
-        if (e != GRPC_CALL_OK) {
-            defer_log(s, FEED_LOG_ERROR, "stream %s: send failed to start: %d", s->peer, (int)e);
-            stream_mem_sub(s, bytes);
-            s->mem_sending = 0;
-            s->refs--;
-            feedd_sm_on_send_failed(&s->sm, GRPC_STATUS_INTERNAL, "send failed", &out);
-        } else {
-            s->batches_sent++;
-            s->bytes_sent += bytes;
-            feedd_count(&feedd_m.batches, 1);
-            feedd_count(&feedd_m.bytes, bytes);
-        }
-    }
-    apply(s, &out);
+    s->todo.send = bj; /* the job's reference becomes the send's */
+    s->todo.send_md = !s->sent_md;
+    s->sent_md = true;
+    s->mem_sending = bytes;
+    s->send_started_ns = feed_now_ns();
+    s->batches_sent++;
+    s->bytes_sent += bytes;
 }
 
 static void arm_recv_locked(stream *s)
 {
-    grpc_op op;
-    memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_RECV_MESSAGE;
-    op.data.recv_message.recv_message = &s->recv_bb;
     s->refs++;
-    if (grpc_call_start_batch(s->call, &op, 1, &s->t_recv, NULL) != GRPC_CALL_OK) {
-        feedd_sm_out out = {0};
-        s->refs--;
-        feedd_sm_on_recv(&s->sm, false, &out);
-        apply(s, &out);
-    }
+    s->todo.recv = true;
 }
 
 static void send_status_locked(stream *s, grpc_status_code code, const char *msg)
 {
-    grpc_op ops[2];
-    size_t n = 0;
-    memset(ops, 0, sizeof ops);
     s->status_slice = grpc_slice_from_copied_string(msg);
-    if (!s->sent_md) {
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-        s->sent_md = true;
-    }
-    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    ops[n].data.send_status_from_server.status = code;
-    ops[n++].data.send_status_from_server.status_details = &s->status_slice;
+    s->todo.status = true;
+    s->todo.status_md = !s->sent_md;
+    s->todo.status_code = code;
+    s->sent_md = true;
     s->refs++;
-    if (grpc_call_start_batch(s->call, ops, n, &s->t_status, NULL) != GRPC_CALL_OK) {
-        s->refs--;
-        grpc_call_cancel(s->call, NULL);
-    }
     if ((unsigned)code < FEEDD_STATUS_CODES)
         feedd_count(&feedd_m.stream_status[code], 1);
     if (code != GRPC_STATUS_OK)
@@ -308,7 +406,7 @@ static void on_job_done(feedd_job *job)
     stream *s = bj->owner;
     feedd_sm_out out = {0};
     bj->crc = job->crc;
-    pthread_mutex_lock(&s->mu);
+    feedd_stream_lock(s);
     s->refs++; /* the job's may go while we work */
     feedd_sm_on_job_done(&s->sm, &bj->sm, atomic_load(&job->cancelled), &out);
     apply(s, &out);
@@ -398,7 +496,7 @@ static void handle_request_locked(stream *s, const uint8_t *buf, size_t len, fee
 void feedd_stream_on_recv(stream *s, bool ok)
 {
     feedd_sm_out out = {0};
-    pthread_mutex_lock(&s->mu);
+    feedd_stream_lock(s);
     grpc_byte_buffer *bb = s->recv_bb;
     s->recv_bb = NULL;
     if (bb)
@@ -434,7 +532,7 @@ void feedd_stream_on_recv(stream *s, bool ok)
 void feedd_stream_on_send(stream *s, bool ok)
 {
     feedd_sm_out out = {0};
-    pthread_mutex_lock(&s->mu);
+    feedd_stream_lock(s);
     uint64_t dt = feed_now_ns() - s->send_started_ns;
     feedd_count(&feedd_m.stage_ns[FEEDD_STAGE_SEND], dt);
     feedd_count(&feedd_m.stage_count[FEEDD_STAGE_SEND], 1);
@@ -447,7 +545,7 @@ void feedd_stream_on_send(stream *s, bool ok)
 
 void feedd_stream_on_status(stream *s)
 {
-    pthread_mutex_lock(&s->mu);
+    feedd_stream_lock(s);
     stream_unref_unlock(s);
 }
 
@@ -455,7 +553,7 @@ void feedd_stream_on_close(stream *s)
 {
     feedd_service *svc = s->svc;
     feedd_sm_out out = {0};
-    pthread_mutex_lock(&s->mu);
+    feedd_stream_lock(s);
     feedd_sm_on_cancel(&s->sm, &out);
     apply(s, &out);
     defer_log(s, FEED_LOG_INFO,
@@ -498,18 +596,21 @@ static void stream_open(stream *s)
     pthread_mutex_unlock(&svc->mu);
     feedd_gauge(&feedd_m.active_streams, 1);
 
-    pthread_mutex_lock(&s->mu);
-    s->refs = 2; /* the open call and the RECV_CLOSE op */
+    /* Unlocked: no other thread touches s yet (walkers skip a stream with no reference), and
+     * its tags come to this thread, after this function. */
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op.data.recv_close_on_server.cancelled = &s->close_cancelled;
     bool close_armed = grpc_call_start_batch(s->call, &op, 1, &s->t_close, NULL) == GRPC_CALL_OK;
+    feedd_stream_lock(s);
+    s->refs = 2; /* the open call and the RECV_CLOSE op */
     if (!close_armed) {
         /* Its tag will never come, and only that tag ends the stream: end it here. */
         defer_log(s, FEED_LOG_ERROR,
                   "stream %s: RECV_CLOSE_ON_SERVER failed to start; cancelling the call", s->peer);
-        grpc_call_cancel(s->call, NULL);
+        s->todo.cancel = true;
+        s->todo.cancel_code = GRPC_STATUS_OK;
     } else {
         feedd_sm_out out = {0};
         defer_log(s, FEED_LOG_INFO, "stream %s: connected", s->peer);
@@ -523,7 +624,7 @@ static void stream_open(stream *s)
         }
         apply(s, &out);
     }
-    unlock_and_log(s);
+    unlock_log_free(s, false);
     if (!close_armed)
         feedd_stream_on_close(s); /* drops the open call's reference and the close op's */
 }
@@ -545,17 +646,14 @@ void feedd_stream_on_granted(feedd_mem_waiter *w)
 {
     batch_job *bj = job_of_waiter(w);
     stream *s = bj->owner; /* alive: the job holds a reference */
-    feedd_sm_out out = {0};
-    pthread_mutex_lock(&s->mu);
-    s->refs++; /* the job's may go with it */
-    feedd_sm_on_granted(&s->sm, &bj->sm, job_alloc_mem(s, bj), &out);
-    apply(s, &out);
-    stream_unref_unlock(s);
+    feedd_stream_lock(s);
+    feed_list_push_back(&s->todo.alloc, &bj->alloc_link);
+    unlock_log_free(s, false);
 }
 
 void feedd_stream_check_stall(stream *s, uint64_t now_ns, uint32_t stall_ms)
 {
-    pthread_mutex_lock(&s->mu);
+    feedd_stream_lock(s);
     uint64_t pending_ms = s->mem_sending ? feedd_sm_send_pending_ms(s->send_started_ns, now_ns) : 0;
     if (s->mem_sending && !s->stall_cancelled && pending_ms >= stall_ms) {
         char msg[STATUS_MSG_MAX];
@@ -568,18 +666,34 @@ void feedd_stream_check_stall(stream *s, uint64_t now_ns, uint32_t stall_ms)
                   s->sess.client_name, msg);
         s->stall_cancelled = true;
         feedd_count(&feedd_m.streams_stalled, 1);
-        grpc_call_cancel_with_status(s->call, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NULL);
+        s->todo.cancel = true;
+        s->todo.cancel_code = GRPC_STATUS_RESOURCE_EXHAUSTED;
+        memcpy(s->todo.cancel_msg, msg, sizeof s->todo.cancel_msg);
     }
-    unlock_and_log(s);
+    unlock_log_free(s, false);
 }
 
 void feedd_stream_drain(stream *s)
 {
-    pthread_mutex_lock(&s->mu);
-    if (s->refs > 0) {
-        feedd_sm_out out = {0};
-        feedd_sm_on_drain(&s->sm, &out);
-        apply(s, &out);
-    }
-    unlock_and_log(s);
+    feedd_sm_out out = {0};
+    feedd_stream_lock(s);
+    feedd_sm_on_drain(&s->sm, &out);
+    apply(s, &out);
+    unlock_log_free(s, false);
+}
+
+bool feedd_stream_hold(stream *s)
+{
+    feedd_stream_lock(s);
+    bool held = s->refs > 0;
+    if (held)
+        s->refs++;
+    feedd_stream_unlock(s);
+    return held;
+}
+
+void feedd_stream_unhold(stream *s)
+{
+    feedd_stream_lock(s);
+    stream_unref_unlock(s);
 }

@@ -6,7 +6,11 @@
  * op counts until its handler returns), so a late tag never touches freed
  * memory. A context is detached (srv = NULL)
  * when its server is failed; whatever it still delivers is dropped, which is
- * what makes re-issued batches exactly-once.
+ * what makes re-issued batches exactly-once. The dispatch thread sends what
+ * the training thread's calls made room for (conn_dispatch_soon), so that
+ * thread never starts a gRPC operation. Locks: the loader's mu only
+ * (loader_impl.h); its gRPC calls under it (start_batch, cancel) do not
+ * block.
  */
 #include <stdio.h>
 #include <stdlib.h>

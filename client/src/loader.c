@@ -1,8 +1,10 @@
 /*
  * libfeedclient's public API (feed/client.h): configuration, open/close, and
  * the training thread's side of delivery (next/release/set_epoch/stats). The
- * receiver threads (conn.c) and the scheduler (sched.c) do the rest; the
- * locking rules are in loader_impl.h.
+ * receiver threads and the dispatch thread (conn.c) and the scheduler
+ * (sched.c) do the rest. Locks (loader_impl.h): mu, then the log queue's mu
+ * (client_log, a leaf); dns_mu never with mu. The training thread's calls
+ * start no gRPC operation: they wake the dispatch thread (conn_dispatch_soon).
  */
 #include <stddef.h>
 #include <stdio.h>

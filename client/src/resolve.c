@@ -6,6 +6,10 @@
  * removed; once the table is full, a removed entry nothing refers to any more
  * is reused (conn_add_server). A failed lookup keeps the previous list: a DNS
  * hiccup must not drop every server of a running job.
+ *
+ * Locks: the loader's mu (posting a list) and dns_mu (the resolver's timed
+ * wait and its stop flag) are never held together, and getaddrinfo runs with
+ * neither held (loader_impl.h).
  */
 #include <arpa/inet.h>
 #include <errno.h>

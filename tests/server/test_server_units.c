@@ -454,15 +454,162 @@ grpc_call_error __wrap_grpc_call_start_batch(grpc_call *call, const grpc_op *ops
 enum { FAIL_NONE, FAIL_UNARY, FAIL_STREAM_CLOSE };
 static atomic_int fail_next = FAIL_NONE;
 
+/* Calls of the service that must never be made with a stream's lock held (lock_rule). */
+static atomic_int grpc_ops, ops_under_lock, allocs, allocs_under_lock;
+
+static void note_op(void)
+{
+    atomic_fetch_add(&grpc_ops, 1);
+    if (feedd_stream_locks_held() > 0)
+        atomic_fetch_add(&ops_under_lock, 1);
+}
+
 grpc_call_error __wrap_grpc_call_start_batch(grpc_call *call, const grpc_op *ops, size_t nops,
                                              void *op_tag, void *reserved)
 {
+    note_op();
     bool close = nops > 0 && ops[nops - 1].op == GRPC_OP_RECV_CLOSE_ON_SERVER;
     int want = nops == 1 ? FAIL_STREAM_CLOSE : FAIL_UNARY;
     int expect = want;
     if (close && atomic_compare_exchange_strong(&fail_next, &expect, FAIL_NONE))
         return GRPC_CALL_ERROR;
     return __real_grpc_call_start_batch(call, ops, nops, op_tag, reserved);
+}
+
+grpc_call_error __real_grpc_call_cancel(grpc_call *call, void *reserved);
+grpc_call_error __wrap_grpc_call_cancel(grpc_call *call, void *reserved);
+grpc_call_error __wrap_grpc_call_cancel(grpc_call *call, void *reserved)
+{
+    note_op();
+    return __real_grpc_call_cancel(call, reserved);
+}
+
+grpc_call_error __real_grpc_call_cancel_with_status(grpc_call *call, grpc_status_code status,
+                                                    const char *description, void *reserved);
+grpc_call_error __wrap_grpc_call_cancel_with_status(grpc_call *call, grpc_status_code status,
+                                                    const char *description, void *reserved);
+grpc_call_error __wrap_grpc_call_cancel_with_status(grpc_call *call, grpc_status_code status,
+                                                    const char *description, void *reserved)
+{
+    note_op();
+    return __real_grpc_call_cancel_with_status(call, status, description, reserved);
+}
+
+feedd_mem_buf *__real_feedd_memory_buf_new(feedd_memory *m, uint64_t bytes);
+feedd_mem_buf *__wrap_feedd_memory_buf_new(feedd_memory *m, uint64_t bytes);
+feedd_mem_buf *__wrap_feedd_memory_buf_new(feedd_memory *m, uint64_t bytes)
+{
+    atomic_fetch_add(&allocs, 1);
+    if (feedd_stream_locks_held() > 0)
+        atomic_fetch_add(&allocs_under_lock, 1);
+    return __real_feedd_memory_buf_new(m, bytes);
+}
+
+grpc_byte_buffer *__real_feedd_batch_pack(batch_job *bj, uint32_t h, uint32_t w, const char *peer);
+grpc_byte_buffer *__wrap_feedd_batch_pack(batch_job *bj, uint32_t h, uint32_t w, const char *peer);
+grpc_byte_buffer *__wrap_feedd_batch_pack(batch_job *bj, uint32_t h, uint32_t w, const char *peer)
+{
+    atomic_fetch_add(&allocs, 1);
+    if (feedd_stream_locks_held() > 0)
+        atomic_fetch_add(&allocs_under_lock, 1);
+    return __real_feedd_batch_pack(bj, h, w, peer);
+}
+
+/* One stream of `batches` batches of 2 through the in-process service, window 2; then a second
+ * stream that the client cancels with batches asked, and a third that is open (a batch asked,
+ * not read) when the service drains. */
+static void stream_some(grpc_channel *ch, uint32_t batches, bool cancel)
+{
+    Feed__V1__TransformSpec spec = FEED__V1__TRANSFORM_SPEC__INIT;
+    spec.mode = FEED__V1__TRANSFORM_MODE__TRANSFORM_MODE_TRAIN;
+    spec.out_height = spec.out_width = 16;
+    Feed__V1__SessionOpen open = FEED__V1__SESSION_OPEN__INIT;
+    open.dataset = (char *)"d";
+    open.transform = &spec;
+    open.window = 2;
+    open.protocol_version = 1;
+    feedtest_stream st;
+    assert_int_equal(feedtest_stream_open(ch, 60, &st), 0);
+    for (uint32_t i = 0; i < batches; i++) {
+        uint64_t idx[2] = {i % 4, (i + 1) % 4};
+        Feed__V1__BatchRequest r = FEED__V1__BATCH_REQUEST__INIT;
+        r.open = i == 0 ? &open : NULL;
+        r.batch_id = i + 1;
+        r.n_indices = 2;
+        r.indices = idx;
+        assert_int_equal(feedtest_stream_send(&st, &r), 0);
+        if (cancel)
+            continue;
+        Feed__V1__Batch *b = feedtest_stream_recv(&st);
+        assert_non_null(b);
+        assert_int_equal(b->batch_id, i + 1);
+        feed__v1__batch__free_unpacked(b, NULL);
+    }
+    if (cancel) {
+        feedtest_stream_cancel(&st);
+        (void)feedtest_stream_finish(&st, NULL, 0);
+        return;
+    }
+    feedtest_stream_writes_done(&st);
+    assert_null(feedtest_stream_recv(&st));
+    assert_int_equal(feedtest_stream_finish(&st, NULL, 0), GRPC_STATUS_OK);
+}
+
+/*
+ * The lock rule (service_internal.h): no gRPC call (start_batch, cancel) and no batch buffer
+ * allocation or packing is made while the calling thread holds a stream's lock, whichever
+ * thread has the event: the completion-queue threads (requests, sends, close), the pool
+ * worker (a batch done), the granter, the main thread (drain).
+ */
+static void test_stream_lock_rule(void **state)
+{
+    (void)state;
+    static svc_env e;
+    svc_env_open(&e);
+    feedd_service *svc = NULL;
+    int port = 0;
+    assert_int_equal(feedd_service_start(&e.cfg, &e.served, 1, e.pool, &svc, &port), 0);
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    grpc_channel *ch = feedtest_channel(target);
+    atomic_store(&grpc_ops, 0);
+    atomic_store(&ops_under_lock, 0);
+    atomic_store(&allocs, 0);
+    atomic_store(&allocs_under_lock, 0);
+    stream_some(ch, 8, false);
+    stream_some(ch, 2, true);
+    /* Open through the drain: its batch goes out, then UNAVAILABLE-free OK or the drain's end. */
+    feedtest_stream st;
+    assert_int_equal(feedtest_stream_open(ch, 60, &st), 0);
+    Feed__V1__TransformSpec spec = FEED__V1__TRANSFORM_SPEC__INIT;
+    spec.mode = FEED__V1__TRANSFORM_MODE__TRANSFORM_MODE_TRAIN;
+    spec.out_height = spec.out_width = 16;
+    Feed__V1__SessionOpen open = FEED__V1__SESSION_OPEN__INIT;
+    open.dataset = (char *)"d";
+    open.transform = &spec;
+    open.protocol_version = 1;
+    uint64_t idx[1] = {0};
+    Feed__V1__BatchRequest r = FEED__V1__BATCH_REQUEST__INIT;
+    r.open = &open;
+    r.batch_id = 1;
+    r.n_indices = 1;
+    r.indices = idx;
+    assert_int_equal(feedtest_stream_send(&st, &r), 0);
+    Feed__V1__Batch *b = feedtest_stream_recv(&st);
+    assert_non_null(b);
+    feed__v1__batch__free_unpacked(b, NULL);
+    feedd_service_drain(svc);
+    assert_null(feedtest_stream_recv(&st));
+    (void)feedtest_stream_finish(&st, NULL, 0);
+    grpc_channel_destroy(ch);
+    assert_int_equal(feedd_service_stop(svc, 10000), 0);
+    feedd_service_free(svc);
+    svc_env_close(&e);
+    /* The wrappers saw the service's calls, so the counts below mean something. */
+    assert_true(atomic_load(&grpc_ops) >= 20);
+    assert_true(atomic_load(&allocs) >= 18);
+    assert_int_equal(atomic_load(&ops_under_lock), 0);
+    assert_int_equal(atomic_load(&allocs_under_lock), 0);
 }
 
 /*
@@ -876,6 +1023,7 @@ int main(void)
         cmocka_unit_test(test_pool_cancel_claimed),
         cmocka_unit_test(test_service_start_failures),
         cmocka_unit_test(test_service_start_unwinds),
+        cmocka_unit_test(test_stream_lock_rule),
         cmocka_unit_test(test_guard_credit),
         cmocka_unit_test(test_guard_unauthenticated),
         cmocka_unit_test(test_batch_pack_bytes),
