@@ -2,7 +2,9 @@
  * Read-ahead for remote blobs: ranges hinted with feed_blob_prefetch are
  * fetched in the background by a few worker threads into buffers, and a later
  * read of exactly such a range takes its bytes (waiting while the fetch is in
- * flight) instead of asking the network again.
+ * flight) instead of asking the network again. A range hinted again before it
+ * was read (two batches or a batch and its hedge want the same sample) is
+ * fetched once and serves as many reads as it was hinted.
  *
  * Process-wide and bounded: the bytes of every hinted range not yet read,
  * queued or fetched, stay under the largest readahead_bytes an open asked for.
@@ -38,7 +40,8 @@ typedef struct ra_entry {
     size_t len;
     enum ra_state state;
     int rc;
-    int claimed;      /* a reader waits for it: not pushed out, not taken by another */
+    uint32_t wanted;  /* hints not yet read; the entry leaves the list at 0 */
+    uint32_t users;   /* readers waiting for it or copying it: not pushed out, not freed */
     uint64_t done_ns; /* CLOCK_MONOTONIC when the fetch finished */
     uint8_t *buf;
 } ra_entry;
@@ -163,7 +166,7 @@ static int make_room(size_t len)
     uint64_t now = ra.bytes + len > ra.cap ? now_ns() : 0;
     while (ra.bytes + len > ra.cap && e) {
         ra_entry *next = e->next;
-        if (e->state == RA_DONE && !e->claimed && now - e->done_ns > RA_STALE_NS) {
+        if (e->state == RA_DONE && !e->users && now - e->done_ns > RA_STALE_NS) {
             unlink_entry(e);
             free_entry(e);
         }
@@ -179,8 +182,14 @@ void remote_ra_hint(remote_blob *b, const feed_blob_range *ranges, size_t n)
         const feed_blob_range *r = &ranges[i];
         ra_entry *e;
         if (r->length == 0 || r->length > b->max_read || r->offset > b->base.size ||
-            r->length > b->base.size - r->offset || find(b, r->offset, (size_t)r->length))
+            r->length > b->base.size - r->offset)
             continue;
+        e = find(b, r->offset, (size_t)r->length);
+        if (e) {
+            if (e->wanted < UINT32_MAX)
+                e->wanted++;
+            continue;
+        }
         if (!make_room((size_t)r->length)) {
             atomic_fetch_add(&remote_stats.readahead_dropped, n - i);
             break;
@@ -192,6 +201,7 @@ void remote_ra_hint(remote_blob *b, const feed_blob_range *ranges, size_t n)
         e->offset = r->offset;
         e->len = (size_t)r->length;
         e->state = RA_QUEUED;
+        e->wanted = 1;
         if (ra.tail)
             ra.tail->next = e;
         else
@@ -206,11 +216,9 @@ void remote_ra_hint(remote_blob *b, const feed_blob_range *ranges, size_t n)
 int remote_ra_take(remote_blob *b, uint64_t offset, size_t len, uint8_t *dst)
 {
     ra_entry *e;
-    int served = 0;
+    int served = 0, last = 0;
     pthread_mutex_lock(&ra_lock);
     e = find(b, offset, len);
-    if (e && e->claimed)
-        e = NULL; /* another reader of the same range waits for it: read it directly */
     if (e && e->state == RA_QUEUED) {
         /*
          * Not started: it goes to the head of the queue, so the next free
@@ -227,10 +235,13 @@ int remote_ra_take(remote_blob *b, uint64_t offset, size_t len, uint8_t *dst)
         pthread_cond_signal(&ra_work);
     }
     if (e) {
-        e->claimed = 1;
+        e->users++;
         while (e->state != RA_DONE)
             pthread_cond_wait(&ra_done, &ra_lock);
-        unlink_entry(e);
+        /* The read a hint was for; the last takes it off the list. A reader past the hints
+         * (one more than were made, waiting with them) still shares the bytes. */
+        if (e->wanted > 0 && --e->wanted == 0)
+            unlink_entry(e);
     }
     pthread_mutex_unlock(&ra_lock);
     if (e) {
@@ -239,7 +250,11 @@ int remote_ra_take(remote_blob *b, uint64_t offset, size_t len, uint8_t *dst)
             served = 1;
             atomic_fetch_add(&remote_stats.readahead_hits, 1);
         }
-        free_entry(e);
+        pthread_mutex_lock(&ra_lock);
+        last = --e->users == 0 && e->wanted == 0;
+        pthread_mutex_unlock(&ra_lock);
+        if (last)
+            free_entry(e);
     }
     return served;
 }

@@ -46,7 +46,7 @@ static int setup(void **state)
         return -1;
     snprintf(path, sizeof path, "%s/obj.bin", g_dir);
     feed_test_write_file(path, g_obj, OBJ_SIZE);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         snprintf(path, sizeof path, "%s/copy%d.bin", g_dir, i);
         feed_test_write_file(path, g_obj, OBJ_SIZE);
     }
@@ -338,6 +338,43 @@ static void test_readahead(void **state)
     feed_blob_close(b);
 }
 
+/* One range hinted twice (two batches, or a batch and its hedge, want the same sample) is
+ * fetched once and serves both reads: before, the second read went to the network. */
+static void test_readahead_shared(void **state)
+{
+    feed_blob_options o;
+    char ep[128], err[512] = "";
+    uint8_t buf[8192];
+    feed_remote_stats before, now;
+    (void)state;
+    set_creds(REMOTE_TEST_SECRET);
+    options(&o, ep, sizeof ep, g_srv.s3);
+    o.remote.readahead_bytes = 8 * sizeof buf;
+    feed_blob *b = open_ok("s3://" REMOTE_TEST_BUCKET "/copy4.bin", &o);
+    feed_blob_range r = {300000, sizeof buf};
+    feed_remote_stats_get(&before);
+    feed_blob_prefetch(b, &r, 1);
+    feed_blob_prefetch(b, &r, 1);
+    do {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL); /* waiting for the workers' event, no timing asserted */
+        feed_remote_stats_get(&now);
+    } while (now.readahead_done - before.readahead_done < 1);
+    /* Gone from the store: both reads can only come from the one fetch. */
+    assert_int_equal(remote_servers_cmd(&g_srv, "delete copy4.bin", NULL, NULL), 0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(feed_blob_read(b, r.offset, sizeof buf, buf, err, sizeof err), 0);
+        assert_memory_equal(buf, g_obj + r.offset, sizeof buf);
+    }
+    feed_remote_stats_get(&now);
+    assert_int_equal(now.readahead_done - before.readahead_done, 1);
+    assert_int_equal(now.readahead_hits - before.readahead_hits, 2);
+    /* Both hints are used up: a third read asks the store, which no longer has it. */
+    assert_int_equal(feed_blob_read(b, r.offset, sizeof buf, buf, err, sizeof err),
+                     FEED_ENOTFOUND);
+    feed_blob_close(b);
+}
+
 typedef struct reader_arg {
     feed_blob *b;
     int index;
@@ -402,6 +439,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_wrong_credentials), cmocka_unit_test(test_not_found),
         cmocka_unit_test(test_changed_object),    cmocka_unit_test(test_faults_retried),
         cmocka_unit_test(test_read_cap),          cmocka_unit_test(test_readahead),
+        cmocka_unit_test(test_readahead_shared),
         cmocka_unit_test(test_connection_pool),
     };
     if (argc < 3) {
