@@ -30,7 +30,8 @@
 # TRAIN_CPUS (0-1), SERVER_CPUS ("2-8 9-15"), SERVER_THREADS (7), DEVICE (cuda:0),
 # MAX_INFLIGHT (0: the loop never waits for the GPU; N: at most N steps queued),
 # WINDOW (4) and PREFETCH (6): feedclient's window_per_server and prefetch;
-# CACHE_SIDE (256), CACHE_BYTES (24G), CACHE_WARMUP (60 s).
+# CACHE_SIDE (256), CACHE_BYTES (24G), CACHE_WARMUP (60 s); FEEDCLIENT_LIBRARY (the bundle's
+# lib/libfeedclient.so: another build of the library to compare).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:?usage: run_h2h.sh OUTDIR [CONFIG...]}
@@ -40,7 +41,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$here/python${PYTHONPATH:+:$PYTHONPATH}"
-export FEEDCLIENT_LIBRARY=$here/lib/libfeedclient.so
+export FEEDCLIENT_LIBRARY=${FEEDCLIENT_LIBRARY:-$here/lib/libfeedclient.so}
 repeat=${REPEAT:-167}
 common=(--warmup "${WARMUP:-15}" --seconds "${SECONDS_PER:-20}" --windows "${WINDOWS:-5}"
         --batch "${BATCH:-256}" --device "${DEVICE:-cuda:0}" --json "$out/h2h.jsonl"
