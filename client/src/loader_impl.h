@@ -250,6 +250,10 @@ struct server {
     uint32_t cache_side;   /* [mu] its last Describe's DatasetInfo.cache_side */
     /* [mu] Owner routing's key for it (sched_route.c): a hash of target, 0 until needed. */
     uint64_t route_key;
+    uint64_t down_since_ns; /* [mu] when it last failed, 0 while it is up (or never failed) */
+    /* [mu] down for unavailable_timeout_ms (sched_tick): out of the owner set until it is up
+     * again, so that its share is cached by the next owners meanwhile (sched_route.c). */
+    bool absent;
 };
 
 /* One "dns:///host:port" target and its latest resolution. */

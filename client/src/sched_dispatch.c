@@ -175,6 +175,8 @@ static void fail_server(loader *l, server *s, const char *why, bool counted, uin
         client_log(l, FEED_LOG_DEBUG, "server %s: %s", s->target, why);
     }
     s->state = SRV_DOWN;
+    if (!s->down_since_ns)
+        s->down_since_ns = now;
     s->outstanding = 0;
     s->service_ns = 0;
     if (s->refused)
@@ -204,6 +206,19 @@ static void check_deadlines(loader *l, uint64_t now)
     }
 }
 
+/* A server down for unavailable_timeout_ms leaves the owner set (routing's, sched_route.c)
+ * until it is up again: waiting longer would leave its share out of every cache. */
+static void note_absence(loader *l, server *s, uint64_t now)
+{
+    uint64_t limit = (uint64_t)l->cfg.unavailable_timeout_ms * 1000000u;
+    bool absent = s->down_since_ns && now - s->down_since_ns >= limit;
+    if (absent && !s->absent && l->routing)
+        client_log(l, FEED_LOG_WARN,
+                   "server %s down for %u ms: its samples have other owners until it is back",
+                   s->target, l->cfg.unavailable_timeout_ms);
+    s->absent = absent;
+}
+
 void sched_tick(loader *l, uint64_t now)
 {
     check_deadlines(l, now);
@@ -214,6 +229,7 @@ void sched_tick(loader *l, uint64_t now)
         if (s->removed)
             continue;
         known++;
+        note_absence(l, s, now);
         if (s->state == SRV_UP) {
             any_up = true;
             up++;

@@ -144,6 +144,8 @@ piece *sched_batch_arrived(loader *l, server *s, wire_batch_reader *r, uint64_t 
     if (s->state == SRV_CONNECTING) {
         /* It serves batches, not only Describe: now it gets a full window. */
         s->state = SRV_UP;
+        s->down_since_ns = 0;
+        s->absent = false;
         s->backoff_ms = CLIENT_BACKOFF_FIRST_MS;
         s->quiet = false;
         client_log(l, FEED_LOG_INFO, "server %s up (window %u)", s->target, s->window);

@@ -2,7 +2,8 @@
  * Owner routing (README "Owner routing"): every sample of the dataset has
  * one owning server, by rendezvous (highest-random-weight) hashing of (sample
  * index, server) over the servers the loader knows and has not seen leave
- * (removed from DNS); a server's identity is its target as the loader dials
+ * (removed from DNS) or be down for unavailable_timeout_ms (absent: back in
+ * once it serves again); a server's identity is its target as the loader dials
  * it (a configured "host:port", or an address a DNS name yielded). A batch
  * is sent as one piece per server: each sample goes to the first server in
  * its rendezvous order that takes requests, which is its owner while the
@@ -60,7 +61,7 @@ uint32_t sched_route_owner(loader *l, uint64_t index)
     uint64_t best = 0;
     for (uint32_t i = 0; i < l->num_servers; i++) {
         server *s = &l->servers[i];
-        if (s->removed)
+        if (s->removed || s->absent)
             continue;
         uint64_t w = weight(route_key(s), index);
         if (owner == UINT32_MAX || w > best) {

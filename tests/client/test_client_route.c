@@ -6,7 +6,8 @@
  * order); a failed owner's pieces go to each sample's next server in
  * rendezvous order, marked NOT_OWNER, and nothing else is asked again; a
  * server leaving (removed from DNS) hands its share to the next owners, now
- * OWNER; a server joining or leaving changes the owner of its share only;
+ * OWNER; so does a listed server down for unavailable_timeout_ms, until it
+ * serves again; a server joining or leaving changes the owner of its share only;
  * an owner that fails while one of its pieces lands and a second piece of
  * the same batch fails its checks: the batch is delivered once, whole; two
  * pieces landing at once, the completing one reporting first: the batch is
@@ -163,6 +164,57 @@ static void test_leaving_server_hands_its_share_to_the_next_owners(void **state)
             assert_int_equal(sched_route_owner(l, g.req[i].idx[k]), g.req[i].server);
     }
     expect_epoch(l, 0, 0);
+    free_loader(l);
+}
+
+/* A listed server that stays down: once it has been down for unavailable_timeout_ms its share
+ * goes to the next owners as OWNER (cached there; before, NOT_OWNER for as long as it was
+ * down, so its share was in no cache); back up, it owns its share again. */
+static void test_absent_server_hands_its_share_over_until_back(void **state)
+{
+    (void)state;
+    loader *l = make_routed(240, 16, 4, 8, 2);
+    l->cfg.max_slots = 3;
+    /* Short, and the batch deadline long, so that the clock can jump past it while the
+     * others' replies are still owed. */
+    l->cfg.unavailable_timeout_ms = 500;
+    l->cfg.batch_deadline_ms = 60000;
+    uint32_t owner0[240];
+    for (uint64_t i = 0; i < 240; i++)
+        owner0[i] = sched_route_owner(l, i);
+    dispatch(l);
+    fail_server(l, 1);
+    dispatch(l);
+    /* Still its owner a moment later: a restart does not move the share. */
+    g.now += (uint64_t)(l->cfg.unavailable_timeout_ms - 1) * 1000000u;
+    tick(l);
+    for (uint64_t i = 0; i < 240; i++)
+        assert_int_equal(sched_route_owner(l, i), owner0[i]);
+    g.now += 1000000u;
+    tick(l);
+    uint32_t mark = g.nreq, moved = 0;
+    expect_epoch(l, 0, 0);
+    for (uint32_t i = mark; i < g.nreq; i++) {
+        assert_int_not_equal(g.req[i].server, 1);
+        for (uint32_t k = 0; k < g.req[i].n; k++) {
+            uint64_t idx = g.req[i].idx[k];
+            assert_int_equal(sched_route_owner(l, idx), owner_without(l, idx, 1));
+            if (owner0[idx] == 1 && g.req[i].ownership == SCHED_OWNER)
+                moved++;
+        }
+    }
+    assert_true(moved > 0);
+    /* Back: it serves a batch, and owns its share again. */
+    pthread_mutex_lock(&l->mu);
+    l->servers[1].retry_at_ns = g.now;
+    pthread_mutex_unlock(&l->mu);
+    tick(l);
+    reconnect(l, 1);
+    set_epoch_at(l, 1, 0);
+    expect_epoch(l, 1, 0);
+    assert_int_equal(l->servers[1].state, SRV_UP);
+    for (uint64_t i = 0; i < 240; i++)
+        assert_int_equal(sched_route_owner(l, i), owner0[i]);
     free_loader(l);
 }
 
@@ -349,6 +401,7 @@ int main(void)
         cmocka_unit_test(test_each_sample_goes_to_its_owner),
         cmocka_unit_test(test_dead_owner_piece_goes_to_next_owner_only),
         cmocka_unit_test(test_leaving_server_hands_its_share_to_the_next_owners),
+        cmocka_unit_test(test_absent_server_hands_its_share_over_until_back),
         cmocka_unit_test(test_join_and_leave_move_only_their_share),
         cmocka_unit_test(test_exactly_once_under_a_failure_during_landing),
         cmocka_unit_test(test_batch_ready_only_when_every_piece_reported),
