@@ -279,3 +279,27 @@ def test_rank_world_from_torch_distributed(server, tmp_path):
 def test_version_and_library():
     assert feedclient.library_version() == feedclient.__version__
     assert feedclient.library_path.endswith((".so", ".so.0")) or ".so." in feedclient.library_path
+
+
+@pytest.mark.parametrize("routing, dataset, routed", [
+    ("on", "small", True), ("off", "cached", False), ("auto", "cached", True),
+    ("auto", "small", False)])
+def test_owner_routing_reaches_the_library(spawn, data_dir, caplog, routing, dataset, routed):
+    """owner_routing as the library takes it: "auto" routes once a server caches the dataset,
+    "on" routes without a cache, "off" never; the library says when routing turns on, and the
+    epoch is the same whole set of samples either way."""
+    caplog.set_level(logging.INFO, logger="feedclient")
+    srv = spawn(["--dataset", f"cached={data_dir / 'small'},cache=64", "--cache-bytes", "64M"])
+    loader = feedclient.Loader([srv.target], dataset, batch_size=8, device="cpu", size=32,
+                               dtype=torch.uint8, with_indices=True, owner_routing=routing)
+    seen = sorted(int(i) for _, _, indices in loader for i in indices)
+    loader.close()  # delivers every queued log line
+    assert seen == list(range(N))
+    said = any("owner routing on" in r.getMessage() for r in caplog.records)
+    assert said == routed
+
+
+@pytest.mark.parametrize("bad", ["yes", "ON", 1, None])
+def test_owner_routing_bad_value_named(bad):
+    with pytest.raises(ValueError, match="owner_routing"):
+        feedclient.Loader(["127.0.0.1:1"], "small", owner_routing=bad)

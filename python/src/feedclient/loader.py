@@ -60,6 +60,8 @@ _DTYPES = {
 }
 _LAYOUTS = {"NCHW": _lib.LAYOUT_NCHW, "NHWC": _lib.LAYOUT_NHWC, "channels_last": _lib.LAYOUT_NHWC}
 _POLICIES = {"substitute": _lib.BAD_SAMPLE_SUBSTITUTE, "fail": _lib.BAD_SAMPLE_FAIL}
+_ROUTING = {"auto": _lib.OWNER_ROUTING_AUTO, "off": _lib.OWNER_ROUTING_OFF,
+            "on": _lib.OWNER_ROUTING_ON}
 _PY_LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
 
 _STATE_VERSION = 1
@@ -276,6 +278,13 @@ class Loader:
     ``augment`` names per-sample augmentations the servers make after the
     crop, as torchvision does (see :mod:`feedclient.augment`), e.g.
     ``"torchvision-v2-recipe"``.
+
+    ``owner_routing`` (``"auto"``, ``"on"`` or ``"off"``) is the fleet-sharded
+    decoded cache: each sample goes to its owning server, which caches it, so
+    N servers' caches hold N shares instead of N copies. ``"auto"`` turns it on
+    once a server says it caches the dataset (feedd ``--dataset NAME=...,cache=SIDE``);
+    ``"off"`` sends every batch whole to whichever server balancing picks.
+    The pixels are the same either way.
     """
 
     def __init__(
@@ -316,6 +325,7 @@ class Loader:
         tls_cert: Union[str, "os.PathLike[str]", None] = None,
         tls_key: Union[str, "os.PathLike[str]", None] = None,
         augment: _augment.AugmentSpec = None,
+        owner_routing: str = "auto",
     ) -> None:
         if isinstance(targets, str):
             targets = [targets]
@@ -333,6 +343,9 @@ class Loader:
             raise ValueError("feedclient.Loader: transform must be 'train' or 'eval'")
         if bad_sample_policy not in _POLICIES:
             raise ValueError(f"feedclient.Loader: bad_sample_policy must be one of {list(_POLICIES)}")
+        if owner_routing not in _ROUTING:
+            raise ValueError(
+                f"feedclient.Loader: owner_routing must be one of {list(_ROUTING)}, not {owner_routing!r}")
         if not 1 <= prefetch <= 63:
             raise ValueError(f"feedclient.Loader: prefetch must be in [1, 63], not {prefetch}")
         seed = operator.index(seed)
@@ -389,6 +402,7 @@ class Loader:
         cfg.std[:] = list(std)
         cfg.device = self._device.index if self._device.type == "cuda" else _lib.DEVICE_HOST
         cfg.bad_sample_policy = _POLICIES[bad_sample_policy]
+        cfg.owner_routing = _ROUTING[owner_routing]
         cfg.batch_deadline_ms = _ms(batch_deadline, "batch_deadline")
         cfg.unavailable_timeout_ms = _ms(unavailable_timeout, "unavailable_timeout")
         cfg.resolve_interval_ms = _ms(resolve_interval, "resolve_interval")
