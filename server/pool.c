@@ -213,6 +213,19 @@ static bool cache_serves(const feed_transform *t, uint32_t side)
     return side && need <= side;
 }
 
+/* A failed sample's message, prefixed with where its bytes are (feed_dataset_sample_where, at
+ * most half the message), the reason cut to what is left. */
+static void name_failed_sample(feedd_job *job, uint32_t pos)
+{
+    char where[FEEDD_SAMPLE_MSG_MAX / 2 + 1], why[FEEDD_SAMPLE_MSG_MAX + 1];
+    feed_dataset_sample_where(job->ds, job->indices[pos], where, sizeof where);
+    if (where[0]) {
+        memcpy(why, job->errors[pos], sizeof why);
+        if (snprintf(job->errors[pos], sizeof job->errors[pos], "%s: %s", where, why) < 0)
+            memcpy(job->errors[pos], why, sizeof why);
+    }
+}
+
 static void make_sample(worker *w, feedd_job *job, uint32_t pos)
 {
     uint64_t index = job->indices[pos];
@@ -244,6 +257,8 @@ static void make_sample(worker *w, feedd_job *job, uint32_t pos)
             snprintf(job->errors[pos], sizeof job->errors[pos], "%s",
                      feed_engine_last_error(w->engine));
     }
+    if (st != FEED_SAMPLE_OK)
+        name_failed_sample(job, pos);
     job->sample_crc[pos] = feed_crc32c(0, out, job->sample_bytes);
     job->status[pos] = st;
     feedd_count(&feedd_m.sample_status[st], 1);

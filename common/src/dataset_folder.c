@@ -452,6 +452,16 @@ static const char *folder_sample_path(const struct feed_dataset *ds, uint64_t i)
     return t->names + t->path_offset[i];
 }
 
+/* CLASS/FILE: the last two components of the sample's path. */
+static void folder_where(const struct feed_dataset *ds, uint64_t i, char *buf, size_t cap)
+{
+    const char *path = folder_sample_path(ds, i), *at = path + strlen(path);
+    for (int slashes = 0; at > path; at--)
+        if (at[-1] == '/' && ++slashes == 2)
+            break;
+    snprintf(buf, cap, "%s", at);
+}
+
 static int folder_read(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch,
                        const uint8_t **data, size_t *len)
 {
@@ -482,6 +492,7 @@ const feed_dataset_ops feed_dataset_folder_ops = {
     .open = folder_open,
     .label = folder_label,
     .sample_path = folder_sample_path,
+    .where = folder_where,
     .read = folder_read,
     .prefetch = NULL,
     .close = folder_close,

@@ -335,6 +335,7 @@ const feed_dataset_ops feed_dataset_pack_ops = {
     .open = pack_open,
     .label = pack_label,
     .sample_path = NULL,
+    .where = NULL,
     .read = pack_read,
     .prefetch = NULL,
     .close = pack_close,

@@ -386,6 +386,16 @@ static int tar_read(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch
     return 0;
 }
 
+/* "SHARD, member at byte N": the shard object's last path component. */
+static void tar_where(const struct feed_dataset *ds, uint64_t i, char *buf, size_t cap)
+{
+    const tar_ds *t = ds->impl;
+    const tar_entry *e = &t->v[i];
+    const char *name = t->shards[e->shard]->name, *slash = strrchr(name, '/');
+    snprintf(buf, cap, "%s, member at byte %llu", slash ? slash + 1 : name,
+             (unsigned long long)e->offset);
+}
+
 static void tar_prefetch(const struct feed_dataset *ds, const uint64_t *indices, size_t n)
 {
     const tar_ds *t = ds->impl;
@@ -427,6 +437,7 @@ const feed_dataset_ops feed_dataset_tar_ops = {
     .open = tar_open,
     .label = tar_label,
     .sample_path = NULL,
+    .where = tar_where,
     .read = tar_read,
     .prefetch = tar_prefetch,
     .close = tar_close,

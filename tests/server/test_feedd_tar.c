@@ -182,6 +182,8 @@ static void test_shard_cut_while_served(void **state)
     assert_int_equal(after->status[3], FEED__V1__SAMPLE_STATUS__SAMPLE_IO_ERROR);
     assert_int_equal(after->n_errors, 1);
     assert_int_equal(after->errors[0]->index, 23);
+    /* The message names the shard and where in it the member was. */
+    assert_non_null(strstr(after->errors[0]->message, "cut-shard-000001.tar, member at byte "));
     size_t sample = 32 * 32 * 3;
     assert_memory_equal(after->data.data, before->data.data, 3 * sample);
     feed__v1__batch__free_unpacked(before, NULL);

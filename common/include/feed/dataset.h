@@ -63,6 +63,13 @@ const char *feed_dataset_format(const feed_dataset *ds);
 uint32_t feed_dataset_label(const feed_dataset *ds, uint64_t i);
 /* Source path of sample i (ImageFolder) or NULL (pack, tar shards). */
 const char *feed_dataset_sample_path(const feed_dataset *ds, uint64_t i);
+/*
+ * Where sample i's bytes are, for messages, in buf (cap > 0; always
+ * NUL-terminated): a tree's CLASS/FILE, or a tar shard's object name (its
+ * last path component, never credentials) and the byte offset of the image
+ * member; "" for a pack, whose messages name the index only.
+ */
+void feed_dataset_sample_where(const feed_dataset *ds, uint64_t i, char *buf, size_t cap);
 
 /*
  * The JPEG bytes of sample i. For a pack, *data points into the mapping and
