@@ -100,7 +100,7 @@ static void scan_shard(const uint8_t *p, size_t size)
     uint8_t *buf = NULL;
     size_t len = 0;
     tar_index back;
-    if (tar_idx_build(&ix, size, &buf, &len) == 0) {
+    if (tar_idx_build(&ix, size, 0, &buf, &len) == 0) {
         if (tar_idx_parse(buf, len, size, 1u << 16, "fuzz.tar.idx", &back, err, sizeof(err)) != 0 ||
             back.n != ix.n || back.classes_len != ix.classes_len)
             abort();

@@ -15,8 +15,11 @@
  * unchanged.
  *
  * Each shard is indexed once at open: from SHARD.idx beside it when there is
- * one made for a shard of this size (one small read; any other index is
- * ignored with a warning), else by scanning its headers. A sample read is one
+ * one made for this shard (one small read; any other index is ignored with
+ * a warning), else by scanning its headers. Made for this shard: the same
+ * size, the same modification time for a local shard whose index kept it
+ * (feed-pack's do), and the first and last image members' headers where the
+ * index says, with its sizes (two 512-byte reads). A sample read is one
  * ranged read of its image member.
  *
  * Class names: the first `__classes__.txt` member in shard order, one name a
@@ -163,6 +166,37 @@ static int tar_claims(const char *location, const struct stat *st)
     return feed_blob_is_remote(location) || strchr(location, '{') != NULL;
 }
 
+/*
+ * Whether ix still describes the shard in b: the local shard's modification time, when the
+ * index kept it, and the size fields of the headers of the first and last image members it
+ * lists (timestamps are coarse; the headers also cover a URL and an index that kept no time).
+ * 0, or FEED_ESTATE / the read's error with err.
+ */
+static int idx_still_fits(const char *shard, feed_blob *b, const tar_index *ix, const char *path,
+                          char *err, size_t err_cap)
+{
+    uint64_t mtime = tar_local_mtime_ns(shard);
+    if (ix->shard_mtime_ns && mtime && ix->shard_mtime_ns != mtime) {
+        feed_set_err(err, err_cap, "%s: the shard was modified after it was indexed", path);
+        return FEED_ESTATE;
+    }
+    for (size_t k = 0; k < 2 && ix->n; k++) {
+        const tar_entry *e = &ix->v[k ? ix->n - 1 : 0];
+        uint8_t h[TAR_BLOCK];
+        int rc = feed_blob_read(b, e->offset - TAR_BLOCK, TAR_BLOCK, h, err, err_cap);
+        if (rc)
+            return rc;
+        if (!tar_header_fits(h, e->length)) {
+            feed_set_err(err, err_cap,
+                         "%s: the member it lists at byte %llu is not in the shard (changed "
+                         "after it was indexed)",
+                         path, (unsigned long long)e->offset);
+            return FEED_ESTATE;
+        }
+    }
+    return 0;
+}
+
 /* The shard's index from SHARD.idx when it has a usable one; 1 when it has none. */
 static int load_idx(const char *shard, feed_blob *b, const feed_blob_options *bo,
                     uint64_t max_samples, tar_index *ix)
@@ -191,6 +225,8 @@ static int load_idx(const char *shard, feed_blob *b, const feed_blob_options *bo
         e = feed_blob_read(ib, 0, (size_t)ib->size, buf, err, sizeof(err));
     if (!e)
         e = tar_idx_parse(buf, (size_t)ib->size, b->size, max_samples, path, ix, err, sizeof(err));
+    if (!e && (e = idx_still_fits(shard, b, ix, path, err, sizeof(err))) != 0)
+        tar_index_free(ix);
     if (e)
         FEED_LOGW("dataset: ignoring the shard index: %s (%s); scanning %s instead", err,
                   feed_err_name(e), b->name);

@@ -38,7 +38,8 @@
  *   16 8  the shard's size in bytes (the index is used only when it matches)
  *   24 8  sample count N
  *   32 8  class-name bytes K (the __classes__.txt member's contents, or 0)
- *   40 8  reserved (0)
+ *   40 8  the shard's modification time in ns when it was indexed, for a
+ *         local shard (0: unknown, as in indexes written before it was kept)
  *   48    N entries: u64 offset of the image bytes, u32 length, u32 label
  *         then K bytes of class names; the file ends there
  */
@@ -55,6 +56,7 @@ typedef struct tar_index {
     size_t n, cap;
     char *classes; /* the __classes__.txt member (malloc'd, NUL-terminated) or NULL */
     size_t classes_len;
+    uint64_t shard_mtime_ns; /* an index file's field 40 (tar_idx_parse), else 0 */
 } tar_index;
 
 void tar_index_free(tar_index *ix);
@@ -78,8 +80,17 @@ int tar_scan(feed_blob *b, uint64_t max_samples, tar_index *out, char *err, size
 int tar_idx_parse(const uint8_t *buf, size_t len, uint64_t shard_bytes, uint64_t max_samples,
                   const char *name, tar_index *out, char *err, size_t err_cap);
 
-/* The bytes of an index file for ix (malloc'd into *out). 0 or FEED_ENOMEM / FEED_ETOOBIG. */
-int tar_idx_build(const tar_index *ix, uint64_t shard_bytes, uint8_t **out, size_t *len);
+/* The bytes of an index file for ix (malloc'd into *out), made for a shard of shard_bytes last
+ * modified at shard_mtime_ns (0: unknown). 0 or FEED_ENOMEM / FEED_ETOOBIG. */
+int tar_idx_build(const tar_index *ix, uint64_t shard_bytes, uint64_t shard_mtime_ns,
+                  uint8_t **out, size_t *len);
+
+/* A local shard's modification time in ns; 0 for a URL or a path stat() cannot see. */
+uint64_t tar_local_mtime_ns(const char *shard);
+
+/* Whether h, the 512 bytes before an image member's bytes, holds the size an index's entry
+ * gives that member (the size field only: damage elsewhere in it is for the read to find). */
+int tar_header_fits(const uint8_t *h, uint64_t length);
 
 /* Write buf to path through path.tmp.<pid> and a rename. 0 or FEED_EIO with err. */
 int tar_write_file_atomic(const char *path, const uint8_t *buf, size_t len, char *err,

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <strings.h>
 
 #include "dataset_impl.h"
@@ -89,6 +90,20 @@ static int checksum_ok(const uint8_t *h)
         s += (int8_t)c;
     }
     return u == want || (uint64_t)s == want;
+}
+
+uint64_t tar_local_mtime_ns(const char *shard)
+{
+    struct stat st;
+    if (feed_blob_is_remote(shard) || stat(shard, &st) != 0)
+        return 0;
+    return (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
+}
+
+int tar_header_fits(const uint8_t *h, uint64_t length)
+{
+    uint64_t size;
+    return parse_number(h + 124, 12, &size) == 0 && size == length;
 }
 
 static int all_zero(const uint8_t *h)
@@ -572,6 +587,7 @@ int tar_idx_parse(const uint8_t *buf, size_t len, uint64_t shard_bytes, uint64_t
         goto out;
     }
     uint64_t made_for = get_u64(buf + 16), count = get_u64(buf + 24), k = get_u64(buf + 32);
+    uint64_t mtime_ns = get_u64(buf + 40);
     if (made_for != shard_bytes) {
         rc = FEED_ESTATE;
         feed_set_err(err, err_cap, "%s: made for a shard of %llu bytes, the shard has %llu", name,
@@ -619,6 +635,7 @@ int tar_idx_parse(const uint8_t *buf, size_t len, uint64_t shard_bytes, uint64_t
         out->classes[k] = '\0';
         out->classes_len = (size_t)k;
     }
+    out->shard_mtime_ns = mtime_ns;
     rc = 0;
 out:
     if (rc)
@@ -626,7 +643,8 @@ out:
     return rc;
 }
 
-int tar_idx_build(const tar_index *ix, uint64_t shard_bytes, uint8_t **out, size_t *len)
+int tar_idx_build(const tar_index *ix, uint64_t shard_bytes, uint64_t shard_mtime_ns,
+                  uint8_t **out, size_t *len)
 {
     *out = NULL;
     *len = 0;
@@ -641,6 +659,7 @@ int tar_idx_build(const tar_index *ix, uint64_t shard_bytes, uint8_t **out, size
     put_u64(buf + 16, shard_bytes);
     put_u64(buf + 24, ix->n);
     put_u64(buf + 32, ix->classes_len);
+    put_u64(buf + 40, shard_mtime_ns);
     for (size_t i = 0; i < ix->n; i++) {
         uint8_t *e = buf + TAR_IDX_HEADER_BYTES + i * TAR_IDX_ENTRY_BYTES;
         if (ix->v[i].length > UINT32_MAX) {

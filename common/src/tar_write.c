@@ -221,13 +221,13 @@ out:
     return rc;
 }
 
-/* Write ix as path.idx for a shard of shard_bytes. */
+/* Write ix as path.idx for a shard of shard_bytes, with a local shard's modification time. */
 static int write_idx(const char *shard_path, const char *idx_path, const tar_index *ix,
                      uint64_t shard_bytes, char *err, size_t err_cap)
 {
     uint8_t *buf = NULL;
     size_t len = 0;
-    int rc = tar_idx_build(ix, shard_bytes, &buf, &len);
+    int rc = tar_idx_build(ix, shard_bytes, tar_local_mtime_ns(shard_path), &buf, &len);
     if (rc)
         feed_set_err(err, err_cap, "%s: cannot build its index (%s)", shard_path,
                      feed_strerror(rc));

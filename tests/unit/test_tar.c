@@ -187,16 +187,21 @@ static void test_shards_match_tree(void **state)
 }
 
 /* Flip one bit of byte `at` of rel. */
+/* One bit of rel flipped in place, its modification time kept (damage that no stat() sees). */
 static void flip(const char *rel, long at)
 {
     char p[1024];
     path_in(p, sizeof(p), rel);
     int fd = open(p, O_RDWR);
     assert_true(fd >= 0);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
     uint8_t c;
     assert_int_equal(pread(fd, &c, 1, at), 1);
     c ^= 0x01;
     assert_int_equal(pwrite(fd, &c, 1, at), 1);
+    struct timespec times[2] = {st.st_atim, st.st_mtim};
+    assert_int_equal(futimens(fd, times), 0);
     close(fd);
 }
 
@@ -242,6 +247,103 @@ static void test_index_used_and_mismatch_ignored(void **state)
     assert_same_dataset(tree, ds);
     feed_dataset_close(ds);
     feed_dataset_close(tree);
+}
+
+/* Two samples of different sizes, written in one order and then in the other: the shard keeps
+ * its size, every member moves. */
+static void write_pair(const char *rel, int swapped)
+{
+    static const char a[] = "first image, the shorter", b[] = "second image: longer than the first";
+    char p[1024], err[512];
+    const char *names[] = {"a", "b"};
+    path_in(p, sizeof(p), rel);
+    feed_tar_writer *w = NULL;
+    assert_int_equal(feed_tar_writer_open(p, 2, names, &w, err, sizeof(err)), 0);
+    assert_int_equal(swapped ? feed_tar_writer_add(w, "k1", 1, b, sizeof b)
+                             : feed_tar_writer_add(w, "k0", 0, a, sizeof a),
+                     0);
+    assert_int_equal(swapped ? feed_tar_writer_add(w, "k0", 0, a, sizeof a)
+                             : feed_tar_writer_add(w, "k1", 1, b, sizeof b),
+                     0);
+    assert_int_equal(feed_tar_writer_finish(w, err, sizeof(err)), 0);
+}
+
+/* Each sample's bytes are those of its label's image: label 0 "first...", label 1 "second...". */
+static void assert_pairs_match(const char *rel)
+{
+    feed_dataset *ds = open_path(rel, NULL);
+    feed_buf scratch;
+    feed_buf_init(&scratch, 1u << 20);
+    assert_int_equal(feed_dataset_count(ds), 2);
+    for (uint64_t i = 0; i < 2; i++) {
+        const uint8_t *data;
+        size_t len;
+        assert_int_equal(feed_dataset_read(ds, i, &scratch, &data, &len), 0);
+        const char *want = feed_dataset_label(ds, i) == 0 ? "first image" : "second image";
+        if (len < strlen(want) || memcmp(data, want, strlen(want)) != 0)
+            fail_msg("sample %llu (label %u) reads '%.*s'", (unsigned long long)i,
+                     feed_dataset_label(ds, i), (int)(len < 40 ? len : 40), (const char *)data);
+    }
+    feed_buf_free(&scratch);
+    feed_dataset_close(ds);
+}
+
+/*
+ * A shard rewritten with the same size (its members reordered) beside the index of the old
+ * one: the index is not used, whether it kept the old shard's modification time (feed-pack's
+ * indexes) or not (older ones, and a shard that is a URL: the members' headers tell). Before,
+ * only the size was compared: samples read another image's bytes under their own label.
+ */
+static void test_stale_index_of_a_same_size_shard(void **state)
+{
+    (void)state;
+    char p[1024], idx[1100], err[512];
+    write_pair("pair.tar", 0);
+    path_in(p, sizeof(p), "pair.tar");
+    snprintf(idx, sizeof(idx), "%s.idx", p);
+    uint8_t *old_idx = NULL;
+    size_t old_len = 0;
+    {
+        FILE *f = fopen(idx, "rb");
+        assert_non_null(f);
+        old_idx = malloc(1 << 16);
+        old_len = fread(old_idx, 1, 1 << 16, f);
+        fclose(f);
+    }
+    struct stat before;
+    assert_int_equal(stat(p, &before), 0);
+    write_pair("pair.tar", 1);
+    struct stat after;
+    assert_int_equal(stat(p, &after), 0);
+    assert_int_equal(after.st_size, before.st_size);
+    /* The old index back beside the new shard: its modification time tells. */
+    write_bytes("pair.tar.idx", old_idx, old_len);
+    assert_pairs_match("pair.tar");
+    /* The old index without a modification time (as an older feed-pack wrote it, or one read
+     * for a URL): the first member's header is not where it says. */
+    feed_blob *b = NULL;
+    tar_index ix = {0};
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(tar_idx_parse(old_idx, old_len, (uint64_t)before.st_size, UINT64_MAX, "old",
+                                   &ix, err, sizeof(err)),
+                     0);
+    assert_int_equal(tar_idx_build(&ix, (uint64_t)before.st_size, 0, &buf, &len), 0);
+    write_bytes("pair.tar.idx", buf, len);
+    assert_pairs_match("pair.tar");
+    /* And the current index without one: the headers are where it says, it is used. */
+    assert_int_equal(feed_blob_open(p, NULL, &b, err, sizeof(err)), 0);
+    tar_index_free(&ix);
+    assert_int_equal(tar_scan(b, UINT64_MAX, &ix, err, sizeof(err)), 0);
+    free(buf);
+    assert_int_equal(tar_idx_build(&ix, b->size, 0, &buf, &len), 0);
+    write_bytes("pair.tar.idx", buf, len);
+    flip("pair.tar", 100); /* a name byte of __classes__.txt's header: only a scan reads it */
+    assert_pairs_match("pair.tar");
+    feed_blob_close(b);
+    tar_index_free(&ix);
+    free(buf);
+    free(old_idx);
 }
 
 /* A blob over memory that counts what is read. */
@@ -654,6 +756,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_shards_match_tree, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_index_used_and_mismatch_ignored, setup_tmp,
+                                        teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_stale_index_of_a_same_size_shard, setup_tmp,
                                         teardown_tmp),
         cmocka_unit_test_setup_teardown(test_scan_skips_member_bytes, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_truncated_member, setup_tmp, teardown_tmp),
