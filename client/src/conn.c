@@ -351,6 +351,13 @@ static const char *status_name(grpc_status_code st)
     return st == GRPC_STATUS_UNAUTHENTICATED ? "UNAUTHENTICATED" : "PERMISSION_DENIED";
 }
 
+/* What a server's failed answer said, for feed_loader_server_stats. mu held. */
+static void note_answer(server *s, grpc_status_code st, const char *details)
+{
+    s->last_status = (int32_t)st;
+    snprintf(s->last_error, sizeof s->last_error, "%s", details ? details : "");
+}
+
 static void on_describe(loader *l, call_ctx *c, bool ok)
 {
     server *s = c->srv;
@@ -371,6 +378,7 @@ static void on_describe(loader *l, call_ctx *c, bool ok)
          * server refuses, open and next() return FEED_EAUTH at once. */
         bool was_refused = s->refused;
         s->refused = refused_status(c->status);
+        note_answer(s, c->status, d);
         if (s->refused)
             client_log(l, s->quiet && was_refused ? FEED_LOG_DEBUG : FEED_LOG_ERROR,
                        "server %s refused the bearer token (%s: %s); set "
@@ -403,6 +411,7 @@ static void on_describe(loader *l, call_ctx *c, bool ok)
         goto out;
     }
     s->refused = false;
+    note_answer(s, GRPC_STATUS_OK, NULL);
     const Feed__V1__DatasetInfo *info = NULL;
     for (size_t i = 0; i < resp->n_datasets; i++) {
         if (resp->datasets[i]->name && strcmp(resp->datasets[i]->name, l->dataset) == 0)
@@ -520,6 +529,7 @@ static void on_stream_tag(receiver *rx, call_tag *t, bool ok)
              * receive has detached the call (feedd itself refuses Describe first). */
             if (c->srv->state == SRV_CONNECTING && refused_status(c->status))
                 c->srv->refused = true;
+            note_answer(c->srv, c->status, d);
             /* One that refuses every stream before its first batch would log each retry. */
             client_log(l, c->srv->quiet ? FEED_LOG_DEBUG : FEED_LOG_WARN,
                        "server %s: stream ended (status %d: %s)", c->srv->target, (int)c->status,

@@ -475,6 +475,9 @@ int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server_stats *out,
         st.up = s->state == SRV_UP;
         st.batches = s->batches;
         st.outstanding = s->outstanding;
+        st.last_status = s->last_status;
+        snprintf(st.last_error, sizeof(st.last_error), "%s", s->last_error);
+        st.refused = s->refused;
         memcpy(out, &st, out_size);
         rc = 0;
         break;

@@ -234,6 +234,8 @@ struct server {
      * cleared by any other answer. Retried at CLIENT_BACKOFF_MAX_MS: a redeployed server may
      * take the token, but a refusal is not worth a fast retry. */
     bool refused;
+    int32_t last_status;   /* [mu] its last failed answer's gRPC status, 0 after a Describe */
+    char last_error[200];  /* [mu] and the server's text with it */
     server_state state;    /* [mu] */
     grpc_channel *channel; /* [mu] */
     call_ctx *describe;    /* [mu] */

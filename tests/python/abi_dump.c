@@ -102,6 +102,9 @@ int main(void)
     FIELD(feed_server_stats, up);
     FIELD(feed_server_stats, batches);
     FIELD(feed_server_stats, outstanding);
+    FIELD(feed_server_stats, last_status);
+    FIELD(feed_server_stats, last_error);
+    FIELD(feed_server_stats, refused);
 
     printf("FEED_SAMPLE_STATUS_COUNT %d\n", (int)FEED_SAMPLE_STATUS_COUNT);
     printf("FEED_DEVICE_HOST %d\n", FEED_DEVICE_HOST);

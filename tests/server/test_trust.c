@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <grpc/status.h>
 
 #include "config.h"
 #include "feed/client.h"
@@ -487,6 +488,13 @@ static void test_loader_refused_token_fails_fast(void **state)
     start_token_server(other, listen, &c);
     assert_int_equal(feed_loader_set_epoch(l, 5, 0), 0);
     assert_int_equal(feed_loader_next(l, &bt), FEED_EAUTH);
+    /* The server's reason, for a C caller without a log callback too. */
+    feed_server_stats why;
+    assert_int_equal(feed_loader_server_stats(l, 0, &why, sizeof why), 0);
+    assert_true(why.refused);
+    assert_int_equal(why.last_status, GRPC_STATUS_UNAUTHENTICATED);
+    if (!strstr(why.last_error, "Bearer TOKEN"))
+        fail_msg("last_error '%s' is not the server's reason", why.last_error);
     feed_loader_close(l);
     assert_int_equal(log.refusals, 1);
     assert_int_equal(feed_test_server_stop(&c), 0);

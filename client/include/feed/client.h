@@ -223,6 +223,13 @@ typedef struct feed_server_stats {
     bool up;           /* it has answered a batch on its live stream */
     uint64_t batches;  /* completed by this server */
     uint32_t outstanding;
+    /* Its last failed answer since it last described the dataset: the gRPC status (0: none)
+     * and the server's own text, e.g. why it refused the token; and whether that answer
+     * refused the loader's credentials (what makes next() return FEED_EAUTH). A caller built
+     * against a header without these passes a smaller out_size and gets the rest. */
+    int32_t last_status;
+    char last_error[200];
+    bool refused;
 } feed_server_stats;
 
 /* Fills cfg with defaults: train transform 224, batch 256, ordered, window 4,
@@ -247,7 +254,8 @@ FEED_EXPORT void feed_loader_close(feed_loader *l);
  * unavailable_timeout_ms (or servers answered but no batch arrived for that long, or for
  * batch_deadline_ms if longer, while batches were wanted),
  * FEED_EAUTH at once while a server's last answer refused the token and no
- * other can serve (not sticky: a later call may succeed once a server takes it),
+ * other can serve (not sticky: a later call may succeed once a server takes it;
+ * feed_loader_server_stats gives each server's reason: refused, last_error),
  * FEED_EBADSAMPLE under the fail policy (*out is set: release it too),
  * FEED_ESTATE if prefetch batches are held unreleased, FEED_ENOMEM or
  * FEED_ECUDA for a failure the loader cannot recover from. On the GPU path the

@@ -35,6 +35,7 @@ from ctypes import (
     c_double,
     c_float,
     c_int,
+    c_int32,
     c_int64,
     c_size_t,
     c_uint8,
@@ -166,6 +167,9 @@ class ServerStats(Structure):
         ("up", c_bool),
         ("batches", c_uint64),
         ("outstanding", c_uint32),
+        ("last_status", c_int32),
+        ("last_error", c_char * 200),
+        ("refused", c_bool),
     ]
 
 

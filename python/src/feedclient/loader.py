@@ -529,7 +529,10 @@ class Loader:
             if _lib.lib.feed_loader_server_stats(native.ptr, i, ctypes.byref(ss),
                                                  ctypes.sizeof(ss)) == 0:
                 servers.append({"target": ss.target.decode(), "up": ss.up,
-                                "batches": ss.batches, "outstanding": ss.outstanding})
+                                "batches": ss.batches, "outstanding": ss.outstanding,
+                                "last_status": ss.last_status,
+                                "last_error": ss.last_error.decode(errors="replace"),
+                                "refused": ss.refused})
         out["servers"] = servers
         with self._copies.mu:
             out["copied_batches"] = self._copies.batches
