@@ -214,11 +214,13 @@ static bool cache_serves(const feed_transform *t, uint32_t side)
 }
 
 /* A failed sample's message, prefixed with where its bytes are (feed_dataset_sample_where, at
- * most half the message), the reason cut to what is left. */
-static void name_failed_sample(feedd_job *job, uint32_t pos)
+ * most half the message), the reason cut to what is left. After an I/O error the dataset is not
+ * read again for it (a tar member's name): that read would fail or wait out the same retries. */
+static void name_failed_sample(feedd_job *job, uint32_t pos, feed_sample_status st)
 {
     char where[FEEDD_SAMPLE_MSG_MAX / 2 + 1], why[FEEDD_SAMPLE_MSG_MAX + 1];
-    feed_dataset_sample_where(job->ds, job->indices[pos], where, sizeof where);
+    feed_dataset_sample_where(job->ds, job->indices[pos], st != FEED_SAMPLE_IO_ERROR, where,
+                              sizeof where);
     if (where[0]) {
         memcpy(why, job->errors[pos], sizeof why);
         if (snprintf(job->errors[pos], sizeof job->errors[pos], "%s: %s", where, why) < 0)
@@ -258,7 +260,7 @@ static void make_sample(worker *w, feedd_job *job, uint32_t pos)
                      feed_engine_last_error(w->engine));
     }
     if (st != FEED_SAMPLE_OK)
-        name_failed_sample(job, pos);
+        name_failed_sample(job, pos, st);
     job->sample_crc[pos] = feed_crc32c(0, out, job->sample_bytes);
     job->status[pos] = st;
     feedd_count(&feedd_m.sample_status[st], 1);

@@ -158,11 +158,12 @@ const char *feed_dataset_sample_path(const feed_dataset *ds, uint64_t i)
     return ds->ops->sample_path(ds, i);
 }
 
-void feed_dataset_sample_where(const feed_dataset *ds, uint64_t i, char *buf, size_t cap)
+void feed_dataset_sample_where(const feed_dataset *ds, uint64_t i, int may_read, char *buf,
+                               size_t cap)
 {
     buf[0] = '\0';
     if (ds->ops->where && i < ds->count)
-        ds->ops->where(ds, i, buf, cap);
+        ds->ops->where(ds, i, may_read, buf, cap);
 }
 
 void feed_dataset_prefetch(const feed_dataset *ds, const uint64_t *indices, size_t n)

@@ -452,9 +452,11 @@ static const char *folder_sample_path(const struct feed_dataset *ds, uint64_t i)
     return t->names + t->path_offset[i];
 }
 
-/* CLASS/FILE: the last two components of the sample's path. */
-static void folder_where(const struct feed_dataset *ds, uint64_t i, char *buf, size_t cap)
+/* CLASS/FILE: the last two components of the sample's path (known without a read). */
+static void folder_where(const struct feed_dataset *ds, uint64_t i, int may_read, char *buf,
+                         size_t cap)
 {
+    (void)may_read;
     const char *path = folder_sample_path(ds, i), *at = path + strlen(path);
     for (int slashes = 0; at > path; at--)
         if (at[-1] == '/' && ++slashes == 2)

@@ -40,7 +40,7 @@ typedef struct feed_dataset_ops {
     /* NULL: the format has no per-sample file. */
     const char *(*sample_path)(const struct feed_dataset *ds, uint64_t i);
     /* NULL: nothing to say (feed_dataset_sample_where). */
-    void (*where)(const struct feed_dataset *ds, uint64_t i, char *buf, size_t cap);
+    void (*where)(const struct feed_dataset *ds, uint64_t i, int may_read, char *buf, size_t cap);
     /* i < count, checked by the caller; the contract of feed_dataset_read. */
     int (*read)(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch, const uint8_t **data,
                 size_t *len);

@@ -422,14 +422,31 @@ static int tar_read(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch
     return 0;
 }
 
-/* "SHARD, member at byte N": the shard object's last path component. */
-static void tar_where(const struct feed_dataset *ds, uint64_t i, char *buf, size_t cap)
+/*
+ * "SHARD, member 'NAME' at byte N" (SHARD: the shard object's last path component; N: the
+ * offset of the member's bytes), or "SHARD, member at byte N" when the name cannot be had:
+ * not to be read (may_read 0), unreadable, not whole in the header (a long name), or longer
+ * than cap leaves room for. The index keeps no names (they would cost memory for every sample
+ * to serve the rare failed one), so the header is read back here.
+ */
+static void tar_where(const struct feed_dataset *ds, uint64_t i, int may_read, char *buf,
+                      size_t cap)
 {
     const tar_ds *t = ds->impl;
     const tar_entry *e = &t->v[i];
-    const char *name = t->shards[e->shard]->name, *slash = strrchr(name, '/');
-    snprintf(buf, cap, "%s, member at byte %llu", slash ? slash + 1 : name,
-             (unsigned long long)e->offset);
+    feed_blob *b = t->shards[e->shard];
+    const char *shard = strrchr(b->name, '/') ? strrchr(b->name, '/') + 1 : b->name;
+    uint8_t h[TAR_BLOCK];
+    char member[TAR_MEMBER_NAME_MAX + 1], err[256];
+    unsigned long long at = (unsigned long long)e->offset;
+    if (may_read && e->offset >= TAR_BLOCK &&
+        feed_blob_read(b, e->offset - TAR_BLOCK, TAR_BLOCK, h, err, sizeof err) == 0 &&
+        tar_header_name(h, e->length, member, sizeof member) == 0) {
+        int n = snprintf(buf, cap, "%s, member '%s' at byte %llu", shard, member, at);
+        if (n >= 0 && (size_t)n < cap)
+            return;
+    }
+    snprintf(buf, cap, "%s, member at byte %llu", shard, at);
 }
 
 static void tar_prefetch(const struct feed_dataset *ds, const uint64_t *indices, size_t n)

@@ -92,6 +92,17 @@ uint64_t tar_local_mtime_ns(const char *shard);
  * gives that member (the size field only: damage elsewhere in it is for the read to find). */
 int tar_header_fits(const uint8_t *h, uint64_t length);
 
+/* The longest member name a ustar header holds whole: prefix, '/', name. */
+#define TAR_MEMBER_NAME_MAX (155u + 1u + 100u)
+
+/*
+ * The member name in h, a header whose member should have `length` bytes (its index entry's),
+ * into out (cap > TAR_MEMBER_NAME_MAX): 0, or -1 when h is no such header (bad checksum, another
+ * size) or its name may not be whole (a name field filled to the end without a prefix, as a
+ * GNU long-name or pax path member leaves it, or a name with control bytes).
+ */
+int tar_header_name(const uint8_t *h, uint64_t length, char *out, size_t cap);
+
 /* Write buf to path through path.tmp.<pid> and a rename. 0 or FEED_EIO with err. */
 int tar_write_file_atomic(const char *path, const uint8_t *buf, size_t len, char *err,
                           size_t err_cap);

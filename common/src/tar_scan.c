@@ -100,6 +100,25 @@ uint64_t tar_local_mtime_ns(const char *shard)
     return (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
 }
 
+int tar_header_name(const uint8_t *h, uint64_t length, char *out, size_t cap)
+{
+    size_t name_len = strnlen((const char *)h, 100), prefix_len = 0;
+    if (!checksum_ok(h) || !tar_header_fits(h, length) || name_len == 0 ||
+        cap <= TAR_MEMBER_NAME_MAX)
+        return -1;
+    if (memcmp(h + 257, "ustar", 5) == 0)
+        prefix_len = strnlen((const char *)h + 345, 155);
+    /* A full name field with no prefix: a long name cut to fit, its whole in an earlier member. */
+    if (name_len == 100 && prefix_len == 0)
+        return -1;
+    snprintf(out, cap, "%.*s%s%.*s", (int)prefix_len, (const char *)h + 345, prefix_len ? "/" : "",
+             (int)name_len, (const char *)h);
+    for (const char *c = out; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f || *c == '\'')
+            return -1;
+    return 0;
+}
+
 int tar_header_fits(const uint8_t *h, uint64_t length)
 {
     uint64_t size;

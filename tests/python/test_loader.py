@@ -299,7 +299,9 @@ def test_owner_routing_reaches_the_library(spawn, data_dir, caplog, routing, dat
     assert said == routed
 
 
-@pytest.mark.parametrize("bad", ["yes", "ON", 1, None])
+@pytest.mark.parametrize("bad", ["yes", "ON", 1, None, ["on"], {"on": 1}])
 def test_owner_routing_bad_value_named(bad):
+    """Any value but the three names is a ValueError naming the keyword, an unhashable one too
+    (it was a TypeError about hashing from the table lookup)."""
     with pytest.raises(ValueError, match="owner_routing"):
         feedclient.Loader(["127.0.0.1:1"], "small", owner_routing=bad)

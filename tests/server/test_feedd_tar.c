@@ -5,7 +5,8 @@
  * give byte-identical batches (pixels, labels, CRC; same seed and epoch, with
  * and without the decoded cache) to the tree they were made from; a shard
  * cut short while feedd serves it costs only the samples that lay in the
- * lost bytes, each reported as an I/O error, and feedd goes on serving.
+ * lost bytes, each reported as an I/O error, and feedd goes on serving; a
+ * member that is no JPEG is reported with its shard and its member's name.
  * Fixture: feedd_it.h (its shared server is not used here).
  */
 #include <setjmp.h>
@@ -193,6 +194,51 @@ static void test_shard_cut_while_served(void **state)
     assert_int_equal(s.exit_status, 0);
 }
 
+/* A shard with a good sample and a member that is no JPEG: the failed sample's message names the
+ * shard and the member as `tar tv` lists it (before, the member only by its byte offset). */
+static void test_bad_member_named(void **state)
+{
+    (void)state;
+    char path[500], arg[600], err[512];
+    snprintf(path, sizeof path, "%s/bad-shard-000003.tar", tmp_root);
+    feed_dataset *tree = NULL;
+    assert_int_equal(feed_dataset_open(good_dir, NULL, &tree, err, sizeof err), 0);
+    feed_buf scratch;
+    feed_buf_init(&scratch, 64u << 20);
+    const uint8_t *data;
+    size_t len;
+    assert_int_equal(feed_dataset_read(tree, 0, &scratch, &data, &len), 0);
+    const char *names[] = {"a", "b"};
+    feed_tar_writer *w = NULL;
+    static const char not_jpeg[] = "these bytes are no JPEG";
+    assert_int_equal(feed_tar_writer_open(path, 2, names, &w, err, sizeof err), 0);
+    assert_int_equal(feed_tar_writer_add(w, "n01440764_1", 0, data, len), 0);
+    assert_int_equal(feed_tar_writer_add(w, "n01440764_123", 1, not_jpeg, sizeof not_jpeg), 0);
+    assert_int_equal(feed_tar_writer_finish(w, err, sizeof err), 0);
+    feed_buf_free(&scratch);
+    feed_dataset_close(tree);
+
+    snprintf(arg, sizeof arg, "bad=%s", path);
+    const char *args[] = {"--dataset", arg, "--threads", "1", "--log-level", "error", NULL};
+    feed_test_server s;
+    assert_int_equal(feed_test_server_start(args, &s), 0);
+    grpc_channel *ch = feedtest_channel(s.target);
+    uint64_t idx[2] = {1, 0};
+    Feed__V1__Batch *b = fetch_from(ch, "bad", 32, idx, 2, 0);
+    assert_int_equal(b->status[0], FEED__V1__SAMPLE_STATUS__SAMPLE_NOT_JPEG);
+    assert_int_equal(b->status[1], FEED__V1__SAMPLE_STATUS__SAMPLE_OK);
+    assert_int_equal(b->n_errors, 1);
+    assert_int_equal(b->errors[0]->index, 1);
+    const char *msg = b->errors[0]->message;
+    if (!strstr(msg, "bad-shard-000003.tar, member 'n01440764_123.jpg' at byte "))
+        fail_msg("the message does not name the shard and the member: '%s'", msg);
+    assert_true(strlen(msg) <= 200); /* FEEDD_SAMPLE_MSG_MAX */
+    feed__v1__batch__free_unpacked(b, NULL);
+    grpc_channel_destroy(ch);
+    assert_int_equal(feed_test_server_stop(&s), 0);
+    assert_int_equal(s.exit_status, 0);
+}
+
 static void test_imagenet_sample_shards(void **state)
 {
     (void)state;
@@ -230,6 +276,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shards_serve_the_tree),
         cmocka_unit_test(test_shard_cut_while_served),
+        cmocka_unit_test(test_bad_member_named),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -4,7 +4,8 @@
  * shards written from real JPEGs serve the same classes, labels and bytes as
  * the tree they came from; the shard index is used when it matches and
  * ignored when it does not; GNU tar's own shards (ustar, gnu and pax
- * formats, long names) read back; and one test per kind of malformed shard,
+ * formats, long names) read back; a sample's place names its shard and member;
+ * and one test per kind of malformed shard,
  * each refused with a message naming the shard and the member. With
  * FEED_SAMPLE_DIR, the ImageNet sample round-trips through shards.
  */
@@ -405,6 +406,39 @@ static void test_scan_skips_member_bytes(void **state)
     free(img);
 }
 
+/*
+ * Where a sample is, for a failed sample's message: the shard, the member's name as its header
+ * holds it (prefix joined) and its offset; the offset alone when the caller forbids the read
+ * (after an I/O error) or when the header holds only part of the name (a GNU long name).
+ */
+static void test_sample_where_names_the_member(void **state)
+{
+    (void)state;
+    char longname[160], where[256];
+    memset(longname, 'x', 120);
+    snprintf(longname + 120, sizeof(longname) - 120, ".jpg");
+    tar_img t = {0};
+    sample(&t, "n01440764/n01440764_123", "0", "jpeg bytes"); /* image member's bytes at 512 */
+    member(&t, "././@LongLink", 'L', longname, strlen(longname) + 1, 0);
+    member(&t, longname, '0', "more jpeg bytes", 15, 0);
+    memcpy(longname + 121, "cls", 4);
+    member(&t, "././@LongLink", 'L', longname, strlen(longname) + 1, 0);
+    member(&t, longname, '0', "1", 1, 0);
+    finish(&t, "where.tar");
+    feed_dataset *ds = open_path("where.tar", NULL);
+    assert_int_equal(feed_dataset_count(ds), 2);
+    feed_dataset_sample_where(ds, 0, 1, where, sizeof(where));
+    assert_string_equal(where, "where.tar, member 'n01440764/n01440764_123.jpg' at byte 512");
+    feed_dataset_sample_where(ds, 0, 0, where, sizeof(where));
+    assert_string_equal(where, "where.tar, member at byte 512");
+    feed_dataset_sample_where(ds, 1, 1, where, sizeof(where));
+    assert_string_equal(where, "where.tar, member at byte 3584");
+    /* No room for the name: the offset, whole. */
+    feed_dataset_sample_where(ds, 0, 1, where, 40);
+    assert_string_equal(where, "where.tar, member at byte 512");
+    feed_dataset_close(ds);
+}
+
 static void test_truncated_member(void **state)
 {
     (void)state;
@@ -760,6 +794,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_stale_index_of_a_same_size_shard, setup_tmp,
                                         teardown_tmp),
         cmocka_unit_test_setup_teardown(test_scan_skips_member_bytes, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_sample_where_names_the_member, setup_tmp,
+                                        teardown_tmp),
         cmocka_unit_test_setup_teardown(test_truncated_member, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_bad_checksum, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_missing_label, setup_tmp, teardown_tmp),

@@ -66,10 +66,16 @@ const char *feed_dataset_sample_path(const feed_dataset *ds, uint64_t i);
 /*
  * Where sample i's bytes are, for messages, in buf (cap > 0; always
  * NUL-terminated): a tree's CLASS/FILE, or a tar shard's object name (its
- * last path component, never credentials) and the byte offset of the image
- * member; "" for a pack, whose messages name the index only.
+ * last path component, never credentials), the image member's name and its
+ * byte offset ("shard-000003.tar, member 'KEY.jpg' at byte N"); "" for a
+ * pack, whose messages name the index only. The member's name is read from
+ * its header (one 512-byte read of the shard) when may_read is nonzero and
+ * the header holds the whole name; else only the offset is given. Callers
+ * pass 0 after an I/O error on the sample, when that read would fail too or
+ * wait out the same retries. Safe from any thread, as feed_dataset_read.
  */
-void feed_dataset_sample_where(const feed_dataset *ds, uint64_t i, char *buf, size_t cap);
+void feed_dataset_sample_where(const feed_dataset *ds, uint64_t i, int may_read, char *buf,
+                               size_t cap);
 
 /*
  * The JPEG bytes of sample i. For a pack, *data points into the mapping and

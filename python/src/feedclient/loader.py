@@ -343,7 +343,7 @@ class Loader:
             raise ValueError("feedclient.Loader: transform must be 'train' or 'eval'")
         if bad_sample_policy not in _POLICIES:
             raise ValueError(f"feedclient.Loader: bad_sample_policy must be one of {list(_POLICIES)}")
-        if owner_routing not in _ROUTING:
+        if not isinstance(owner_routing, str) or owner_routing not in _ROUTING:
             raise ValueError(
                 f"feedclient.Loader: owner_routing must be one of {list(_ROUTING)}, not {owner_routing!r}")
         if not 1 <= prefetch <= 63:
