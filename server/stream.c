@@ -104,9 +104,24 @@ static void defer_log(stream *s, feed_log_level level, const char *fmt, ...)
     }
 }
 
-static void stream_mem_sub(stream *s, uint64_t bytes);
+static void stream_mem_sub(stream *s, uint64_t bytes)
+{
+    feedd_memory_stream_release(s->svc->memory, &s->mem, bytes);
+}
+
+static void job_free(batch_job *bj)
+{
+    if (bj->mem)
+        feedd_memory_buf_free(bj->mem);
+    free(bj->indices);
+    free(bj->labels);
+    free(bj->status);
+    free(bj->sample_crc);
+    free(bj->errors);
+    free(bj);
+}
+
 static void apply(stream *s, feedd_sm_out *out);
-static void job_free(batch_job *bj);
 
 static bool todo_empty(const stream_todo *t)
 {
@@ -120,6 +135,14 @@ typedef struct todo_report {
     uint64_t send_bytes;
     bool recv_failed, status_failed;
 } todo_report;
+
+/* ops zeroed, SEND_INITIAL_METADATA first when md: the index of the op that follows it. */
+static size_t after_metadata(grpc_op ops[2], bool md)
+{
+    memset(ops, 0, 2 * sizeof *ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA; /* overwritten by the caller's op when !md */
+    return md ? 1 : 0;
+}
 
 /* s->mu NOT held; the caller holds a reference. Makes the calls and allocations t says, in
  * stream_sm.h's order, and says in r what the machine must hear. */
@@ -150,13 +173,11 @@ static void run_todo(stream *s, stream_todo *t, todo_report *r)
             r->pack_failed = true;
         } else {
             grpc_op ops[2];
-            size_t n = 0;
-            memset(ops, 0, sizeof ops);
-            if (t->send_md)
-                ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+            size_t n = after_metadata(ops, t->send_md);
             ops[n].op = GRPC_OP_SEND_MESSAGE;
-            ops[n++].data.send_message.send_message = bb;
-            r->send_failed = grpc_call_start_batch(s->call, ops, n, &s->t_send, NULL) != GRPC_CALL_OK;
+            ops[n].data.send_message.send_message = bb;
+            r->send_failed =
+                grpc_call_start_batch(s->call, ops, n + 1, &s->t_send, NULL) != GRPC_CALL_OK;
             grpc_byte_buffer_destroy(bb); /* the call holds its own reference to the slices */
             if (!r->send_failed) {
                 feedd_count(&feedd_m.batches, 1);
@@ -173,15 +194,12 @@ static void run_todo(stream *s, stream_todo *t, todo_report *r)
     }
     if (t->status) {
         grpc_op ops[2];
-        size_t n = 0;
-        memset(ops, 0, sizeof ops);
-        if (t->status_md)
-            ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        size_t n = after_metadata(ops, t->status_md);
         ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
         ops[n].data.send_status_from_server.status = t->status_code;
-        ops[n++].data.send_status_from_server.status_details = &s->status_slice;
-        r->status_failed = grpc_call_start_batch(s->call, ops, n, &s->t_status, NULL) !=
-                           GRPC_CALL_OK;
+        ops[n].data.send_status_from_server.status_details = &s->status_slice;
+        r->status_failed =
+            grpc_call_start_batch(s->call, ops, n + 1, &s->t_status, NULL) != GRPC_CALL_OK;
     }
 }
 
@@ -269,11 +287,6 @@ static void stream_unref_unlock(stream *s)
     unlock_log_free(s, --s->refs == 0);
 }
 
-static void stream_mem_sub(stream *s, uint64_t bytes)
-{
-    feedd_memory_stream_release(s->svc->memory, &s->mem, bytes);
-}
-
 static batch_job *job_of_waiter(feedd_mem_waiter *w)
 {
     return (batch_job *)(void *)((char *)w - offsetof(batch_job, wait));
@@ -282,18 +295,6 @@ static batch_job *job_of_waiter(feedd_mem_waiter *w)
 static batch_job *job_of_sm(feedd_sm_job *j)
 {
     return (batch_job *)(void *)((char *)j - offsetof(batch_job, sm));
-}
-
-static void job_free(batch_job *bj)
-{
-    if (bj->mem)
-        feedd_memory_buf_free(bj->mem);
-    free(bj->indices);
-    free(bj->labels);
-    free(bj->status);
-    free(bj->sample_crc);
-    free(bj->errors);
-    free(bj);
 }
 
 /* An accepted job that will not be sent; under s->mu. Drops the job's stream reference too. */

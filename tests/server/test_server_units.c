@@ -515,10 +515,13 @@ grpc_byte_buffer *__wrap_feedd_batch_pack(batch_job *bj, uint32_t h, uint32_t w,
     return __real_feedd_batch_pack(bj, h, w, peer);
 }
 
-/* One stream of `batches` batches of 2 through the in-process service, window 2; then a second
- * stream that the client cancels with batches asked, and a third that is open (a batch asked,
- * not read) when the service drains. */
-static void stream_some(grpc_channel *ch, uint32_t batches, bool cancel)
+/* How stream_some ends its stream: half-close and read to OK; cancel with batches asked and
+ * not read; or drain the service (svc) with the stream open, its batches read. */
+enum stream_end { END_HALF_CLOSE, END_CANCEL, END_DRAIN };
+
+/* A stream of `batches` batches of 2 through the in-process service, window 2, ended so. */
+static void stream_some(grpc_channel *ch, uint32_t batches, enum stream_end end,
+                        feedd_service *svc)
 {
     Feed__V1__TransformSpec spec = FEED__V1__TRANSFORM_SPEC__INIT;
     spec.mode = FEED__V1__TRANSFORM_MODE__TRANSFORM_MODE_TRAIN;
@@ -538,28 +541,33 @@ static void stream_some(grpc_channel *ch, uint32_t batches, bool cancel)
         r.n_indices = 2;
         r.indices = idx;
         assert_int_equal(feedtest_stream_send(&st, &r), 0);
-        if (cancel)
+        if (end == END_CANCEL)
             continue;
         Feed__V1__Batch *b = feedtest_stream_recv(&st);
         assert_non_null(b);
         assert_int_equal(b->batch_id, i + 1);
         feed__v1__batch__free_unpacked(b, NULL);
     }
-    if (cancel) {
+    if (end == END_CANCEL) {
         feedtest_stream_cancel(&st);
         (void)feedtest_stream_finish(&st, NULL, 0);
-        return;
+    } else if (end == END_DRAIN) {
+        feedd_service_drain(svc);
+        assert_null(feedtest_stream_recv(&st));
+        (void)feedtest_stream_finish(&st, NULL, 0);
+    } else {
+        feedtest_stream_writes_done(&st);
+        assert_null(feedtest_stream_recv(&st));
+        assert_int_equal(feedtest_stream_finish(&st, NULL, 0), GRPC_STATUS_OK);
     }
-    feedtest_stream_writes_done(&st);
-    assert_null(feedtest_stream_recv(&st));
-    assert_int_equal(feedtest_stream_finish(&st, NULL, 0), GRPC_STATUS_OK);
 }
 
 /*
  * The lock rule (service_internal.h): no gRPC call (start_batch, cancel) and no batch buffer
  * allocation or packing is made while the calling thread holds a stream's lock, whichever
  * thread has the event: the completion-queue threads (requests, sends, close), the pool
- * worker (a batch done), the granter, the main thread (drain).
+ * worker (a batch done), the granter, the main thread (drain). Three streams: one read to its
+ * end, one cancelled with batches asked, one open while the service drains.
  */
 static void test_stream_lock_rule(void **state)
 {
@@ -576,31 +584,9 @@ static void test_stream_lock_rule(void **state)
     atomic_store(&ops_under_lock, 0);
     atomic_store(&allocs, 0);
     atomic_store(&allocs_under_lock, 0);
-    stream_some(ch, 8, false);
-    stream_some(ch, 2, true);
-    /* Open through the drain: its batch goes out, then UNAVAILABLE-free OK or the drain's end. */
-    feedtest_stream st;
-    assert_int_equal(feedtest_stream_open(ch, 60, &st), 0);
-    Feed__V1__TransformSpec spec = FEED__V1__TRANSFORM_SPEC__INIT;
-    spec.mode = FEED__V1__TRANSFORM_MODE__TRANSFORM_MODE_TRAIN;
-    spec.out_height = spec.out_width = 16;
-    Feed__V1__SessionOpen open = FEED__V1__SESSION_OPEN__INIT;
-    open.dataset = (char *)"d";
-    open.transform = &spec;
-    open.protocol_version = 1;
-    uint64_t idx[1] = {0};
-    Feed__V1__BatchRequest r = FEED__V1__BATCH_REQUEST__INIT;
-    r.open = &open;
-    r.batch_id = 1;
-    r.n_indices = 1;
-    r.indices = idx;
-    assert_int_equal(feedtest_stream_send(&st, &r), 0);
-    Feed__V1__Batch *b = feedtest_stream_recv(&st);
-    assert_non_null(b);
-    feed__v1__batch__free_unpacked(b, NULL);
-    feedd_service_drain(svc);
-    assert_null(feedtest_stream_recv(&st));
-    (void)feedtest_stream_finish(&st, NULL, 0);
+    stream_some(ch, 8, END_HALF_CLOSE, svc);
+    stream_some(ch, 2, END_CANCEL, svc);
+    stream_some(ch, 1, END_DRAIN, svc);
     grpc_channel_destroy(ch);
     assert_int_equal(feedd_service_stop(svc, 10000), 0);
     feedd_service_free(svc);
