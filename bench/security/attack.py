@@ -2,7 +2,7 @@
 """Issue 22's attacks against real feedd processes on 127.0.0.1, for the README's
 security figures. Usage: attack.py FEEDD DATASET CERTDIR RUNS [SECTIONS], SECTIONS
 a comma list of flood, metrics, sigterm (default all). Prints one JSON object per
-measurement (raw lines, kept in runs.jsonl by run.sh). A stop's time is measured
+measurement (raw lines, kept in runs.jsonl by hostile.sh). A stop's time is measured
 twice: by this process (SIGTERM sent to exit reaped: stop_s) and by feedd's own
 log ('signal 15' to 'feedd stopped': feedd_stop_s), as this process's threads
 compete with the attack on a loaded machine."""

@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# run.sh [BUILD] [DATA] [RUNS]: issue 22's attacks against feedd on 127.0.0.1
-# (attack.py): RSS added by a CONTINUATION flood over TLS without a token
-# and over plaintext at default settings (peak, and what is left 2 s after
-# the cut), scrapes answered during and after 2,000 idle connections to the
-# metrics port, and the time SIGTERM takes under each attack. Writes
-# runs.jsonl (one JSON line per measurement) and summary.txt beside itself.
+# hostile.sh OUTDIR [BUILD] [DATA] [RUNS]: issue 22's attacks against feedd on
+# 127.0.0.1 (attack.py beside this script): RSS added by a CONTINUATION flood
+# over TLS without a token and over plaintext at default settings (peak, and
+# what is left 2 s after the cut), scrapes answered during and after 2,000
+# idle connections to the metrics port, and the time SIGTERM takes under each
+# attack. Writes OUTDIR/runs.jsonl (one JSON line per measurement) and
+# OUTDIR/summary.txt.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-build=${1:-build}
-data=${2:-/work/shared/datasets/imagenet-sample}
-runs=${3:-20}
+out=$(mkdir -p "${1:?usage: hostile.sh OUTDIR [BUILD] [DATA] [RUNS]}" && cd "$1" && pwd)
+build=${2:-build}
+data=${3:-/work/shared/datasets/imagenet-sample}
+runs=${4:-20}
 certs=$(mktemp -d)
 trap 'rm -rf "$certs"' EXIT
-"$here/../../../tests/server/make_test_certs.sh" "$certs" > /dev/null
-/usr/bin/python3 "$here/attack.py" "$build/server/feedd" "$data" "$certs" "$runs" | tee "$here/runs.jsonl"
-/usr/bin/python3 - "$here/runs.jsonl" > "$here/summary.txt" <<'PY'
+"$here/../../tests/server/make_test_certs.sh" "$certs" > /dev/null
+/usr/bin/python3 "$here/attack.py" "$build/server/feedd" "$data" "$certs" "$runs" | tee "$out/runs.jsonl"
+/usr/bin/python3 - "$out/runs.jsonl" > "$out/summary.txt" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 def med(xs): return '%.1f (%.1f-%.1f)' % (statistics.median(xs), min(xs), max(xs))
@@ -34,4 +36,4 @@ for a in ('tls_flood', 'plain_flood', 'metrics_idle'):
     print('SIGTERM under %s: exit 0 within the 10 s drain deadline %d of %d; seconds %s' % (
         a, ok, len(r), med([x['stop_s'] for x in r])))
 PY
-cat "$here/summary.txt"
+cat "$out/summary.txt"

@@ -1,7 +1,7 @@
-"""summarize.py RAWDIR: median and range over runs of the loader's images/s
-and the fleet's cache hit rate (hits / lookups over the 4 servers, measured
-window), per epoch and owner-routing mode, and of the on/off throughput ratio
-of each run (the two modes ran side by side)."""
+"""fleet_cache_summary.py RAWDIR (fleet_cache.sh's OUTDIR): median and range over
+runs of the loader's images/s and the fleet's cache hit rate (hits / lookups
+over the 4 servers, measured window), per epoch and owner-routing mode, and of
+the on/off throughput ratio of each run (the two modes ran side by side)."""
 import json
 import os
 import re
