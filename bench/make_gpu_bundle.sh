@@ -18,8 +18,10 @@
 #   DIR/python  the feedclient package; DIR/pylib  Debian's pytest (pure Python)
 #              for the GPU machine, which has none
 #   DIR/tests/python  the package's pytest suite; DIR/torch  the PyTorch
-#              head-to-head (torch/run_h2h.sh); DIR/fleet  the fleet-sizing
-#              benchmark (BIN=DIR/bin fleet/fleet.sh)
+#              head-to-head (torch/run_h2h.sh; torch/h2h_call.sh NAME CONFIG...
+#              for one device call of it); DIR/fleet  the fleet-sizing
+#              benchmark (BIN=DIR/bin fleet/fleet.sh) and the fleet-sharded
+#              cache's (BIN=DIR/bin fleet/fleet_cache.sh)
 #   DIR/*.sh, *.py  the suite and the scripts it calls
 # A device call carries the repository's tracked files and the bundle in
 # 64 MiB together: the bundle must fit what the tracked files leave (checked
