@@ -1,8 +1,8 @@
 /*
  * Elastic resume (feed/client.h "Elastic resume"; README "Resume at another world size"): the
  * state byte strings, joining the rank states of one world, and installing the rest of an epoch
- * in a loader. The codec, feed_state_combine and feed_resume_plan are pure functions (any
- * thread, no loader). feed_loader_state reads the loader's epoch under mu; feed_loader_resume
+ * in a loader. The codec, feed_state_combine, feed_state_epoch and feed_resume_plan are pure
+ * functions (any thread, no loader). feed_loader_state reads the loader's epoch under mu; feed_loader_resume
  * runs on the training thread, like set_epoch (loader_install_epoch takes mu).
  *
  * Layout, little-endian, no padding:
@@ -392,6 +392,20 @@ out:
     view_free(&first);
     free(consumed);
     free(seen);
+    return rc;
+}
+
+int feed_state_epoch(const void *state, size_t len, uint32_t *epoch)
+{
+    state_view v;
+    char why[8];
+    if (!epoch)
+        return FEED_EINVAL;
+    int rc = decode(state, len, &v, why, sizeof(why));
+    if (!rc) {
+        *epoch = v.epoch;
+        view_free(&v);
+    }
     return rc;
 }
 

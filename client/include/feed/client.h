@@ -350,6 +350,8 @@ FEED_EXPORT int feed_state_combine(const void *const *states, const size_t *lens
  * world or rank for a rank state) and the log says it too; FEED_ENOMEM. */
 FEED_EXPORT int feed_loader_resume(feed_loader *l, const void *state, size_t len, char *why,
                                    size_t why_cap);
+/* The epoch a state (rank or combined) is of. 0 or FEED_EINVAL (not a well-formed state). */
+FEED_EXPORT int feed_state_epoch(const void *state, size_t len, uint32_t *epoch);
 /* The sample indices rank `rank` of `world` gets for the rest of the state's epoch, in order
  * (before the batch cut), without a loader: *count of them, at most cap written to samples
  * (FEED_ETOOBIG with the count needed). 0, FEED_EINVAL (why says what), FEED_ETOOBIG,
