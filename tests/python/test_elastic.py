@@ -153,3 +153,31 @@ def test_incompatible_states_are_refused(spawn, data_dir):
     with make(targets, rank=0, world=4) as other:
         with pytest.raises(ValueError, match="combine the states of every rank"):
             other.load_state_dict(rank0)
+
+
+def test_finished_epoch_and_the_next_one(spawn):
+    """A combined state of a finished epoch gives every rank of any world an empty rest; the
+    epoch after a resumed one is the normal plan of the new world."""
+    srv = spawn()
+    targets = [srv.target]
+    _, done = run_phase(targets, 2, [None, None], None)
+    with make(targets, rank=1, world=3, epoch=EPOCH + 1) as fresh:
+        normal = consume(fresh, None, defaultdict(list))
+    with make(targets, rank=1, world=3, resume=done) as loader:
+        assert len(loader) == 0
+        assert consume(loader, None, defaultdict(list)) == []
+        loader.set_epoch(EPOCH + 1)
+        assert len(loader) == math.ceil(math.ceil(N / 3) / BATCH)
+        assert consume(loader, None, defaultdict(list)) == normal
+
+
+def test_state_after_set_epoch_is_the_new_epochs_start(spawn):
+    """state_dict() right after set_epoch(next epoch) is that epoch's batch 0, not the position
+    the previous epoch ended at."""
+    srv = spawn()
+    with make([srv.target]) as loader:
+        consume(loader, None, defaultdict(list))
+        assert loader.state_dict()["batch"] == len(loader)
+        loader.set_epoch(EPOCH + 1)
+        state = loader.state_dict()
+    assert (state["epoch"], state["batch"]) == (EPOCH + 1, 0)
