@@ -399,9 +399,7 @@ int feed_state_epoch(const void *state, size_t len, uint32_t *epoch)
 {
     state_view v;
     char why[8];
-    if (!epoch)
-        return FEED_EINVAL;
-    int rc = decode(state, len, &v, why, sizeof(why));
+    int rc = epoch ? decode(state, len, &v, why, sizeof(why)) : FEED_EINVAL;
     if (!rc) {
         *epoch = v.epoch;
         view_free(&v);
@@ -415,14 +413,16 @@ int feed_resume_plan(const void *state, size_t len, uint32_t rank, uint32_t worl
     state_view v;
     uint32_t *left = NULL;
     uint64_t m = 0;
+    int rc = FEED_EINVAL;
+    memset(&v, 0, sizeof(v));
     if (why_cap)
         why[0] = '\0';
     if (!count)
-        return FEED_EINVAL;
+        goto out;
     *count = 0;
-    int rc = decode(state, len, &v, why, why_cap);
+    rc = decode(state, len, &v, why, why_cap);
     if (rc)
-        return rc;
+        goto out;
     rc = FEED_EINVAL;
     if (v.kind != KIND_COMBINED) {
         snprintf(why, why_cap, "a rank state: combine the states of every rank first");
@@ -525,13 +525,17 @@ int feed_loader_resume(feed_loader *l, const void *state, size_t len, char *why,
     resume_chain *chain = NULL;
     uint64_t start = 0;
     char msg[256] = "";
+    int rc = FEED_EINVAL;
+    memset(&v, 0, sizeof(v));
     if (why_cap)
         why[0] = '\0';
-    if (!l)
-        return FEED_EINVAL;
-    int rc = decode(state, len, &v, msg, sizeof(msg));
+    if (!l) {
+        snprintf(msg, sizeof(msg), "no loader");
+        goto out;
+    }
+    rc = decode(state, len, &v, msg, sizeof(msg));
     if (rc)
-        goto report;
+        goto out;
     /* num_samples is fixed once open returned; cfg always. */
     pthread_mutex_lock(&l->mu);
     loader_view(l, l->num_samples, &here);
@@ -598,10 +602,10 @@ out:
     client_plan_free(&plan);
     client_plan_free(&ahead);
     resume_chain_free(chain);
-report:
     if (rc) {
         snprintf(why, why_cap, "%s", msg);
-        client_log(l, FEED_LOG_ERROR, "feed_loader_resume: %s", msg);
+        if (l)
+            client_log(l, FEED_LOG_ERROR, "feed_loader_resume: %s", msg);
     }
     return rc;
 }

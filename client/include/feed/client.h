@@ -281,7 +281,8 @@ FEED_EXPORT int feed_loader_release(feed_loader *l, feed_batch *b, void *stream)
  * other epoch or start_batch drops it. 0, FEED_EINVAL (start_batch past the
  * end of the epoch), FEED_ENOMEM. */
 FEED_EXPORT int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch);
-/* Batches this rank gets per epoch, and samples in the dataset. */
+/* Batches this rank gets in the current epoch (in an epoch resumed by feed_loader_resume: of the
+ * rest of it), and samples in the dataset. */
 FEED_EXPORT uint64_t feed_loader_batches_per_epoch(const feed_loader *l);
 FEED_EXPORT uint64_t feed_loader_dataset_size(const feed_loader *l);
 
@@ -309,7 +310,7 @@ FEED_EXPORT int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server
  * drop_last), the epoch, and where the epoch stands. "Consumed" means handed to the caller by
  * next(): a batch handed out counts as done whether or not it was released or its step
  * finished. Exact with ordered = true (the default), where batches are handed out in plan
- * order. No loader lock is held across these calls beyond their own; any thread.
+ * order. feed_loader_resume runs on the training thread, like set_epoch; the others on any.
  *
  * A rank state (feed_loader_state) records one rank: its world and rank, how many samples of
  * its plan for the epoch it consumed, and, in an epoch that itself was resumed at another world
