@@ -181,3 +181,48 @@ def test_state_after_set_epoch_is_the_new_epochs_start(spawn):
         loader.set_epoch(EPOCH + 1)
         state = loader.state_dict()
     assert (state["epoch"], state["batch"]) == (EPOCH + 1, 0)
+
+
+_GATHER_JOB = r"""
+import sys, torch, torch.distributed as dist, feedclient
+from feedclient import elastic
+rank, world, rdv, target, out = int(sys.argv[1]), 2, sys.argv[2], sys.argv[3], sys.argv[4]
+dist.init_process_group("gloo", init_method="file://" + rdv, rank=rank, world_size=world)
+with feedclient.Loader([target], "small", batch_size=4, seed=5, device="cpu", size=32,
+                       dtype=torch.uint8, with_indices=True, epoch=3) as loader:
+    it = iter(loader)
+    seen = [i for _ in range(rank + 1) for i in next(it)[2].tolist()]
+    state = elastic.gather_state(loader)
+if rank == 0:
+    elastic.save(state, out + ".state")
+with open(out + f".{rank}", "w") as f:
+    f.write(" ".join(map(str, seen)) + "\n" + state["combined"].hex())
+dist.destroy_process_group()
+"""
+
+
+def test_gather_state_over_torch_distributed(spawn, tmp_path):
+    """gather_state in a real 2-process gloo job (rank and world from torch.distributed):
+    both ranks get the same combined state, and it leaves exactly what they did not consume."""
+    import subprocess
+    import sys
+
+    srv = spawn()
+    script = tmp_path / "job.py"
+    script.write_text(_GATHER_JOB)
+    out = tmp_path / "out"
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(tmp_path / "rdv"),
+                               srv.target, str(out)]) for r in range(2)]
+    for p in procs:
+        assert p.wait(timeout=300) == 0
+    seen, blobs = [], []
+    for r in range(2):
+        indices, blob = (tmp_path / f"out.{r}").read_text().split("\n")
+        seen += [int(i) for i in indices.split()]
+        blobs.append(blob)
+    assert blobs[0] == blobs[1]
+    state = elastic.load(tmp_path / "out.state")
+    assert state["combined"].hex() == blobs[0]
+    assert len(seen) == 3 * BATCH
+    rest = elastic.resume_plan(state, 0, 1)
+    assert sorted(rest + seen) == list(range(N))
