@@ -226,3 +226,19 @@ def test_gather_state_over_torch_distributed(spawn, tmp_path):
     assert len(seen) == 3 * BATCH
     rest = elastic.resume_plan(state, 0, 1)
     assert sorted(rest + seen) == list(range(N))
+
+
+def test_state_of_a_closed_loader(spawn):
+    """A closed loader still gives its position (as before rank_state); combining it says
+    what is missing."""
+    srv = spawn()
+    loader = make([srv.target])
+    consume(loader, 2, defaultdict(list))
+    loader.close()
+    state = loader.state_dict()
+    assert (state["epoch"], state["batch"]) == (EPOCH, 2) and "rank_state" not in state
+    with pytest.raises(ValueError, match="no rank_state"):
+        elastic.combine([state])
+    with make([srv.target]) as resumed:
+        resumed.load_state_dict(state)
+        assert len(consume(resumed, None, defaultdict(list))) == N - 2 * BATCH

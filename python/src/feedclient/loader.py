@@ -506,11 +506,14 @@ class Loader:
         for bit (the same samples, augmentations and bytes). ``batch`` counts the batches of the
         epoch handed to the caller; ``rank_state`` is the library's record of it, which
         :func:`feedclient.elastic.combine` joins with the other ranks' to resume at another
-        world size."""
+        world size (taken while the loader is open: a closed loader's state has no
+        ``rank_state`` and resumes at the same world only)."""
         batch = self._resume if self._resume is not None else self._pos
         state = {"version": _STATE_VERSION, "epoch": self._epoch, "batch": batch}
         state.update(self._config)
-        native = self._open_native()
+        native = getattr(self, "_native", None)
+        if native is None:
+            return state  # closed: the same-world position only
         size = ctypes.c_size_t()
         _lib.lib.feed_loader_state(native.ptr, self._epoch, batch, None, 0, ctypes.byref(size))
         buf = ctypes.create_string_buffer(size.value)
