@@ -297,6 +297,7 @@ void feed_loader_close(feed_loader *l)
     client_gpu_set_device(caller_device);
     client_plan_free(&l->plan);
     client_plan_free(&l->ahead);
+    resume_chain_free(l->chain);
     if (l->targets) {
         for (size_t i = 0; i < l->cfg.num_targets; i++)
             free(l->targets[i]);
@@ -403,17 +404,9 @@ int feed_loader_stream_wait(feed_loader *l, const feed_batch *b, void *stream)
     return rc;
 }
 
-int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch)
+void loader_install_epoch(loader *l, uint32_t epoch, uint64_t start_batch, bool keep,
+                          client_plan *plan, client_plan *ahead, resume_chain *chain)
 {
-    if (!l)
-        return FEED_EINVAL;
-    /* Only this thread changes the epoch and the plans (loader_impl.h), so the
-     * permutations are drawn without mu: receivers keep landing meanwhile. */
-    bool keep = sched_keeps_ahead(l, epoch, start_batch);
-    client_plan plan, ahead;
-    int rc = sched_build_plans(l, epoch, start_batch, keep, &plan, &ahead);
-    if (rc)
-        goto out;
     pthread_mutex_lock(&l->mu);
     /* A batch being written unlocked must not turn READY after its epoch is
      * dropped; prefetched batches that are kept may go on landing. */
@@ -427,10 +420,26 @@ int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch)
             break;
         wait_ns(l, 10000000u);
     }
-    sched_reset_epoch(l, epoch, start_batch, keep, &plan, &ahead);
+    sched_reset_epoch(l, epoch, start_batch, keep, plan, ahead);
+    resume_chain_free(l->chain);
+    l->chain = chain;
     l->next_since_ns = 0;
     conn_dispatch_soon(l);
     pthread_mutex_unlock(&l->mu);
+}
+
+int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch)
+{
+    if (!l)
+        return FEED_EINVAL;
+    /* Only this thread changes the epoch and the plans (loader_impl.h), so the
+     * permutations are drawn without mu: receivers keep landing meanwhile. */
+    bool keep = sched_keeps_ahead(l, epoch, start_batch);
+    client_plan plan, ahead;
+    int rc = sched_build_plans(l, epoch, start_batch, keep, &plan, &ahead);
+    if (rc)
+        goto out;
+    loader_install_epoch(l, epoch, start_batch, keep, &plan, &ahead, NULL);
 out:
     return rc;
 }

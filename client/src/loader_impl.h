@@ -313,12 +313,15 @@ struct feed_loader {
     uint32_t describe_done; /* [mu] Describe calls finished, any outcome */
 
     /* The epoch. */
-    /* plan, epoch and ahead change only in open and set_epoch, on the training
+    /* plan, epoch, ahead and chain change only in open, set_epoch and resume, on the training
      * thread, which may therefore read them without mu. */
     client_plan plan;      /* [mu] */
     uint32_t epoch;        /* [mu] */
     uint64_t next_assign;  /* [mu] next batch number to put in a slot */
     client_plan ahead;     /* [mu] plan of epoch + 1, prefetched once plan is all assigned */
+    /* [mu] The worlds this epoch ran under before this one, when feed_loader_resume resumed it
+     * at another world size (plan is then the rest of the epoch); NULL for a normal plan. */
+    struct resume_chain *chain;
     uint64_t ahead_assign; /* [mu] next batch number of ahead to put in a slot */
     uint64_t next_deliver; /* [mu] ordered: next batch number next() returns */
     uint64_t delivered;    /* [mu] this epoch */
@@ -406,6 +409,20 @@ int sched_next(loader *l, uint64_t since, uint64_t now, slot **out, uint64_t *wa
  * caller then asks for a dispatch). */
 void sched_release(loader *l, slot *sl);
 void sched_free_slots(loader *l);
+/* The worlds an epoch ran under before a resume (state.c); segs[i].consumed point into counts,
+ * which the chain owns. */
+typedef struct resume_chain {
+    uint32_t num_segs;
+    client_resume_segment segs[FEED_STATE_MAX_SEGMENTS];
+    uint64_t *counts;
+} resume_chain;
+void resume_chain_free(resume_chain *c);
+/* Makes epoch current from start_batch with these plans (taken over, as sched_reset_epoch takes
+ * them) and chain (taken over; NULL for a normal plan): set_epoch and feed_loader_resume.
+ * Training thread, mu not held. */
+void loader_install_epoch(loader *l, uint32_t epoch, uint64_t start_batch, bool keep,
+                          client_plan *plan, client_plan *ahead, resume_chain *chain);
+
 /* Whether set_epoch(epoch, start_batch) continues into the prefetched epoch
  * (epoch + 1 of the current one, from batch 0) instead of dropping everything.
  * Training thread, mu held or not. */

@@ -8,6 +8,7 @@
 #define FEED_CLIENT_PLAN_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Datasets larger than this are refused: the plan stores 32-bit indices. */
@@ -31,6 +32,35 @@ typedef struct client_plan {
 int client_plan_build(client_plan *p, uint64_t dataset_size, uint64_t seed, uint32_t epoch,
                       uint32_t rank, uint32_t world, uint32_t batch_size, bool drop_last);
 void client_plan_free(client_plan *p);
+
+/*
+ * Resume at another world size (README "Resume at another world size"). An epoch run under a
+ * chain of worlds is a list of segments: segment 0 ran the normal plan above under its world;
+ * each later one ran the plan below, built from what the earlier ones left. consumed[r] counts
+ * the plan entries (samples) rank r of that segment had handed to its caller, from the first:
+ * those samples are done, and a sample counts once however many of its padding copies were
+ * handed out.
+ */
+typedef struct client_resume_segment {
+    uint32_t world;
+    const uint64_t *consumed; /* [world] */
+} client_resume_segment;
+
+/* The samples of the epoch that no segment consumed, in permutation order (*out: the caller
+ * frees it; *count may be 0). 0, FEED_EINVAL (a segment's world is 0 or a rank consumed more
+ * than its plan held: why says which), FEED_ENOMEM. */
+int client_plan_remaining(uint64_t dataset_size, uint64_t seed, uint32_t epoch,
+                          const client_resume_segment *segs, uint32_t num_segs, uint32_t **out,
+                          uint64_t *count, char *why, size_t why_cap);
+/* This rank's plan for the rest of the epoch: the remaining samples (client_plan_remaining),
+ * padded by wrapping around to a multiple of world as DistributedSampler pads (so the first
+ * few remaining samples are handed out twice when world does not divide them), rank r taking
+ * positions r, r+world, ..., cut into batches as above. With nothing left, an empty plan (0
+ * batches). 0, FEED_EINVAL (why says what), FEED_ENOMEM. */
+int client_plan_resume(client_plan *p, uint64_t dataset_size, uint64_t seed, uint32_t epoch,
+                       const client_resume_segment *segs, uint32_t num_segs, uint32_t rank,
+                       uint32_t world, uint32_t batch_size, bool drop_last, char *why,
+                       size_t why_cap);
 /* Samples of batch b (b < p->batches): *first points into p->samples. */
 void client_plan_batch(const client_plan *p, uint64_t b, const uint32_t **first, uint32_t *n);
 

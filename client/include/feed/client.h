@@ -281,7 +281,8 @@ FEED_EXPORT int feed_loader_release(feed_loader *l, feed_batch *b, void *stream)
  * other epoch or start_batch drops it. 0, FEED_EINVAL (start_batch past the
  * end of the epoch), FEED_ENOMEM. */
 FEED_EXPORT int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch);
-/* Batches this rank gets per epoch, and samples in the dataset. */
+/* Batches this rank gets in the current epoch (in an epoch resumed by feed_loader_resume: of the
+ * rest of it), and samples in the dataset. */
 FEED_EXPORT uint64_t feed_loader_batches_per_epoch(const feed_loader *l);
 FEED_EXPORT uint64_t feed_loader_dataset_size(const feed_loader *l);
 
@@ -301,6 +302,64 @@ FEED_EXPORT int feed_loader_get_stats(feed_loader *l, feed_loader_stats *out, si
  * i, or out_size out of range). */
 FEED_EXPORT int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server_stats *out,
                                          size_t out_size);
+
+/*
+ * Elastic resume (README "Resume at another world size"). A state is a byte string
+ * the library writes and reads (little-endian, versioned, at most FEED_STATE_MAX_BYTES): the
+ * epoch's plan identity (dataset name and size, seed, transform and augment, batch size,
+ * drop_last), the epoch, and where the epoch stands. "Consumed" means handed to the caller by
+ * next(): a batch handed out counts as done whether or not it was released or its step
+ * finished. Exact with ordered = true (the default), where batches are handed out in plan
+ * order. feed_loader_resume runs on the training thread, like set_epoch; the others on any.
+ *
+ * A rank state (feed_loader_state) records one rank: its world and rank, how many samples of
+ * its plan for the epoch it consumed, and, in an epoch that itself was resumed at another world
+ * size, the chain of worlds the epoch ran under before. A combined state (feed_state_combine)
+ * joins the rank states of every rank of one world; a loader of any world size resumes it
+ * (feed_loader_resume): the samples of the epoch that no rank consumed, in permutation order,
+ * are padded by wrapping around to a multiple of the new world (as DistributedSampler pads; so
+ * the first (world - left % world) % world of them are handed out twice), and rank r takes
+ * positions r, r+world, ..., cut into batches. A sample counts as consumed once any copy of it
+ * (a padding copy too) was handed out. Each sample's pixels are those it has in any run:
+ * augmentation is keyed by (seed, epoch, sample index). The epoch after a resumed one follows
+ * the normal plan for the new world. A resumed loader's rank states combine again, so an epoch
+ * may change world size several times (at most FEED_STATE_MAX_SEGMENTS).
+ */
+#define FEED_STATE_MAX_BYTES ((size_t)64 << 20)
+#define FEED_STATE_MAX_SEGMENTS 64
+/* Most ranks over all the worlds one state records. */
+#define FEED_STATE_MAX_RANKS (1u << 20)
+
+/* This rank's state at (epoch, batch): `batches` of the epoch handed out to the caller. An
+ * epoch other than the loader's current one is taken from its start (batches must be 0). Writes
+ * at most cap bytes to buf and the length to *len; with too small a cap (0 and NULL buf too)
+ * FEED_ETOOBIG and *len says how much is needed. 0, FEED_EINVAL (batches past the epoch's end),
+ * FEED_ETOOBIG. */
+FEED_EXPORT int feed_loader_state(feed_loader *l, uint32_t epoch, uint64_t batches, void *buf,
+                                  size_t cap, size_t *len);
+/* Joins the rank states of one world (count of them, one per rank, any order) into a combined
+ * state, written to buf as above. 0, FEED_EINVAL (why, NUL-terminated when why_cap > 0, says
+ * what: a missing or repeated rank, states of other epochs, datasets, seeds or transforms, a
+ * malformed state), FEED_ETOOBIG, FEED_ENOMEM. */
+FEED_EXPORT int feed_state_combine(const void *const *states, const size_t *lens, size_t count,
+                                   void *buf, size_t cap, size_t *len, char *why,
+                                   size_t why_cap);
+/* Continues from state: a combined state at this loader's world and rank (any world), or a
+ * rank state of this loader's world and rank (the same-world resume). Like set_epoch, drops the
+ * batches not handed out. FEED_EINVAL when the state does not fit this loader: why names what
+ * differs (dataset, dataset size, seed, transform, batch size or drop_last for a rank state,
+ * world or rank for a rank state) and the log says it too; FEED_ENOMEM. */
+FEED_EXPORT int feed_loader_resume(feed_loader *l, const void *state, size_t len, char *why,
+                                   size_t why_cap);
+/* The epoch a state (rank or combined) is of. 0 or FEED_EINVAL (not a well-formed state). */
+FEED_EXPORT int feed_state_epoch(const void *state, size_t len, uint32_t *epoch);
+/* The sample indices rank `rank` of `world` gets for the rest of the state's epoch, in order
+ * (before the batch cut), without a loader: *count of them, at most cap written to samples
+ * (FEED_ETOOBIG with the count needed). 0, FEED_EINVAL (why says what), FEED_ETOOBIG,
+ * FEED_ENOMEM. */
+FEED_EXPORT int feed_resume_plan(const void *state, size_t len, uint32_t rank, uint32_t world,
+                                 uint64_t *samples, size_t cap, size_t *count, char *why,
+                                 size_t why_cap);
 
 /* The library's version: "MAJOR.MINOR.PATCH", never NULL; and as FEED_CLIENT_VERSION_NUM. */
 FEED_EXPORT const char *feed_client_version(void);

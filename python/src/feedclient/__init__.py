@@ -39,6 +39,7 @@ from .errors import (
     UnsupportedError,
     error_class,
 )
+from . import elastic
 from .loader import HeldBatchesWarning, Loader
 
 __version__ = "0.5.0"
@@ -90,7 +91,7 @@ def plan_sample(img_w: int, img_h: int, seed: int, epoch: int, index: int, *,
 
 
 __all__ = [
-    "Loader", "HeldBatchesWarning", "SamplePlan", "plan_sample", "library_version",
+    "Loader", "HeldBatchesWarning", "elastic", "SamplePlan", "plan_sample", "library_version",
     "library_path", "sample_status_name",
     "FeedError", "InvalidArgumentError", "OutOfMemoryError", "FeedIOError", "NotFoundError",
     "CorruptError", "TooBigError", "UnsupportedError", "UnavailableError", "FeedTimeoutError",

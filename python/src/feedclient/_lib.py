@@ -187,6 +187,20 @@ _PROTOTYPES = {
     "feed_loader_dataset_size": (c_uint64, [c_void_p]),
     "feed_loader_get_stats": (c_int, [c_void_p, POINTER(LoaderStats), c_size_t]),
     "feed_loader_server_stats": (c_int, [c_void_p, c_uint32, POINTER(ServerStats), c_size_t]),
+    "feed_loader_state": (
+        c_int, [c_void_p, c_uint32, c_uint64, c_void_p, c_size_t, POINTER(c_size_t)]),
+    "feed_state_combine": (
+        c_int,
+        [POINTER(c_void_p), POINTER(c_size_t), c_size_t, c_void_p, c_size_t, POINTER(c_size_t),
+         c_char_p, c_size_t],
+    ),
+    "feed_loader_resume": (c_int, [c_void_p, c_char_p, c_size_t, c_char_p, c_size_t]),
+    "feed_state_epoch": (c_int, [c_char_p, c_size_t, POINTER(c_uint32)]),
+    "feed_resume_plan": (
+        c_int,
+        [c_char_p, c_size_t, c_uint32, c_uint32, POINTER(c_uint64), c_size_t, POINTER(c_size_t),
+         c_char_p, c_size_t],
+    ),
     "feed_client_version": (c_char_p, []),
     "feed_client_version_number": (c_uint32, []),
     "feed_strerror": (c_char_p, [c_int]),

@@ -285,6 +285,10 @@ class Loader:
     once a server says it caches the dataset (feedd ``--dataset NAME=...,cache=SIDE``);
     ``"off"`` sends every batch whole to whichever server balancing picks.
     The pixels are the same either way.
+
+    ``resume`` is a state to continue from, as :meth:`load_state_dict` takes: this rank's own
+    :meth:`state_dict`, or the combined state of every rank of a job of any world size
+    (:mod:`feedclient.elastic`), of which this rank takes its share of the rest of the epoch.
     """
 
     def __init__(
@@ -326,6 +330,7 @@ class Loader:
         tls_key: Union[str, "os.PathLike[str]", None] = None,
         augment: _augment.AugmentSpec = None,
         owner_routing: str = "auto",
+        resume: Optional[Dict[str, Any]] = None,
     ) -> None:
         if isinstance(targets, str):
             targets = [targets]
@@ -442,6 +447,9 @@ class Loader:
             "resize_size": resize_size if transform == "eval" else None,
         }
         self._len = _lib.lib.feed_loader_batches_per_epoch(native.ptr)
+        # Batches per epoch of the normal plan; _len is the plan the next iteration runs, which
+        # differs in an epoch resumed at another world size.
+        self._normal_len = self._len
         self._dataset_size = _lib.lib.feed_loader_dataset_size(native.ptr)
         self._config["dataset_size"] = self._dataset_size
         # Where the native loader is: (epoch, next batch it hands out).
@@ -450,11 +458,14 @@ class Loader:
         self._resume: Optional[int] = None  # start batch for the next iteration of _epoch
         self._pos = 0  # batches of _epoch handed out by the current (or last) iteration
         self._iter_gen = 0
+        if resume is not None:
+            self.load_state_dict(resume)
 
     # -- DataLoader-shaped surface -------------------------------------------------------------
 
     def __len__(self) -> int:
-        """Batches per epoch for this rank."""
+        """Batches per epoch for this rank (in an epoch resumed at another world size: of the
+        rest of the epoch)."""
         return self._len
 
     @property
@@ -471,6 +482,8 @@ class Loader:
         loaded by load_state_dict for the same epoch is kept."""
         if epoch != self._epoch:
             self._resume = None
+            self._pos = 0
+            self._len = self._normal_len
         self._epoch = epoch
 
     def __iter__(self) -> Iterator[Tuple[torch.Tensor, ...]]:
@@ -483,32 +496,81 @@ class Loader:
             if rc:
                 raise native.error(rc, f"feedclient.Loader.set_epoch({self._epoch}, {start})")
             self._native_pos = (self._epoch, start)
+            self._len = _lib.lib.feed_loader_batches_per_epoch(native.ptr)
         self._pos = start
         self._iter_gen += 1
         return _Iter(self, self._iter_gen)
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the loader is: the next iteration after load_state_dict continues from here, bit
-        for bit (the same samples, augmentations and bytes)."""
+        for bit (the same samples, augmentations and bytes). ``batch`` counts the batches of the
+        epoch handed to the caller; ``rank_state`` is the library's record of it, which
+        :func:`feedclient.elastic.combine` joins with the other ranks' to resume at another
+        world size (taken while the loader is open: a closed loader's state has no
+        ``rank_state`` and resumes at the same world only)."""
         batch = self._resume if self._resume is not None else self._pos
         state = {"version": _STATE_VERSION, "epoch": self._epoch, "batch": batch}
         state.update(self._config)
+        native = getattr(self, "_native", None)
+        if native is None:
+            return state  # closed: the same-world position only
+        size = ctypes.c_size_t()
+        _lib.lib.feed_loader_state(native.ptr, self._epoch, batch, None, 0, ctypes.byref(size))
+        buf = ctypes.create_string_buffer(size.value)
+        rc = _lib.lib.feed_loader_state(native.ptr, self._epoch, batch, buf, size.value,
+                                        ctypes.byref(size))
+        if rc:
+            raise native.error(rc, "feedclient.Loader.state_dict")
+        state["rank_state"] = buf.raw[:size.value]
         return state
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continues from ``state``: this rank's own :meth:`state_dict` (the same world, rank
+        and configuration), or a combined state of every rank of a job of any world size
+        (:func:`feedclient.elastic.combine`, :func:`~feedclient.elastic.gather_state`), of which
+        this rank takes its share of the rest of the epoch. A state that does not fit raises
+        ValueError naming what differs."""
         if state.get("version") != _STATE_VERSION:
             raise ValueError(f"feedclient.Loader: state version {state.get('version')!r} unknown")
-        for key, value in self._config.items():
-            if state.get(key) != value:
-                raise ValueError(
-                    f"feedclient.Loader.load_state_dict: {key} is {value!r} here but "
-                    f"{state.get(key)!r} in the state; resuming would not repeat the sequence"
-                )
-        if not 0 <= state["batch"] <= self._len:
-            raise ValueError(f"feedclient.Loader.load_state_dict: batch {state['batch']} out of range")
-        self._epoch = int(state["epoch"])
-        self._resume = int(state["batch"])
-        self._pos = self._resume
+        combined = "combined" in state
+        if not combined:
+            for key, value in self._config.items():
+                if state.get(key) != value:
+                    hint = ("; combine the states of every rank (feedclient.elastic) to resume "
+                            "at another world size" if key in ("rank", "world") else "")
+                    raise ValueError(
+                        f"feedclient.Loader.load_state_dict: {key} is {value!r} here but "
+                        f"{state.get(key)!r} in the state; resuming would not repeat the "
+                        f"sequence{hint}"
+                    )
+        native = self._open_native()
+        native.drop_pending()
+        if combined or "rank_state" in state:
+            blob = bytes(state["combined"] if combined else state["rank_state"])
+            why = ctypes.create_string_buffer(256)
+            rc = _lib.lib.feed_loader_resume(native.ptr, blob, len(blob), why, len(why))
+            if rc == -1:  # FEED_EINVAL: the state does not fit
+                raise ValueError(f"feedclient.Loader.load_state_dict: {why.value.decode()}")
+            if rc:
+                raise native.error(rc, "feedclient.Loader.load_state_dict")
+            epoch = ctypes.c_uint32()
+            _lib.lib.feed_state_epoch(blob, len(blob), ctypes.byref(epoch))
+            self._epoch = epoch.value
+            self._len = _lib.lib.feed_loader_batches_per_epoch(native.ptr)
+            batch = 0 if combined else int(state["batch"])
+        else:
+            # A state from before rank_state: the same world, start_batch.
+            batch = int(state["batch"])
+            if not 0 <= batch <= self._normal_len:
+                raise ValueError(f"feedclient.Loader.load_state_dict: batch {batch} out of range")
+            self._epoch = int(state["epoch"])
+            rc = _lib.lib.feed_loader_set_epoch(native.ptr, self._epoch, batch)
+            if rc:
+                raise native.error(rc, f"feedclient.Loader.set_epoch({self._epoch}, {batch})")
+            self._len = self._normal_len
+        self._native_pos = (self._epoch, batch)
+        self._resume = batch
+        self._pos = batch
         self._iter_gen += 1  # an iterator from before the load is stale
 
     def stats(self) -> Dict[str, Any]:
