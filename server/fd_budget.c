@@ -8,6 +8,7 @@
 #include "fd_budget.h"
 
 #include <dirent.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -44,7 +45,7 @@ int feedd_fd_budget(const feedd_config *cfg, uint32_t *shard_files, char *err, s
     for (size_t i = 0; i < cfg->n_datasets; i++)
         if (feed_blob_is_remote(cfg->datasets[i].path))
             remote = cfg->remote_connections;
-    uint64_t fixed = used + remote + cfg->threads + FEEDD_FD_CONNECTIONS_MIN;
+    uint64_t fixed = used + remote + cfg->threads;
     uint64_t room = ceiling > fixed ? ceiling - fixed : 0;
     uint64_t n = cfg->shard_files;
     if (!n) {
@@ -52,15 +53,16 @@ int feedd_fd_budget(const feedd_config *cfg, uint32_t *shard_files, char *err, s
         if (n > FEEDD_SHARD_FILES_AUTO_MAX)
             n = FEEDD_SHARD_FILES_AUTO_MAX;
     }
-    if (n == 0 || n > room) {
+    if (n == 0 || n > room / 2) {
         feed_set_err(err, err_cap,
                      "the open-file limit %llu leaves %llu descriptors below its reserve of "
-                     "%llu for the listener; needed: %llu in use, %llu remote connections, "
-                     "%u workers, %d client connections at the least and %llu shard files "
-                     "(--shard-files): raise the limit (ulimit -n) or lower --shard-files",
+                     "%llu for the listener; less %llu in use, %llu remote connections and %u "
+                     "workers, %llu are left, and %llu shard files (--shard-files) would take "
+                     "more than half of them from the connections: raise the limit (ulimit -n) "
+                     "or lower --shard-files",
                      (unsigned long long)limit, (unsigned long long)ceiling,
                      (unsigned long long)reserve, (unsigned long long)used,
-                     (unsigned long long)remote, cfg->threads, FEEDD_FD_CONNECTIONS_MIN,
+                     (unsigned long long)remote, cfg->threads, (unsigned long long)room,
                      (unsigned long long)(n ? n : 1));
         return FEED_EINVAL;
     }

@@ -10,20 +10,19 @@
 
 #include "config.h"
 
-/* Descriptors kept for client connections at the least, beyond everything else feedd holds. */
-#define FEEDD_FD_CONNECTIONS_MIN 64
 /* The most local shard descriptors --shard-files 0 keeps open. */
 #define FEEDD_SHARD_FILES_AUTO_MAX 4096
 
 /*
  * The number of local shard descriptors to keep open (feed_blob_set_open_files)
- * under the open-file limit as it is now: cfg->shard_files, or with 0 a quarter
- * of the room, at most FEEDD_SHARD_FILES_AUTO_MAX. 0, or FEED_EINVAL with err
- * saying what the limit leaves and for what, when it cannot hold the
- * descriptors in use, the listener's reserve (listener.h), the remote
- * connections, one shard descriptor per worker beyond the cache (a reader
- * never waits for one), FEEDD_FD_CONNECTIONS_MIN connections and the shard
- * descriptors asked for.
+ * under the open-file limit as it is now. The room: the limit less the
+ * listener's reserve (listener.h), the descriptors in use, the remote
+ * connections and one shard descriptor per worker beyond the cache (a reader
+ * never waits for one); what the shard files leave of it is the clients'.
+ * cfg->shard_files, or with 0 a quarter of the room, at most
+ * FEEDD_SHARD_FILES_AUTO_MAX. 0, or FEED_EINVAL with err saying what the
+ * limit leaves and for what, when the shard files would take more than half
+ * of the room (or the room has none).
  */
 int feedd_fd_budget(const feedd_config *cfg, uint32_t *shard_files, char *err, size_t err_cap);
 

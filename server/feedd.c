@@ -228,7 +228,6 @@ int main(int argc, char **argv)
                   feed_dataset_num_classes(ds[i]), cfg.datasets[i].path);
     }
     if (n_served == 0) {
-        rc = FEED_ENOTFOUND;
         FEED_LOGE("no dataset can be served");
         goto out;
     }
