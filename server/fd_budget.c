@@ -8,9 +8,7 @@
 #include "fd_budget.h"
 
 #include <dirent.h>
-#include <stdio.h>
 #include <stdint.h>
-#include <string.h>
 #include <sys/resource.h>
 
 #include "feed/blob.h"
@@ -53,7 +51,9 @@ int feedd_fd_budget(const feedd_config *cfg, uint32_t *shard_files, char *err, s
         if (n > FEEDD_SHARD_FILES_AUTO_MAX)
             n = FEEDD_SHARD_FILES_AUTO_MAX;
     }
+    int rc = 0;
     if (n == 0 || n > room / 2) {
+        rc = FEED_EINVAL;
         feed_set_err(err, err_cap,
                      "the open-file limit %llu leaves %llu descriptors below its reserve of "
                      "%llu for the listener; less %llu in use, %llu remote connections and %u "
@@ -64,8 +64,8 @@ int feedd_fd_budget(const feedd_config *cfg, uint32_t *shard_files, char *err, s
                      (unsigned long long)reserve, (unsigned long long)used,
                      (unsigned long long)remote, cfg->threads, (unsigned long long)room,
                      (unsigned long long)(n ? n : 1));
-        return FEED_EINVAL;
+    } else {
+        *shard_files = (uint32_t)n;
     }
-    *shard_files = (uint32_t)n;
-    return 0;
+    return rc;
 }
