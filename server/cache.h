@@ -94,9 +94,10 @@ void feedd_cache_publish(feedd_cache *c, feedd_cache_entry *e, const feed_decode
 void feedd_cache_release(feedd_cache *c, feedd_cache_entry *e);
 
 /*
- * The stamp of the file an entry was decoded from (pool.c: size, times,
- * inode), so that a file changed on disk is not served from the cache; 0
- * until set. Any thread.
+ * The stamp of the bytes an entry was decoded from
+ * (feed_dataset_sample_stamp: a file's or shard's size, times, inode), so
+ * that bytes changed on disk are not served from the cache; 0 until set.
+ * Any thread.
  */
 void feedd_cache_set_source(feedd_cache_entry *e, uint64_t source);
 uint64_t feedd_cache_source(const feedd_cache_entry *e);

@@ -50,10 +50,13 @@ static const key_def keys[] = {
     {"port-file", KEY_STR, OFF(port_file), SZ(port_file), 0, 0, "",
      "write the bound gRPC port here once listening"},
     {"dataset", KEY_DATASET, 0, 0, 0, 0, NULL,
-     "NAME=PATH[,cache=SIDE], repeatable: a directory is an ImageFolder, a file a pack, "
-     "a .tar or a brace pattern (dir/shard-{000000..000146}.tar) tar shards; "
-     "cache=SIDE (16..4096, off by default) serves it from the decoded-sample cache, images "
-     "decoded once at a shorter side of at least SIDE"},
+     "NAME=PATH[,cache=SIDE][,bad_shards=serve|refuse], repeatable: a directory is an "
+     "ImageFolder, a file a pack, a .tar or a brace pattern (dir/shard-{000000..000146}.tar) "
+     "tar shards; cache=SIDE (16..4096, off by default) serves it from the decoded-sample "
+     "cache, images decoded once at a shorter side of at least SIDE; bad_shards: a shard that "
+     "cannot be read at start but has an index file fails its samples (serve, the default) or "
+     "refuses the dataset (refuse); a dataset that cannot be opened is not served, the others "
+     "are"},
     {"threads", KEY_U32, OFF(threads), 0, 0, 1024, "0", "preprocessing workers; 0 = all cores"},
     {"cq-threads", KEY_U32, OFF(cq_threads), 0, 0, 64, "0",
      "gRPC completion-queue threads; 0 = threads/4, 1..4"},
@@ -124,6 +127,10 @@ static const key_def keys[] = {
     {"remote-retries", KEY_U32, OFF(remote_retries), 0, 0, 100, "4",
      "retries of a remote request after a 5xx, a timeout or a cut connection (backoff 50 ms "
      "doubling to 2 s)"},
+    {"shard-files", KEY_U32, OFF(shard_files), 0, 0, 1000000, "0",
+     "descriptors of local tar shards kept open while unused (least recently used closed "
+     "first); 0 = a quarter of the open-file limit less its connection reserve, at most 4096; "
+     "feedd does not start when the limit leaves no room for them and for connections"},
     {"log-level", KEY_LEVEL, OFF(log_level), 0, 0, 0, "info", "error, warn, info or debug"},
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
@@ -184,44 +191,78 @@ static void fmt_value(const key_def *k, uint64_t v, char *out, size_t cap)
 }
 
 /*
- * A trailing ",cache=SIDE" or ",cache=off" of a dataset's value: sets *side
- * and returns where it starts (the path ends there), or returns end when
- * there is none. FEED_EINVAL in *rc for a SIDE out of bounds.
+ * The options after a dataset's path, each ",cache=SIDE" (or "off") or
+ * ",bad_shards=serve|refuse", taken from the end of value while the text
+ * after its last comma is one: fills d and returns where the path ends.
+ * FEED_EINVAL in *rc for a bad option value.
  */
-static const char *cache_option(const char *path, const char *end, uint32_t *side, int *rc,
-                                char *err, size_t cap)
+static const char *dataset_options(const char *path, const char *end, feedd_dataset_arg *d, int *rc,
+                                   char *err, size_t cap)
 {
-    static const char key[] = ",cache=";
-    *side = 0;
+    static const char cache_key[] = "cache=", bad_key[] = "bad_shards=";
     *rc = 0;
-    const char *opt = NULL;
-    for (const char *p = strstr(path, key); p; p = strstr(p + 1, key))
-        opt = p;
-    if (!opt)
-        return end;
-    const char *v = opt + strlen(key);
-    uint64_t n = 0;
-    if (strcmp(v, "off") != 0 &&
-        feed_parse_u64(v, FEEDD_CACHE_SIDE_MIN, FEEDD_CACHE_SIDE_MAX, &n) < 0) {
-        feed_set_err(err, cap, "dataset: cache=%s is not off or a shorter side %d..%d", v,
-                     FEEDD_CACHE_SIDE_MIN, FEEDD_CACHE_SIDE_MAX);
-        *rc = FEED_EINVAL;
+    for (;;) {
+        const char *comma = NULL;
+        for (const char *p = path; p < end; p++)
+            if (*p == ',')
+                comma = p;
+        if (!comma)
+            return end;
+        const char *opt = comma + 1;
+        size_t n = (size_t)(end - opt);
+        char v[32];
+        if (n > strlen(cache_key) && strncmp(opt, cache_key, strlen(cache_key)) == 0 &&
+            n - strlen(cache_key) < sizeof v) {
+            memcpy(v, opt + strlen(cache_key), n - strlen(cache_key));
+            v[n - strlen(cache_key)] = '\0';
+            uint64_t side = 0;
+            if (strcmp(v, "off") != 0 &&
+                feed_parse_u64(v, FEEDD_CACHE_SIDE_MIN, FEEDD_CACHE_SIDE_MAX, &side) < 0) {
+                feed_set_err(err, cap, "dataset: cache=%s is not off or a shorter side %d..%d", v,
+                             FEEDD_CACHE_SIDE_MIN, FEEDD_CACHE_SIDE_MAX);
+                *rc = FEED_EINVAL;
+                return end;
+            }
+            d->cache_side = (uint32_t)side;
+        } else if (n >= strlen(bad_key) && strncmp(opt, bad_key, strlen(bad_key)) == 0) {
+            const char *b = opt + strlen(bad_key);
+            size_t bl = (size_t)(end - b);
+            if (bl == 5 && memcmp(b, "serve", 5) == 0) {
+                d->refuse_bad_shards = 0;
+            } else if (bl == 6 && memcmp(b, "refuse", 6) == 0) {
+                d->refuse_bad_shards = 1;
+            } else {
+                feed_set_err(err, cap, "dataset: bad_shards=%.*s is not serve or refuse",
+                             (int)(bl < 32 ? bl : 32), b);
+                *rc = FEED_EINVAL;
+                return end;
+            }
+        } else {
+            return end;
+        }
+        end = comma;
     }
-    *side = (uint32_t)n;
-    return opt;
 }
 
 static int add_dataset(feedd_config *cfg, const char *value, char *err, size_t cap)
 {
     const char *eq = strchr(value, '=');
-    uint32_t side = 0;
     int rc = 0;
+    if (cfg->n_datasets >= FEEDD_MAX_DATASETS) {
+        feed_set_err(err, cap, "dataset: more than %d datasets", FEEDD_MAX_DATASETS);
+        return FEED_EINVAL;
+    }
+    feedd_dataset_arg *d = &cfg->datasets[cfg->n_datasets];
+    memset(d, 0, sizeof *d);
     const char *end =
-        eq ? cache_option(eq + 1, eq + strlen(eq), &side, &rc, err, cap) : value + strlen(value);
+        eq ? dataset_options(eq + 1, eq + strlen(eq), d, &rc, err, cap) : value + strlen(value);
     if (rc < 0)
         return rc;
     if (!eq || eq == value || end == eq + 1) {
-        feed_set_err(err, cap, "dataset: expected NAME=PATH[,cache=SIDE], got '%s'", value);
+        feed_set_err(err, cap,
+                     "dataset: expected NAME=PATH[,cache=SIDE][,bad_shards=serve|refuse], got "
+                     "'%s'",
+                     value);
         return FEED_EINVAL;
     }
     size_t nlen = (size_t)(eq - value), plen = (size_t)(end - (eq + 1));
@@ -229,11 +270,6 @@ static int add_dataset(feedd_config *cfg, const char *value, char *err, size_t c
         feed_set_err(err, cap, "dataset: name or path too long in '%s'", value);
         return FEED_EINVAL;
     }
-    if (cfg->n_datasets >= FEEDD_MAX_DATASETS) {
-        feed_set_err(err, cap, "dataset: more than %d datasets", FEEDD_MAX_DATASETS);
-        return FEED_EINVAL;
-    }
-    feedd_dataset_arg *d = &cfg->datasets[cfg->n_datasets];
     memcpy(d->name, value, nlen);
     d->name[nlen] = '\0';
     for (size_t i = 0; i < cfg->n_datasets; i++) {
@@ -244,7 +280,6 @@ static int add_dataset(feedd_config *cfg, const char *value, char *err, size_t c
     }
     memcpy(d->path, eq + 1, plen);
     d->path[plen] = '\0';
-    d->cache_side = side;
     cfg->n_datasets++;
     return 0;
 }

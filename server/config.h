@@ -21,6 +21,7 @@ typedef struct feedd_dataset_arg {
     char name[FEEDD_NAME_MAX];
     char path[FEEDD_PATH_MAX];
     uint32_t cache_side; /* cache=SIDE: decoded-sample cache at this shorter side; 0 = off */
+    int refuse_bad_shards; /* bad_shards=refuse (feed_dataset_limits.refuse_bad_shards) */
 } feedd_dataset_arg;
 
 typedef struct feedd_config {
@@ -60,6 +61,7 @@ typedef struct feedd_config {
     uint64_t remote_readahead;
     uint32_t remote_timeout_ms;
     uint32_t remote_retries;
+    uint32_t shard_files; /* feed_blob_set_open_files; 0 = auto from the open-file limit */
     int log_level;
     feedd_dataset_arg datasets[FEEDD_MAX_DATASETS];
     size_t n_datasets;

@@ -26,6 +26,7 @@
 #include "cache.h"
 #include "config.h"
 #include "engine.h"
+#include "fd_budget.h"
 #include "feed/blob.h"
 #include "feed/dataset.h"
 #include "feed/errors.h"
@@ -199,35 +200,59 @@ int main(int argc, char **argv)
         .retries = cfg.remote_retries,
     };
     dlim.remote = &remote;
+    uint32_t shard_files = 0;
+    if (feedd_fd_budget(&cfg, &shard_files, err, sizeof err) < 0) {
+        FEED_LOGE("%s", err);
+        goto out;
+    }
+    feed_blob_set_open_files(shard_files);
+    /* A dataset that cannot be opened is not served; the others are (served[k]: conf[k]). */
+    size_t n_served = 0;
+    const feedd_dataset_arg *conf[FEEDD_MAX_DATASETS];
     for (size_t i = 0; i < cfg.n_datasets; i++) {
+        dlim.refuse_bad_shards = cfg.datasets[i].refuse_bad_shards;
         rc = feed_dataset_open(cfg.datasets[i].path, &dlim, &ds[i], err, sizeof err);
-        if (rc < 0) {
-            FEED_LOGE("dataset %s: %s", cfg.datasets[i].name, err);
+        if (rc == FEED_ENOMEM)
             goto out;
+        if (rc < 0) {
+            FEED_LOGE("dataset %s is not served: %s", cfg.datasets[i].name, err);
+            feedd_gauge(&feedd_m.datasets_refused, 1);
+            continue;
         }
-        served[i].name = cfg.datasets[i].name;
-        served[i].ds = ds[i];
+        conf[n_served] = &cfg.datasets[i];
+        served[n_served].name = cfg.datasets[i].name;
+        served[n_served++].ds = ds[i];
+        feedd_gauge(&feedd_m.bad_shards, feed_dataset_bad_shards(ds[i]));
         FEED_LOGI("dataset %s: %s, %llu samples, %u classes (%s)", cfg.datasets[i].name,
                   feed_dataset_format(ds[i]), (unsigned long long)feed_dataset_count(ds[i]),
                   feed_dataset_num_classes(ds[i]), cfg.datasets[i].path);
     }
-    for (size_t i = 0; i < cfg.n_datasets; i++) {
-        uint32_t side = cfg.datasets[i].cache_side;
+    if (n_served == 0) {
+        FEED_LOGE("no dataset can be served");
+        goto out;
+    }
+    for (size_t k = 0; k < n_served; k++) {
+        uint32_t side = conf[k]->cache_side;
         if (!side)
             continue;
+        if (!feed_dataset_stamped(served[k].ds)) {
+            FEED_LOGW("dataset %s: cache=%u is ignored: a remote object's version cannot be "
+                      "checked on each hit without a request, so a cached image could outlive "
+                      "its bytes; served uncached",
+                      conf[k]->name, side);
+            continue;
+        }
         rc = cache ? 0 : feedd_cache_new(cfg.cache_bytes, &cache);
         if (rc < 0)
             goto out;
-        rc = feedd_cache_add_dataset(cache, (uint32_t)i, feed_dataset_count(ds[i]), side);
+        rc = feedd_cache_add_dataset(cache, (uint32_t)k, feed_dataset_count(served[k].ds), side);
         if (rc < 0) {
             FEED_LOGE("dataset %s: cache=%u: %s (its table takes 8 bytes a sample of the "
                       "--cache-bytes %llu)",
-                      cfg.datasets[i].name, side, feed_strerror(rc),
-                      (unsigned long long)cfg.cache_bytes);
+                      conf[k]->name, side, feed_strerror(rc), (unsigned long long)cfg.cache_bytes);
             goto out;
         }
-        FEED_LOGI("dataset %s: decoded-sample cache, shorter side >= %u", cfg.datasets[i].name,
-                  side);
+        FEED_LOGI("dataset %s: decoded-sample cache, shorter side >= %u", conf[k]->name, side);
     }
     if (cfg.cache_bytes && !cache)
         FEED_LOGW("--cache-bytes %llu: no dataset has cache=SIDE, so nothing is cached",
@@ -244,7 +269,7 @@ int main(int argc, char **argv)
     grpc_init();
     grpc_up = true;
     int port = 0;
-    rc = feedd_service_start(&cfg, served, cfg.n_datasets, pool, &svc, &port);
+    rc = feedd_service_start(&cfg, served, n_served, pool, &svc, &port);
     if (rc < 0)
         goto out;
     feedd_metrics_set_extra(feedd_service_render_streams, svc);

@@ -47,6 +47,7 @@
 
 #include <microhttpd.h>
 
+#include "feed/blob.h"
 #include "feed/errors.h"
 #include "feed/remote.h"
 #include "feed/log.h"
@@ -199,6 +200,17 @@ char *feedd_metrics_render(size_t *len)
             "Cache misses decoded without admission: the client routes by owner and another "
             "server owns the sample (BatchRequest.ownership NOT_OWNER).",
             ld(&m->cache_not_owned));
+    gauge(&t, "feedd_datasets_refused",
+          "Datasets not served: they could not be opened at start (the log says why).",
+          ldg(&m->datasets_refused));
+    gauge(&t, "feedd_bad_shards",
+          "Tar shards that could not be read at start, served from their index files: each of "
+          "their samples fails (io_error).",
+          ldg(&m->bad_shards));
+    gauge(&t, "feedd_shard_files_open",
+          "Descriptors of local tar shards open now, in use or kept (at most --shard-files "
+          "kept, plus one per reader past it).",
+          (int64_t)feed_blob_open_files());
     gauge(&t, "feedd_cache_entries", "Images held in the decoded-sample cache.",
           ldg(&m->cache_entries));
     counter(&t, "feedd_cache_stale_total",

@@ -54,6 +54,8 @@ typedef struct feedd_metrics {
     atomic_int_fast64_t tls_cert_not_after; /* the TLS certificate's notAfter, Unix s; 0: none */
     atomic_int tls_cert_valid;              /* 1 while now is within its window at start */
     atomic_int serving;                   /* 1 SERVING, 0 draining */
+    atomic_int_fast64_t datasets_refused; /* datasets not served: they could not be opened */
+    atomic_int_fast64_t bad_shards;       /* shards served without their bytes (failing reads) */
 } feedd_metrics;
 
 extern feedd_metrics feedd_m;

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "crc_combine.h"
 #include "feed/buf.h"
@@ -109,43 +108,15 @@ static void count_stages(const feed_stage_times *times)
 }
 
 /*
- * The stamp of a folder dataset's sample file: its inode, device, size and
- * modification and change times mixed into 64 bits (never 0). A file
- * replaced, rewritten or truncated gets another (the change time moves even
- * when the rest is forged). 0 for a sample with no file of its own (a
- * pack), and 1 when stat() fails (the read then says why).
- */
-static uint64_t sample_source(const feed_dataset *ds, uint64_t index)
-{
-    const char *path = feed_dataset_sample_path(ds, index);
-    struct stat st;
-    if (!path)
-        return 0;
-    if (stat(path, &st) != 0)
-        return 1;
-    uint64_t v[5] = {(uint64_t)st.st_ino,
-                     (uint64_t)st.st_dev,
-                     (uint64_t)st.st_size,
-                     (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec,
-                     (uint64_t)st.st_ctim.tv_sec * 1000000000u + (uint64_t)st.st_ctim.tv_nsec};
-    uint64_t h = 0x9e3779b97f4a7c15u;
-    for (size_t i = 0; i < 5; i++) {
-        h ^= v[i] + 0x9e3779b97f4a7c15u + (h << 6) + (h >> 2);
-        h = (h ^ (h >> 31)) * 0xbf58476d1ce4e5b9u;
-    }
-    return h > 1 ? h : h + 2;
-}
-
-/*
  * A sample of a cached dataset: from the cached image on a hit; on a miss,
  * decode the whole image at the cache's size (into a new entry when the
  * budget has room) and make the sample from that, so a hit and a miss give
  * the same bytes. A sample that fails to decode is not cached, nor one the
  * client says another server owns (job->not_owner: decoded the same way, into
- * the engine's scratch). A hit whose file changed on disk since it was decoded
- * (sample_source) is dropped and made again from the file, as an uncached
- * server would: one stat() per cached sample, so that no two servers disagree
- * on a sample's bytes.
+ * the engine's scratch). A hit whose bytes changed since it was decoded (its
+ * file's or shard's stamp, feed_dataset_sample_stamp) is dropped and made
+ * again from the dataset, as an uncached server would: one stat() per cached
+ * sample, so that no two servers disagree on a sample's bytes.
  */
 static feed_sample_status make_cached(worker *w, feedd_job *job, uint32_t pos, uint32_t side)
 {
@@ -155,7 +126,7 @@ static feed_sample_status make_cached(worker *w, feedd_job *job, uint32_t pos, u
     feed_stage_times times = {0, 0};
     feed_decoded img;
     feed_sample_status st = FEED_SAMPLE_OK;
-    uint64_t source = sample_source(job->ds, index);
+    uint64_t source = feed_dataset_sample_stamp(job->ds, index);
     feedd_cache_entry *entry = feedd_cache_get(cache, job->ds_id, index, &img);
     if (entry && source && feedd_cache_source(entry) != source) {
         feedd_count(&feedd_m.cache_stale, 1);

@@ -27,6 +27,7 @@ void feed_dataset_limits_default(feed_dataset_limits *lim)
     lim->max_samples = DEFAULT_MAX_SAMPLES;
     lim->max_sample_bytes = DEFAULT_MAX_SAMPLE_BYTES;
     lim->remote = NULL;
+    lim->refuse_bad_shards = 0;
 }
 
 int feed_dataset_check_class_name(const char *where, uint32_t label, const char *name, char *err,
@@ -164,6 +165,23 @@ void feed_dataset_sample_where(const feed_dataset *ds, uint64_t i, int may_read,
     buf[0] = '\0';
     if (ds->ops->where && i < ds->count)
         ds->ops->where(ds, i, may_read, buf, cap);
+}
+
+uint64_t feed_dataset_sample_stamp(const feed_dataset *ds, uint64_t i)
+{
+    if (i >= ds->count || ds->unstamped)
+        return 0;
+    return ds->ops->stamp ? ds->ops->stamp(ds, i) : 2;
+}
+
+int feed_dataset_stamped(const feed_dataset *ds)
+{
+    return !ds->unstamped;
+}
+
+uint32_t feed_dataset_bad_shards(const feed_dataset *ds)
+{
+    return ds->bad_shards;
 }
 
 void feed_dataset_prefetch(const feed_dataset *ds, const uint64_t *indices, size_t n)

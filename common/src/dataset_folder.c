@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "dataset_impl.h"
+#include "feed/blob.h"
 #include "feed/errors.h"
 #include "feed/log.h"
 #include "feed/strutil.h"
@@ -488,6 +489,11 @@ static void folder_close(struct feed_dataset *ds)
     ds->impl = NULL;
 }
 
+static uint64_t folder_stamp(const struct feed_dataset *ds, uint64_t i)
+{
+    return feed_file_stamp(folder_sample_path(ds, i));
+}
+
 const feed_dataset_ops feed_dataset_folder_ops = {
     .format = "imagefolder",
     .claims = folder_claims,
@@ -496,6 +502,7 @@ const feed_dataset_ops feed_dataset_folder_ops = {
     .sample_path = folder_sample_path,
     .where = folder_where,
     .read = folder_read,
+    .stamp = folder_stamp,
     .prefetch = NULL,
     .close = folder_close,
 };

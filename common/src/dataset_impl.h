@@ -44,6 +44,11 @@ typedef struct feed_dataset_ops {
     /* i < count, checked by the caller; the contract of feed_dataset_read. */
     int (*read)(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch, const uint8_t **data,
                 size_t *len);
+    /*
+     * NULL: the bytes are fixed at open (a pack's mapping), every stamp the
+     * same. Else the contract of feed_dataset_sample_stamp; i < count.
+     */
+    uint64_t (*stamp)(const struct feed_dataset *ds, uint64_t i);
     /* NULL: nothing to prefetch. The contract of feed_dataset_prefetch. */
     void (*prefetch)(const struct feed_dataset *ds, const uint64_t *indices, size_t n);
     /* Free impl (which may be half built). */
@@ -56,6 +61,8 @@ struct feed_dataset {
     uint32_t num_classes;
     uint64_t max_sample_bytes;
     const char **class_names; /* num_classes entries, into the format's own storage */
+    int unstamped;            /* 1: stamp cannot tell (feed_dataset_stamped) */
+    uint32_t bad_shards;      /* feed_dataset_bad_shards */
     void *impl;               /* the format's own state */
 };
 

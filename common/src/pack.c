@@ -337,6 +337,7 @@ const feed_dataset_ops feed_dataset_pack_ops = {
     .sample_path = NULL,
     .where = NULL,
     .read = pack_read,
+    .stamp = NULL,
     .prefetch = NULL,
     .close = pack_close,
 };

@@ -80,7 +80,8 @@ static void remote_close(feed_blob *base)
     release_process_state();
 }
 
-static const feed_blob_ops remote_ops = {remote_read, remote_prefetch, remote_close};
+/* No stamp: the object's version now costs a request (feed_blob_ops.stamp). */
+static const feed_blob_ops remote_ops = {remote_read, remote_prefetch, remote_close, NULL};
 
 static int acquire_process_state(const feed_blob_options *o)
 {

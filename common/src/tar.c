@@ -22,6 +22,22 @@
  * index says, with its sizes (two 512-byte reads). A sample read is one
  * ranged read of its image member.
  *
+ * A shard that cannot be opened (missing, unreadable, refused) is a bad
+ * shard: when an index file beside it gives its samples (read without the
+ * shard, so only its own checks apply), they keep their places in the
+ * global index and each read of one fails (FEED_ENOTFOUND for a missing
+ * shard, else FEED_EIO) while every other shard is served, unless the
+ * caller asked to refuse such a dataset (feed_dataset_limits.
+ * refuse_bad_shards). A bad shard stays bad until the dataset is opened
+ * again: the index read without it cannot be checked against it. A shard
+ * whose samples cannot be listed (opened, but its index unusable and its
+ * headers damaged; or not opened and no index) fails the open: the place of
+ * every sample after it is unknown.
+ *
+ * Stamps (feed_dataset_sample_stamp): a local shard's stat (feed_file_stamp);
+ * remote shards cannot tell without a request, so such a dataset is
+ * unstamped.
+ *
  * Class names: the first `__classes__.txt` member in shard order, one name a
  * line in label order (feed-pack writes one into every shard); without one,
  * the names are the decimal labels "0".."C-1" with C = the largest label + 1.
@@ -46,7 +62,9 @@
 #define PREFETCH_BATCH 64u
 
 typedef struct tar_ds {
-    feed_blob **shards;
+    feed_blob **shards; /* NULL for a bad shard */
+    int *bad;           /* per shard: 0, or why it could not be opened (a FEED_E code) */
+    char **where;       /* per shard: its last path component, for messages */
     size_t n_shards;
     tar_entry *v; /* count entries */
     char *names;  /* class names, NUL-terminated, back to back */
@@ -158,6 +176,14 @@ void feed_tar_shard_names_free(char **names, size_t n)
 
 /* ---- open ---- */
 
+/* Add text to the message in err (cut to fit). */
+static void append_err(char *err, size_t err_cap, const char *text)
+{
+    size_t used = err ? strnlen(err, err_cap) : 0;
+    if (err && used + 1 < err_cap)
+        snprintf(err + used, err_cap - used, "%s", text);
+}
+
 static int tar_claims(const char *location, const struct stat *st)
 {
     size_t n = strlen(location);
@@ -197,7 +223,10 @@ static int idx_still_fits(const char *shard, feed_blob *b, const tar_index *ix, 
     return 0;
 }
 
-/* The shard's index from SHARD.idx when it has a usable one; 1 when it has none. */
+/*
+ * The shard's index from SHARD.idx when it has a usable one; 1 when it has none. b NULL: the
+ * shard could not be opened, and the index is taken as it is (no size or header to check).
+ */
 static int load_idx(const char *shard, feed_blob *b, const feed_blob_options *bo,
                     uint64_t max_samples, tar_index *ix)
 {
@@ -224,12 +253,16 @@ static int load_idx(const char *shard, feed_blob *b, const feed_blob_options *bo
     if (!e)
         e = feed_blob_read(ib, 0, (size_t)ib->size, buf, err, sizeof(err));
     if (!e)
-        e = tar_idx_parse(buf, (size_t)ib->size, b->size, max_samples, path, ix, err, sizeof(err));
-    if (!e && (e = idx_still_fits(shard, b, ix, path, err, sizeof(err))) != 0)
+        e = tar_idx_parse(buf, (size_t)ib->size, b ? b->size : TAR_IDX_ANY_SIZE, max_samples, path,
+                          ix, err, sizeof(err));
+    if (!e && b && (e = idx_still_fits(shard, b, ix, path, err, sizeof(err))) != 0)
         tar_index_free(ix);
-    if (e)
+    if (e && b)
         FEED_LOGW("dataset: ignoring the shard index: %s (%s); scanning %s instead", err,
                   feed_err_name(e), b->name);
+    else if (e)
+        FEED_LOGW("dataset: the shard index %s is unusable too: %s (%s)", path, err,
+                  feed_err_name(e));
     rc = e ? 1 : 0;
 out:
     free(buf);
@@ -331,13 +364,42 @@ static int tar_open(struct feed_dataset *ds, const char *location, const feed_da
         bo.max_read_bytes = lim->max_sample_bytes;
     if (lim->remote)
         bo.remote = *lim->remote;
+    if (!(t->bad = calloc(shards.n, sizeof(*t->bad))) ||
+        !(t->where = calloc(shards.n, sizeof(*t->where)))) {
+        rc = FEED_ENOMEM;
+        goto out;
+    }
+    ds->unstamped = feed_blob_is_remote(shards.v[0]);
     for (size_t s = 0; s < shards.n; s++) {
-        rc = feed_blob_open(shards.v[s], &bo, &t->shards[s], err, err_cap);
-        if (rc)
+        const char *slash = strrchr(shards.v[s], '/');
+        if (!(t->where[s] = strdup(slash ? slash + 1 : shards.v[s]))) {
+            rc = FEED_ENOMEM;
             goto out;
+        }
         t->n_shards++;
         uint64_t room = lim->max_samples - ds->count;
-        if (load_idx(shards.v[s], t->shards[s], &bo, room, &ix) != 0) {
+        rc = feed_blob_open(shards.v[s], &bo, &t->shards[s], err, err_cap);
+        if (rc == FEED_ENOMEM)
+            goto out;
+        if (rc) {
+            /* err names the shard and why; it is the dataset's message if this ends the open. */
+            t->bad[s] = rc;
+            if (lim->refuse_bad_shards) {
+                append_err(err, err_cap, " (bad_shards=refuse: the dataset is refused)");
+                goto out;
+            }
+            if (load_idx(shards.v[s], NULL, &bo, room, &ix) != 0) {
+                append_err(err, err_cap,
+                           "; without it or an index file (SHARD.idx) the places of the "
+                           "samples after it are unknown, so the dataset is refused");
+                goto out;
+            }
+            FEED_LOGW("dataset: bad shard: %s (%s); its %zu samples (from its index file) fail "
+                      "each read, the other shards are served",
+                      err, feed_err_name(rc), ix.n);
+            ds->bad_shards++;
+            rc = 0;
+        } else if (load_idx(shards.v[s], t->shards[s], &bo, room, &ix) != 0) {
             rc = tar_scan(t->shards[s], room, &ix, err, err_cap);
             if (rc)
                 goto out;
@@ -398,19 +460,23 @@ static int tar_read(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch
 {
     tar_ds *t = ds->impl;
     const tar_entry *e = &t->v[i];
+    feed_blob *b = t->shards[e->shard];
     char err[512] = "";
     if (e->length > ds->max_sample_bytes || e->length > scratch->limit)
         return FEED_ETOOBIG;
-    int rc = feed_buf_reserve(scratch, e->length ? (size_t)e->length : 1);
+    int rc = b ? 0 : t->bad[e->shard];
+    if (!b)
+        snprintf(err, sizeof(err), "the shard could not be read at open (%s)", feed_err_name(rc));
     if (!rc)
-        rc = feed_blob_read(t->shards[e->shard], e->offset, (size_t)e->length, scratch->data, err,
-                            sizeof(err));
+        rc = feed_buf_reserve(scratch, e->length ? (size_t)e->length : 1);
+    if (!rc)
+        rc = feed_blob_read(b, e->offset, (size_t)e->length, scratch->data, err, sizeof(err));
     if (rc) {
         if (rc != FEED_ENOMEM &&
             atomic_fetch_add(&t->errors_logged, 1u) < TAR_MAX_READ_ERRORS_LOGGED)
             FEED_LOGW("dataset: sample %llu (%llu bytes at offset %llu of shard %s): %s",
                       (unsigned long long)i, (unsigned long long)e->length,
-                      (unsigned long long)e->offset, t->shards[e->shard]->name, err);
+                      (unsigned long long)e->offset, t->where[e->shard], err);
         /* A remote shard's refusal (FEED_EAUTH: 401/403) keeps its code. */
         return rc == FEED_ENOTFOUND || rc == FEED_ETOOBIG || rc == FEED_ENOMEM || rc == FEED_EAUTH
                    ? rc
@@ -420,6 +486,14 @@ static int tar_read(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch
     *data = scratch->data;
     *len = scratch->len;
     return 0;
+}
+
+/* The shard's stamp; 1 for a bad shard (its reads fail, and nothing is made from them). */
+static uint64_t tar_stamp(const struct feed_dataset *ds, uint64_t i)
+{
+    const tar_ds *t = ds->impl;
+    feed_blob *b = t->shards[t->v[i].shard];
+    return b ? feed_blob_stamp(b) : 1;
 }
 
 /*
@@ -435,11 +509,11 @@ static void tar_where(const struct feed_dataset *ds, uint64_t i, int may_read, c
     const tar_ds *t = ds->impl;
     const tar_entry *e = &t->v[i];
     feed_blob *b = t->shards[e->shard];
-    const char *shard = strrchr(b->name, '/') ? strrchr(b->name, '/') + 1 : b->name;
+    const char *shard = t->where[e->shard];
     uint8_t h[TAR_BLOCK];
     char member[TAR_MEMBER_NAME_MAX + 1], err[256];
     unsigned long long at = (unsigned long long)e->offset;
-    if (may_read && e->offset >= TAR_BLOCK &&
+    if (may_read && b && e->offset >= TAR_BLOCK &&
         feed_blob_read(b, e->offset - TAR_BLOCK, TAR_BLOCK, h, err, sizeof err) == 0 &&
         tar_header_name(h, e->length, member, sizeof member) == 0) {
         int n = snprintf(buf, cap, "%s, member '%s' at byte %llu", shard, member, at);
@@ -459,6 +533,8 @@ static void tar_prefetch(const struct feed_dataset *ds, const uint64_t *indices,
         if (indices[j] >= ds->count)
             continue;
         const tar_entry *e = &t->v[indices[j]];
+        if (!t->shards[e->shard])
+            continue;
         if (k && (e->shard != shard || k == PREFETCH_BATCH)) {
             feed_blob_prefetch(t->shards[shard], r, k);
             k = 0;
@@ -474,9 +550,13 @@ static void tar_close(struct feed_dataset *ds)
 {
     tar_ds *t = ds->impl;
     if (t) {
-        for (size_t s = 0; s < t->n_shards; s++)
+        for (size_t s = 0; s < t->n_shards; s++) {
             feed_blob_close(t->shards[s]);
+            free(t->where[s]);
+        }
         free(t->shards);
+        free(t->bad);
+        free(t->where);
         free(t->v);
         free(t->names);
         free(t);
@@ -492,6 +572,7 @@ const feed_dataset_ops feed_dataset_tar_ops = {
     .sample_path = NULL,
     .where = tar_where,
     .read = tar_read,
+    .stamp = tar_stamp,
     .prefetch = tar_prefetch,
     .close = tar_close,
 };

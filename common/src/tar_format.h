@@ -73,10 +73,12 @@ void tar_index_free(tar_index *ix);
 int tar_scan(feed_blob *b, uint64_t max_samples, tar_index *out, char *err, size_t err_cap);
 
 /*
- * Parse an index file's bytes for a shard of shard_bytes bytes. 0, or
- * FEED_ECORRUPT / FEED_ESTATE (made for a shard of another size) /
- * FEED_ETOOBIG with a message naming `name`.
+ * Parse an index file's bytes for a shard of shard_bytes bytes
+ * (TAR_IDX_ANY_SIZE: a shard that could not be opened, taken to have the
+ * size the index was made for). 0, or FEED_ECORRUPT / FEED_ESTATE (made for
+ * a shard of another size) / FEED_ETOOBIG with a message naming `name`.
  */
+#define TAR_IDX_ANY_SIZE UINT64_MAX
 int tar_idx_parse(const uint8_t *buf, size_t len, uint64_t shard_bytes, uint64_t max_samples,
                   const char *name, tar_index *out, char *err, size_t err_cap);
 

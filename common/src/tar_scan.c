@@ -607,6 +607,8 @@ int tar_idx_parse(const uint8_t *buf, size_t len, uint64_t shard_bytes, uint64_t
     }
     uint64_t made_for = get_u64(buf + 16), count = get_u64(buf + 24), k = get_u64(buf + 32);
     uint64_t mtime_ns = get_u64(buf + 40);
+    if (shard_bytes == TAR_IDX_ANY_SIZE)
+        shard_bytes = made_for;
     if (made_for != shard_bytes) {
         rc = FEED_ESTATE;
         feed_set_err(err, err_cap, "%s: made for a shard of %llu bytes, the shard has %llu", name,

@@ -5,7 +5,9 @@
  * batch bytes; a shard refused (403) or deleted mid-epoch gives per-sample
  * errors naming it while the other samples of the batch still come, and
  * feedd stays up; the secret key never shows in feedd's log, metrics or
- * per-sample messages. Shards are made by feed-pack from real JPEGs.
+ * per-sample messages; cache=SIDE on remote shards is not used, so a replaced
+ * object is never served from a cache. Shards are made by feed-pack from real
+ * JPEGs.
  *
  * usage: test_remote_feedd NODE SERVERS_JS (FEED_BUILD_DIR names the build)
  */
@@ -90,8 +92,8 @@ static int teardown(void **state)
     return 0;
 }
 
-/* One batch of samples [0, N_SAMPLES) of ds, epoch 1, seed 5, train 48x48. */
-static Feed__V1__Batch *fetch_all(const char *ds)
+/* One batch of samples [0, n) of ds, epoch 1, seed 5, train 48x48. */
+static Feed__V1__Batch *fetch_n(const char *ds, size_t n)
 {
     Feed__V1__TransformSpec spec = FEED__V1__TRANSFORM_SPEC__INIT;
     Feed__V1__SessionOpen open;
@@ -113,7 +115,7 @@ static Feed__V1__Batch *fetch_all(const char *ds)
     r.open = &open;
     r.batch_id = 1;
     r.epoch = 1;
-    r.n_indices = N_SAMPLES;
+    r.n_indices = n;
     r.indices = idx;
     assert_int_equal(feedtest_stream_open(g_chan, 120, &s), 0);
     assert_int_equal(feedtest_stream_send(&s, &r), 0);
@@ -122,8 +124,13 @@ static Feed__V1__Batch *fetch_all(const char *ds)
     assert_null(feedtest_stream_recv(&s));
     assert_int_equal(feedtest_stream_finish(&s, NULL, 0), GRPC_STATUS_OK);
     assert_non_null(b);
-    assert_int_equal(b->n_status, N_SAMPLES);
+    assert_int_equal(b->n_status, n);
     return b;
+}
+
+static Feed__V1__Batch *fetch_all(const char *ds)
+{
+    return fetch_n(ds, N_SAMPLES);
 }
 
 static size_t sample_bytes(const Feed__V1__Batch *b)
@@ -166,6 +173,14 @@ static void expect_log(const char *needle)
         fail_msg("feedd's log lacks '%s'", needle);
     assert_null(strstr(log, REMOTE_TEST_SECRET));
     assert_null(strstr(log, "Signature="));
+}
+
+/* feedd_cache_hits_total of s. */
+static double scrape_cache_hits(const feed_test_server *s)
+{
+    double v = -1;
+    assert_int_equal(feed_test_scrape(s->metrics_port, "feedd_cache_hits_total", &v), 0);
+    return v;
 }
 
 static void test_same_batches(void **state)
@@ -227,12 +242,69 @@ static void test_no_secret_in_log_or_metrics(void **state)
     feed__v1__batch__free_unpacked(b, NULL);
 }
 
+/*
+ * Issue 28 finding 4: with cache=SIDE on remote shards, a warm server kept serving an object's
+ * old pixels as OK after the object was replaced, while an uncached server failed its samples
+ * ("changed") and a fresh one served the new bytes. A hit cannot see the object's version without
+ * a request, so feedd now serves such a dataset uncached (a warning; Describe's cache_side 0):
+ * it answers as the uncached server does. Last: it replaces shard 0 in the store.
+ */
+static void test_remote_cache_never_outlives_its_object(void **state)
+{
+    (void)state;
+    enum { N = 16 }; /* shards 0 and 1: an earlier test deleted shard 2 */
+    char arg[512], ep[128], log[400];
+    snprintf(arg, sizeof arg, "s3=s3://" REMOTE_TEST_BUCKET "/shard-{000000..000001}.tar,cache=64");
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", g_srv.s3proxy);
+    snprintf(log, sizeof log, "%s/cached.log", g_tmp);
+    const char *args[] = {"--dataset", arg, "--cache-bytes",    "16M", "--s3-endpoint", ep,
+                          "--threads", "2", "--remote-retries", "1",   "--log-level",   "info",
+                          NULL};
+    feed_test_server_opts opts = {.log_path = log};
+    feed_test_server cached;
+    assert_int_equal(feed_test_server_start_with(&opts, args, &cached), 0);
+    grpc_channel *plain = g_chan;
+    g_chan = feedtest_channel(cached.target);
+    Feed__V1__Batch *before = fetch_n("s3", N);
+    Feed__V1__Batch *again = fetch_n("s3", N);
+    assert_memory_equal(again->data.data, before->data.data, before->data.len);
+
+    assert_int_equal(remote_servers_cmd(&g_srv, "replace shard-000000.tar", NULL, NULL), 0);
+    Feed__V1__Batch *c = fetch_n("s3", N);
+    grpc_channel *cch = g_chan;
+    g_chan = plain;
+    Feed__V1__Batch *p = fetch_n("s3", N);
+    size_t sb = sample_bytes(before);
+    for (size_t i = 0; i < N; i++) {
+        if (i < 8 && c->status[i] == FEED__V1__SAMPLE_STATUS__SAMPLE_OK)
+            fail_msg("sample %zu: served as OK from a replaced object", i);
+        assert_int_equal(c->status[i], p->status[i]);
+        if (i >= 8) {
+            assert_int_equal(c->status[i], FEED__V1__SAMPLE_STATUS__SAMPLE_OK);
+            assert_memory_equal(c->data.data + i * sb, before->data.data + i * sb, sb);
+        }
+    }
+    grpc_status_code code;
+    Feed__V1__DescribeResponse *d = feedtest_describe(cch, "s3", &code);
+    assert_non_null(d);
+    assert_int_equal(d->datasets[0]->cache_side, 0);
+    feed__v1__describe_response__free_unpacked(d, NULL);
+    assert_int_equal(scrape_cache_hits(&cached), 0);
+    feed__v1__batch__free_unpacked(before, NULL);
+    feed__v1__batch__free_unpacked(again, NULL);
+    feed__v1__batch__free_unpacked(c, NULL);
+    feed__v1__batch__free_unpacked(p, NULL);
+    grpc_channel_destroy(cch);
+    assert_int_equal(feed_test_server_stop(&cached), 0);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_batches),
         cmocka_unit_test(test_shard_refused_then_deleted),
         cmocka_unit_test(test_no_secret_in_log_or_metrics),
+        cmocka_unit_test(test_remote_cache_never_outlives_its_object),
     };
     if (argc < 3) {
         fprintf(stderr, "usage: %s NODE SERVERS_JS\n", argv[0]);

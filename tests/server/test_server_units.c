@@ -86,10 +86,27 @@ static void test_config_defaults_and_bounds(void **state)
     assert_int_equal(cfg.datasets[1].cache_side, 0);
     assert_string_equal(cfg.datasets[2].path, "/e");
     assert_int_equal(cfg.datasets[2].cache_side, 0);
+    /* bad_shards=serve|refuse, in either order with cache=; --shard-files. */
+    const char *bs[] = {"feedd",         "--dataset", "x=/s-{0..9}.tar,cache=64,bad_shards=refuse",
+                        "--dataset",     "y=/t.tar,bad_shards=refuse,cache=32",
+                        "--dataset",     "z=/u.tar,bad_shards=serve",
+                        "--cache-bytes", "1M",
+                        "--shard-files", "100"};
+    assert_int_equal(parse(err, sizeof err, &cfg, 11, bs), 0);
+    assert_string_equal(cfg.datasets[0].path, "/s-{0..9}.tar");
+    assert_int_equal(cfg.datasets[0].cache_side, 64);
+    assert_int_equal(cfg.datasets[0].refuse_bad_shards, 1);
+    assert_string_equal(cfg.datasets[1].path, "/t.tar");
+    assert_int_equal(cfg.datasets[1].cache_side, 32);
+    assert_int_equal(cfg.datasets[1].refuse_bad_shards, 1);
+    assert_int_equal(cfg.datasets[2].refuse_bad_shards, 0);
+    assert_int_equal(cfg.shard_files, 100);
     const char *cbad[][3] = {
         {"feedd", "--dataset", "x=/a,cache=8"},
         {"feedd", "--dataset", "x=/a,cache=big"},
         {"feedd", "--dataset", "x=,cache=256"},
+        {"feedd", "--dataset", "x=/a,bad_shards=maybe"},
+        {"feedd", "--dataset", "x=,bad_shards=refuse"},
     };
     for (size_t i = 0; i < sizeof cbad / sizeof cbad[0]; i++) {
         const char *args[5] = {cbad[i][0], cbad[i][1], cbad[i][2], "--cache-bytes", "1M"};

@@ -630,8 +630,7 @@ static void test_locations(void **state)
     feed_dataset *ds = NULL;
     /* Remote shards go to the remote blob: here to a port nothing listens on. */
     setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1", 1);
-    assert_int_equal(feed_dataset_open("s3://bucket/shard-{0..3}.tar", NULL, &ds, err,
-                                       sizeof(err)),
+    assert_int_equal(feed_dataset_open("s3://bucket/shard-{0..3}.tar", NULL, &ds, err, sizeof(err)),
                      FEED_EIO);
     unsetenv("AWS_ENDPOINT_URL");
     assert_non_null(strstr(err, "s3://bucket/shard-0.tar"));
@@ -674,15 +673,63 @@ static void test_shard_truncated_after_open(void **state)
     feed_dataset *ds = open_path("shrink.tar", NULL);
     char p[1024];
     path_in(p, sizeof(p), "shrink.tar");
-    assert_int_equal(truncate(p, 2048 + 100), 0); /* b.jpg's bytes are gone */
     feed_buf scratch;
     feed_buf_init(&scratch, 1024);
     const uint8_t *data;
     size_t len;
     assert_int_equal(feed_dataset_read(ds, 0, &scratch, &data, &len), 0);
+    assert_int_equal(truncate(p, 2048 + 100), 0); /* b.jpg's bytes are gone */
+    /* The shard is not the one indexed any more: none of it is read, a's bytes included. */
+    assert_int_equal(feed_dataset_read(ds, 0, &scratch, &data, &len), FEED_EIO);
     assert_int_equal(feed_dataset_read(ds, 1, &scratch, &data, &len), FEED_EIO);
     feed_buf_free(&scratch);
     feed_dataset_close(ds);
+}
+
+/*
+ * Issue 28 finding 6, in the library: a shard missing at open whose index file is there keeps its
+ * samples' places and fails their reads (FEED_ENOTFOUND), the other shards read; refuse_bad_shards
+ * refuses the dataset; without the index the open fails, saying why. Before, the open failed on
+ * any missing shard.
+ */
+static void test_missing_shard_with_its_index(void **state)
+{
+    (void)state;
+    char p[1024], where[256], err[512];
+    for (int s = 0; s < 3; s++) {
+        snprintf(where, sizeof where, "bs-%06d.tar", s);
+        write_pair(where, 0);
+    }
+    path_in(p, sizeof(p), "bs-000001.tar");
+    assert_int_equal(unlink(p), 0);
+    feed_dataset *ds = open_path("bs-{000000..000002}.tar", NULL);
+    assert_int_equal(feed_dataset_count(ds), 6);
+    assert_int_equal(feed_dataset_bad_shards(ds), 1);
+    assert_true(feed_dataset_stamped(ds));
+    feed_buf scratch;
+    feed_buf_init(&scratch, 1u << 20);
+    const uint8_t *data;
+    size_t len;
+    for (uint64_t i = 0; i < 6; i++)
+        assert_int_equal(feed_dataset_read(ds, i, &scratch, &data, &len),
+                         i == 2 || i == 3 ? FEED_ENOTFOUND : 0);
+    assert_int_equal(feed_dataset_sample_stamp(ds, 2), 1);
+    assert_true(feed_dataset_sample_stamp(ds, 0) >= 2);
+    feed_dataset_sample_where(ds, 2, 1, where, sizeof where);
+    assert_non_null(strstr(where, "bs-000001.tar, member at byte "));
+    feed_buf_free(&scratch);
+    feed_dataset_close(ds);
+
+    feed_dataset_limits lim;
+    feed_dataset_limits_default(&lim);
+    lim.refuse_bad_shards = 1;
+    path_in(p, sizeof(p), "bs-{000000..000002}.tar");
+    assert_int_equal(feed_dataset_open(p, &lim, &ds, err, sizeof err), FEED_ENOTFOUND);
+    assert_non_null(strstr(err, "bad_shards=refuse"));
+    path_in(p, sizeof(p), "bs-000001.tar.idx");
+    assert_int_equal(unlink(p), 0);
+    open_fails("bs-{000000..000002}.tar", FEED_ENOTFOUND, "bs-000001.tar",
+               "the places of the samples after it are unknown");
 }
 
 /* Runs argv (PATH searched), expecting exit 0; skips when the program is missing. */
@@ -807,6 +854,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_locations, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_class_names, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_shard_truncated_after_open, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_missing_shard_with_its_index, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_gnu_tar_shards, setup_tmp, teardown_tmp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

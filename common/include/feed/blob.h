@@ -6,7 +6,8 @@
  *
  * Who implements what:
  *  - common/src/blob.c: feed_blob_open (chooses by the location's scheme), the
- *    local-file blob (pread), and the thin wrappers below;
+ *    local-file blob (pread through a bounded cache of descriptors, opened on
+ *    demand: see feed_blob_set_open_files), and the thin wrappers below;
  *  - common/src/remote*.c: the remote blob (libcurl; ranged GET, AWS SigV4,
  *    connection reuse, bounded parallel reads, read-ahead, retries), reached
  *    through feed_remote_blob_open.
@@ -39,8 +40,7 @@ typedef struct feed_blob_ops {
      * max_read_bytes), FEED_EIO (anything else, after the implementation's
      * retries). err (may be NULL) gets a message naming the object.
      */
-    int (*read)(feed_blob *b, uint64_t offset, size_t len, uint8_t *dst, char *err,
-                size_t err_cap);
+    int (*read)(feed_blob *b, uint64_t offset, size_t len, uint8_t *dst, char *err, size_t err_cap);
     /*
      * Optional (NULL: no read-ahead). A hint that these ranges will be read
      * soon, in this order. Must not block on I/O; may drop hints it has no
@@ -49,12 +49,19 @@ typedef struct feed_blob_ops {
      */
     void (*prefetch)(feed_blob *b, const feed_blob_range *ranges, size_t n);
     void (*close)(feed_blob *b);
+    /*
+     * Optional (NULL: cannot tell without a request). A stamp of the object
+     * as it is now, from one cheap local check: nonzero, and different
+     * whenever its bytes may have changed since another stamp was taken.
+     * Decoded-sample caches keep it beside what they made from the bytes.
+     */
+    uint64_t (*stamp)(feed_blob *b);
 } feed_blob_ops;
 
 struct feed_blob {
     const feed_blob_ops *ops;
     uint64_t size;    /* bytes, known at open */
-    uint64_t version; /* changes when the object does: mtime_ns ^ inode, or an ETag hash */
+    uint64_t version; /* the object when opened: mtime_ns ^ inode, or an ETag hash */
     char *name;       /* the location without credentials, for messages (owned) */
 };
 
@@ -91,8 +98,8 @@ int feed_blob_open(const char *location, const feed_blob_options *o, feed_blob *
                    size_t err_cap);
 void feed_blob_close(feed_blob *b); /* accepts NULL */
 
-static inline int feed_blob_read(feed_blob *b, uint64_t offset, size_t len, uint8_t *dst,
-                                 char *err, size_t err_cap)
+static inline int feed_blob_read(feed_blob *b, uint64_t offset, size_t len, uint8_t *dst, char *err,
+                                 size_t err_cap)
 {
     return b->ops->read(b, offset, len, dst, err, err_cap);
 }
@@ -102,6 +109,32 @@ static inline void feed_blob_prefetch(feed_blob *b, const feed_blob_range *range
     if (b->ops->prefetch)
         b->ops->prefetch(b, ranges, n);
 }
+
+/* The object's stamp now (feed_blob_ops.stamp), or 0 when the blob cannot tell. */
+static inline uint64_t feed_blob_stamp(feed_blob *b)
+{
+    return b->ops->stamp ? b->ops->stamp(b) : 0;
+}
+
+/*
+ * A local file's stamp (a local blob's feed_blob_stamp): its inode, device,
+ * size and modification and change times mixed into 64 bits, >= 2 (the
+ * change time moves even when a rewrite forges the rest); 1 when stat()
+ * fails, and the read then says why.
+ */
+uint64_t feed_file_stamp(const char *path);
+
+/*
+ * Local blobs hold no descriptor of their own: a read takes its file's from
+ * a process-wide cache, opening it when it is not there. At most n (>= 1)
+ * descriptors stay open while unused, the least recently used closed first;
+ * one in use is never closed, so readers at once on more files than n hold
+ * one more each until they finish. Default 256. Call before opening blobs
+ * (any thread; it applies to later releases).
+ */
+void feed_blob_set_open_files(uint32_t n);
+/* Local blob descriptors open now (in use or cached). */
+uint32_t feed_blob_open_files(void);
 
 /* Remote blobs (remote*.c): same contract as feed_blob_open. */
 int feed_remote_blob_open(const char *location, const feed_blob_options *o, feed_blob **out,

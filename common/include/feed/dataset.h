@@ -42,6 +42,16 @@ typedef struct feed_dataset_limits {
     uint64_t max_sample_bytes; /* larger files are reported as too large (default 64 MiB) */
     /* Remote shards (s3://, http(s)://): endpoint, connections, read-ahead...; NULL = defaults. */
     const struct feed_blob_remote_options *remote;
+    /*
+     * Tar shards that cannot be read at open (missing, unreadable, damaged):
+     * 0 (default) serves the dataset when every such shard has an index file
+     * (SHARD.idx) giving its samples, which then fail each read (FEED_EIO, or
+     * FEED_ENOTFOUND for a missing shard) while the other shards' are served;
+     * 1 refuses the dataset on any. A shard whose samples cannot be listed
+     * (no usable index, and its headers unreadable) refuses the dataset
+     * either way: the index of every sample after it is unknown.
+     */
+    int refuse_bad_shards;
 } feed_dataset_limits;
 
 void feed_dataset_limits_default(feed_dataset_limits *lim);
@@ -88,6 +98,27 @@ void feed_dataset_sample_where(const feed_dataset *ds, uint64_t i, int may_read,
  */
 int feed_dataset_read(const feed_dataset *ds, uint64_t i, feed_buf *scratch, const uint8_t **data,
                       size_t *len);
+
+/*
+ * A stamp of sample i's bytes as they are now (i < count), for caches of
+ * what was made from them: nonzero, and different whenever what
+ * feed_dataset_read gives for i may have changed since another was taken
+ * (a tree: its file's stat; local tar shards: the shard's stat; a pack: the
+ * same always, its bytes being the mapping made at open). One stat() at
+ * most. 0 when the dataset cannot tell without a request (remote shards:
+ * then feed_dataset_stamped is 0, and nothing made from its bytes may be
+ * kept as valid beyond the read it came from), or i out of range.
+ */
+uint64_t feed_dataset_sample_stamp(const feed_dataset *ds, uint64_t i);
+/* 1 when feed_dataset_sample_stamp tells for every sample, 0 when it cannot. */
+int feed_dataset_stamped(const feed_dataset *ds);
+
+/*
+ * Shards of a tar dataset that could not be read at open but whose samples
+ * are known from their index file (SHARD.idx): their samples fail each read
+ * (see feed_dataset_limits.bad_shards). 0 for other formats.
+ */
+uint32_t feed_dataset_bad_shards(const feed_dataset *ds);
 
 /*
  * A hint that these samples will be read soon, in this order: tar shards
