@@ -99,8 +99,17 @@ static int channel_ensure(loader *l, server *s)
     if (s->channel)
         return 0;
     int max_msg = l->max_message > 0x7FFFFFFF ? 0x7FFFFFFF : (int)l->max_message;
-    /* A ping every CLIENT_KEEPALIVE_MS, data or not: a server that stopped (SIGSTOP, a cut
-     * link) fails within about twice that, well before the batch deadline; feedd allows it. */
+    /*
+     * A ping every CLIENT_KEEPALIVE_MS, data or not (feedd allows it), and the connection
+     * dropped when one goes unanswered for batch_deadline_ms: the one limit on a server's
+     * silence, so a stopped server or a cut link that owes nothing is found as one that owes
+     * batches is. Not sooner: on a loaded host a healthy server, or this process reading the
+     * batches queued ahead of the answer, can take seconds to answer a ping, and failing it
+     * threw away what it was making only to ask it again (hedging, not the ping, moves a
+     * stalled server's batches to the others fast).
+     */
+    int silence_ms = l->cfg.batch_deadline_ms > 0x7FFFFFFF ? 0x7FFFFFFF
+                                                           : (int)l->cfg.batch_deadline_ms;
     grpc_arg args[7] = {
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
@@ -111,7 +120,7 @@ static int channel_ensure(loader *l, server *s)
          .value.integer = CLIENT_KEEPALIVE_MS},
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-         .value.integer = CLIENT_KEEPALIVE_MS},
+         .value.integer = silence_ms},
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA,
          .value.integer = 0},

@@ -8,7 +8,8 @@
  * let the config and stats structs grow (a caller's smaller struct keeps
  * working; a larger one than the library knows is refused), and
  * feed_loader_next_timed() returning FEED_ETIMEDOUT on a stopped server and
- * going on with the same epoch once it runs again; and that the training
+ * going on with the same epoch once it runs again (the server is resumed by
+ * the test's teardown, so a failure leaves no stopped server behind); and that the training
  * thread's calls (next, release, set_epoch) start no gRPC operation: the
  * requests they make room for go out from the loader's own threads.
  */
@@ -220,9 +221,32 @@ static void test_release_from_another_thread(void **state)
     feed_loader_close(l);
 }
 
-/* The server is stopped (SIGSTOP) after the first batch: the batches already asked for come,
- * then next_timed() says FEED_ETIMEDOUT with *out NULL; after SIGCONT the epoch goes on and
- * every batch comes exactly once. The deadlines are far away, so nothing is failed over. */
+/* The loader test_next_timed opened: its teardown closes it, whatever assertion failed. */
+static feed_loader *g_timed;
+
+/* Waits (a hang guard, not a timing) until the server has completed `want` batches. */
+static void wait_server_batches(feed_loader *l, uint64_t want)
+{
+    feed_server_stats ss;
+    for (int i = 0; i < 120000; i++) {
+        assert_int_equal(feed_loader_server_stats(l, 0, &ss, sizeof ss), 0);
+        if (ss.batches >= want)
+            return;
+        usleep(1000);
+    }
+    fail_msg("the server completed %llu batches, not %llu", (unsigned long long)ss.batches,
+             (unsigned long long)want);
+}
+
+/*
+ * Once the caller has released the first batch, the loader fills its slots (prefetch +
+ * window = 2) and asks for nothing more until one is released. The server is stopped only
+ * then, and only once it has really stopped (kill() returns before its threads do) does the
+ * test count: exactly the 2 batches held come, then next_timed() says FEED_ETIMEDOUT with
+ * *out NULL (the releases made room for requests the stopped server cannot answer); after
+ * SIGCONT the epoch goes on and every batch comes exactly once. The deadlines are far away,
+ * so nothing is failed over. Counts, not the batches that happened to arrive by some moment.
+ */
 static void test_next_timed(void **state)
 {
     (void)state;
@@ -233,24 +257,25 @@ static void test_next_timed(void **state)
     c.prefetch = 1;
     c.window_per_server = 1;
     c.batch_deadline_ms = c.unavailable_timeout_ms = 120000;
-    feed_loader *l = NULL;
-    assert_int_equal(feed_loader_open(&c, &l), 0);
+    assert_int_equal(feed_loader_open(&c, &g_timed), 0);
+    feed_loader *l = g_timed;
     uint64_t batches = feed_loader_batches_per_epoch(l), got = 0;
     feed_batch *b = NULL;
     assert_int_equal(feed_loader_next_timed(l, &b, 60000), 0);
     assert_int_equal(feed_loader_release(l, b, NULL), 0);
     got++;
-    assert_int_equal(feed_test_server_signal(&g_srv, SIGSTOP), 0);
+    wait_server_batches(l, 1 + c.prefetch + c.window_per_server);
+    assert_int_equal(feed_test_server_pause(&g_srv), 0);
     int rc;
     while ((rc = feed_loader_next_timed(l, &b, 20)) == 0) {
         assert_int_equal(feed_loader_release(l, b, NULL), 0);
         got++;
-        assert_true(got <= 1 + 2); /* asked for before the stop: prefetch + window */
     }
     assert_int_equal(rc, FEED_ETIMEDOUT);
     assert_null(b);
+    assert_int_equal(got, 1 + c.prefetch + c.window_per_server);
     assert_int_equal(feed_loader_next_timed(l, &b, 0), FEED_ETIMEDOUT);
-    assert_int_equal(feed_test_server_signal(&g_srv, SIGCONT), 0);
+    assert_int_equal(feed_test_server_resume(&g_srv), 0);
     while ((rc = feed_loader_next_timed(l, &b, 60000)) == 0) {
         assert_int_equal(feed_loader_release(l, b, NULL), 0);
         got++;
@@ -260,7 +285,17 @@ static void test_next_timed(void **state)
     feed_loader_stats st;
     assert_int_equal(feed_loader_get_stats(l, &st, sizeof(st)), 0);
     assert_int_equal(st.failovers, 0);
-    feed_loader_close(l);
+}
+
+/* Runs after test_next_timed whether it passed or not: a server left stopped would fail every
+ * later test of the group with FEED_EUNAVAILABLE. */
+static int resume_after_next_timed(void **state)
+{
+    (void)state;
+    int rc = feed_test_server_resume(&g_srv);
+    feed_loader_close(g_timed);
+    g_timed = NULL;
+    return rc;
 }
 
 static void test_version(void **state)
@@ -341,7 +376,7 @@ int main(void)
         cmocka_unit_test(test_log_without_lock),
         cmocka_unit_test(test_release_from_another_thread),
         cmocka_unit_test(test_struct_sizes),
-        cmocka_unit_test(test_next_timed),
+        cmocka_unit_test_teardown(test_next_timed, resume_after_next_timed),
         cmocka_unit_test(test_training_thread_sends_nothing),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

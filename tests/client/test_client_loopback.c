@@ -3,7 +3,7 @@
  * a whole epoch over one and over three servers (every sample exactly once,
  * in plan order, right labels, identical bytes), rank partitions, kill -9 of
  * a server mid-epoch, a stopped (SIGSTOP) server caught by the batch
- * deadline, a server that comes up after open, a "dns:///localhost:PORT"
+ * deadline, a lone server paused for less than the deadline not failed, a server that comes up after open, a "dns:///localhost:PORT"
  * target, every server dead (FEED_EUNAVAILABLE, no hang), a batch beyond
  * the server's advertised limit (refused at open), resume from a
  * cursor, ordered = false, host normalisation end to end, both
@@ -894,6 +894,87 @@ static int copy_file(const char *src, const char *dst)
     return rc;
 }
 
+/* Waits until s[0] has completed `batches` batches and owes at least `owed`. */
+static void wait_server0(feed_loader *l, uint64_t batches, uint32_t owed)
+{
+    feed_server_stats ss = {0};
+    bool there = false;
+    for (int i = 0; i < SETTLE_POLLS && !there; i++) {
+        assert_int_equal(feed_loader_server_stats(l, 0, &ss, sizeof ss), 0);
+        there = ss.batches >= batches && ss.outstanding >= owed;
+        if (!there)
+            usleep(20000);
+    }
+    assert_true(there);
+}
+
+/* Waits until the loader has failed a server at least `want` times in all. */
+static void wait_failovers(feed_loader *l, uint64_t want)
+{
+    feed_loader_stats st = {0};
+    for (int i = 0; i < SETTLE_POLLS && st.failovers < want; i++) {
+        assert_int_equal(feed_loader_get_stats(l, &st, sizeof st), 0);
+        if (st.failovers < want)
+            usleep(20000);
+    }
+    assert_true(st.failovers >= want);
+}
+
+/* Longer than libfeedclient's keepalive once allowed a silent server (a ping every second,
+ * failed when unanswered for a second): the pause a loaded machine gives a healthy server. */
+#define PAUSE_MS 5000
+
+/*
+ * A slow server is not a dead one. The lone server is stopped (SIGSTOP, waited for) while it
+ * owes a batch, for PAUSE_MS, far less than the batch deadline, then continued: its stream is
+ * not ended, it is not failed, nothing is re-issued and the epoch comes in plan order with
+ * the reference bytes. Then, with a batch deadline shorter than the pause, a server stopped
+ * past it is failed all the same (and the epoch still comes whole once it runs again).
+ */
+static void test_paused_server_not_failed(void **state)
+{
+    (void)state;
+    assert_int_equal(g_ref.count, 10);
+    fixture *f = fx_start(1, g_good_arg);
+    f->c.window_per_server = 1;
+    f->c.prefetch = 1;
+    for (int past_deadline = 0; past_deadline < 2; past_deadline++) {
+        if (past_deadline)
+            f->c.batch_deadline_ms = PAUSE_MS / 5;
+        feed_loader *l = fx_open(f);
+        run *r = f->r;
+        run_free(r);
+        assert_int_equal(take(l, r), 0);
+        /* Every slot filled: nothing more is asked until one is released. */
+        uint64_t filled = 1 + f->c.prefetch + f->c.window_per_server;
+        wait_server0(l, filled, 0);
+        assert_int_equal(feed_test_server_pause(&f->s[0]), 0);
+        /* Releasing what the loader held asks the stopped server for more. */
+        for (uint32_t i = 0; i < f->c.prefetch + f->c.window_per_server; i++)
+            assert_int_equal(take(l, r), 0);
+        wait_server0(l, filled, 1);
+        if (past_deadline)
+            wait_failovers(l, 1);
+        else
+            usleep(PAUSE_MS * 1000);
+        assert_int_equal(feed_test_server_resume(&f->s[0]), 0);
+        collect_all(l, r);
+        feed_loader_stats st;
+        assert_int_equal(feed_loader_get_stats(l, &st, sizeof st), 0);
+        print_message("paused %s the deadline: failovers %llu, retries %llu, reissued %llu\n",
+                      past_deadline ? "past" : "within", (unsigned long long)st.failovers,
+                      (unsigned long long)st.retries, (unsigned long long)st.reissued);
+        if (!past_deadline) {
+            assert_int_equal(st.failovers, 0);
+            assert_int_equal(st.retries, 0);
+            assert_int_equal(st.reissued, 0);
+        }
+        fx_close(f, l);
+        check_plan_order(r, 0, 1, 10, 0);
+        check_same_bytes(&g_ref, 0, r);
+    }
+}
+
 #define BIG_CLASSES 2u
 #define BIG_PER_CLASS 64u
 #define BIG_BATCH 2u
@@ -1077,6 +1158,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unordered_and_normalised, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_bad_samples, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_stalled_server_deadline, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_paused_server_not_failed, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_dns_target, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_epoch_prefetch_kept, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_epoch_prefetch_dropped, fx_setup, fx_teardown),

@@ -60,6 +60,16 @@ void feed_test_server_kill(feed_test_server *s);
 int feed_test_server_signal(feed_test_server *s, int sig);
 /* Wait up to timeout_ms for the process to exit; sets exit_status. FEED_ETIMEDOUT if it did not. */
 int feed_test_server_wait(feed_test_server *s, int timeout_ms);
+/*
+ * SIGSTOP, then wait until every thread of the process has stopped (waitpid WUNTRACED): kill()
+ * returns before that, and on a loaded machine the server's threads can go on sending for a
+ * while after it. 0, or FEED_EIO if the process is not running (exited: exit_status is set).
+ */
+int feed_test_server_pause(feed_test_server *s);
+/* SIGCONT: what a test that paused a server runs in its teardown, so that a failed assertion
+ * cannot leave the server stopped for the next test. Harmless on a running server; 0 or
+ * FEED_EIO. */
+int feed_test_server_resume(feed_test_server *s);
 
 /*
  * A port on 127.0.0.1 for a feedd that starts later (--listen 127.0.0.1:PORT), reserved until

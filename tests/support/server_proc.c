@@ -318,6 +318,30 @@ int feed_test_server_wait(feed_test_server *s, int timeout_ms)
     }
 }
 
+int feed_test_server_pause(feed_test_server *s)
+{
+    if (s->pid <= 0 || kill(s->pid, SIGSTOP) != 0)
+        return FEED_EIO;
+    for (;;) {
+        int ws = 0;
+        pid_t r = waitpid(s->pid, &ws, WUNTRACED);
+        if (r == s->pid && WIFSTOPPED(ws))
+            return 0;
+        if (r == s->pid) {
+            set_exit_status(s, ws);
+            s->pid = -1;
+            return FEED_EIO;
+        }
+        if (r < 0 && errno != EINTR)
+            return FEED_EIO;
+    }
+}
+
+int feed_test_server_resume(feed_test_server *s)
+{
+    return feed_test_server_signal(s, SIGCONT);
+}
+
 static void cleanup_workdir(feed_test_server *s)
 {
     if (s->workdir[0]) {

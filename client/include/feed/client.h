@@ -149,9 +149,9 @@ typedef struct feed_loader_config {
     /* A server that owes batches and has sent none back for this long is counted stalled and
      * its batches re-issued (default 60000). Measured from its last reply (or from when it was
      * first given work), not from each request: a busy server with a deep window is fine as
-     * long as batches keep coming. A dead, stopped or cut-off server is found sooner, by
-     * keepalive pings (about 2 s); this catches one that is connected and answers pings but
-     * sends nothing. It is long because a healthy server shared by many clients can leave one
+     * long as batches keep coming. The same limit bounds an unanswered keepalive ping (one a
+     * second), which finds a stopped or cut-off server that owes nothing; a server that is
+     * only slow (a loaded host answering late) is never failed sooner. It is long because a healthy server shared by many clients can leave one
      * of them without a batch for tens of seconds, and failing it then sends that client to
      * the back of the server's queue. Make it longer than a server takes to make one batch. */
     uint32_t batch_deadline_ms;

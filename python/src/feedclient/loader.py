@@ -262,7 +262,8 @@ class Loader:
     Ctrl-C while next() waits raises ``KeyboardInterrupt`` within ~0.1 s.
 
     Timeouts are in seconds: ``batch_deadline`` (a server silent this long
-    while it owes batches is failed over), ``unavailable_timeout`` (no server
+    while it owes batches, or leaving a keepalive ping unanswered this long,
+    is failed over; a slow one never sooner), ``unavailable_timeout`` (no server
     for this long: iteration raises :class:`UnavailableError`),
     ``resolve_interval`` (DNS re-resolution of ``dns:///`` targets).
 
