@@ -53,6 +53,15 @@
  */
 #define EXIT_WATCHDOG_MS 2000
 
+/*
+ * Describe lists every class name of a dataset; libfeedclient takes a reply
+ * of up to 20 MiB whatever its batch size (CLIENT_MAX_DESCRIBE_BYTES in
+ * client/src/conn.c), so a dataset whose names pass this is refused at
+ * start. Names and their framing (3 bytes at most for a name of up to 255
+ * bytes) count.
+ */
+#define FEEDD_DESCRIBE_NAMES_MAX (16u << 20)
+
 /* How often the main thread looks for streams whose sends stalled (--send-stall-ms). */
 #define STALL_CHECK_MS 250
 
@@ -157,6 +166,21 @@ static unsigned signals_wait(unsigned seen, uint64_t wait_ns, int *sig)
     *sig = g_sig.last;
     pthread_mutex_unlock(&g_sig.mu);
     return n;
+}
+
+/* 0 when Describe can list ds's class names (FEEDD_DESCRIBE_NAMES_MAX), else FEED_ETOOBIG, said. */
+static int check_describe_size(const char *name, const feed_dataset *ds)
+{
+    uint32_t n = feed_dataset_num_classes(ds);
+    uint64_t bytes = 0;
+    for (uint32_t c = 0; c < n; c++)
+        bytes += strlen(feed_dataset_class_name(ds, c)) + 3u;
+    if (bytes <= FEEDD_DESCRIBE_NAMES_MAX)
+        return 0;
+    FEED_LOGE("dataset %s: its %u class names take %llu bytes in Describe, over the %u a client "
+              "takes",
+              name, n, (unsigned long long)bytes, FEEDD_DESCRIBE_NAMES_MAX);
+    return FEED_ETOOBIG;
 }
 
 /* Write "PORT\n" to path atomically (temp file + rename): readers never see half a number. */
@@ -313,6 +337,9 @@ int main(int argc, char **argv)
             FEED_LOGE("dataset %s: %s", cfg.datasets[i].name, err);
             goto out;
         }
+        rc = check_describe_size(cfg.datasets[i].name, ds[i]);
+        if (rc < 0)
+            goto out;
         served[i].name = cfg.datasets[i].name;
         served[i].ds = ds[i];
         FEED_LOGI("dataset %s: %s, %llu samples, %u classes (%s)", cfg.datasets[i].name,
