@@ -256,7 +256,8 @@ FEED_EXPORT void feed_loader_close(feed_loader *l);
  * FEED_EAUTH at once while a server's last answer refused the token and no
  * other can serve (not sticky: a later call may succeed once a server takes it;
  * feed_loader_server_stats gives each server's reason: refused, last_error),
- * FEED_EBADSAMPLE under the fail policy (*out is set: release it too),
+ * FEED_EBADSAMPLE for bad samples under the fail policy, or under substitute for a
+ * batch with no good sample to substitute from (*out is set: release it too),
  * FEED_ESTATE if prefetch batches are held unreleased, FEED_ENOMEM or
  * FEED_ECUDA for a failure the loader cannot recover from. On the GPU path the
  * data may still be in flight: make the training stream wait on
