@@ -81,7 +81,8 @@ static struct {
     int last;          /* mu: the last of them */
     const char *step;  /* mu: what start-up does now, for the log line */
     const char *what;  /* mu: on what (a dataset's name), or "" */
-} g_sig = {.mu = PTHREAD_MUTEX_INITIALIZER, .phase = PHASE_STARTING, .step = "starting", .what = ""};
+} g_sig = {
+    .mu = PTHREAD_MUTEX_INITIALIZER, .phase = PHASE_STARTING, .step = "starting", .what = ""};
 
 /* Says what start-up does now; step and what outlive the start-up (literals, cfg). */
 static void signals_step(const char *step, const char *what)
@@ -159,8 +160,7 @@ static unsigned signals_wait(unsigned seen, uint64_t wait_ns, int *sig)
         until.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&g_sig.mu);
-    while (g_sig.count == seen &&
-           pthread_cond_timedwait(&g_sig.cv, &g_sig.mu, &until) != ETIMEDOUT)
+    while (g_sig.count == seen && pthread_cond_timedwait(&g_sig.cv, &g_sig.mu, &until) != ETIMEDOUT)
         ;
     unsigned n = g_sig.count;
     *sig = g_sig.last;

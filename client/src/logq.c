@@ -90,11 +90,13 @@ void client_log(loader *l, int level, const char *fmt, ...)
     log_queue *q = &l->logq;
     if (!l->cfg.log_fn || !q->started)
         return;
-    char msg[LOG_MSG_CAP];
+    char raw[LOG_MSG_CAP], msg[LOG_MSG_CAP];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
+    /* A server's status text and target names are quoted raw: escape them as feed_log does. */
+    feed_log_escape(msg, sizeof(msg), raw);
     pthread_mutex_lock(&q->mu);
     if (q->len == LOG_QUEUE_CAP) {
         q->dropped++;
