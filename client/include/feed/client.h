@@ -246,7 +246,10 @@ FEED_EXPORT void feed_loader_config_default(feed_loader_config *cfg);
  * that refuses the token among others is failed and retried every 2 s, the
  * others serve), FEED_ECUDA, FEED_ENOMEM. */
 FEED_EXPORT int feed_loader_open(const feed_loader_config *cfg, feed_loader **out);
-/* Stops receivers, frees everything. Accepts NULL. Outstanding batches become invalid. */
+/* Stops receivers, frees everything. Accepts NULL. Outstanding batches become invalid.
+ * May be called from the loader's own log_fn: it returns once every other
+ * thread of the loader has stopped, log_fn is not called again for it, and
+ * the log thread frees what is left once that log_fn call returns. */
 FEED_EXPORT void feed_loader_close(feed_loader *l);
 
 /* Next batch of the epoch. FEED_EEOF after the last one (call set_epoch to go
