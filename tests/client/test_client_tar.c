@@ -281,6 +281,7 @@ static int teardown(void **state)
     (void)state;
     for (int i = 0; i < g_n; i++)
         feed_test_server_kill(&g_srv[i]);
+    g_n = 0;
     return feed_test_rmtree(g_root);
 }
 
