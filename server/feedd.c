@@ -1,15 +1,20 @@
 /*
  * feedd: parse the configuration, open the datasets, start the worker pool,
  * the gRPC service and the metrics endpoint, then wait for SIGTERM/SIGINT.
- * Signals are blocked in every thread and taken synchronously here with
- * sigtimedwait (no work in a handler), whose timeout also paces the check
- * for streams whose sends stalled. On the first signal the service
- * drains: it finishes accepted batches, refuses new ones and cancels what is
- * left after --drain-timeout-ms; a second signal cuts the drain short. If
- * gRPC still holds cancelled calls STOP_GRACE_MS later (a client that stopped
- * reading), feedd exits without tearing down. Exit status 0 either way. A
- * watchdog thread ends the process if teardown still runs EXIT_WATCHDOG_MS
- * after that. Main thread only, but for the watchdog.
+ * Signals are blocked in every thread and taken synchronously by one thread,
+ * signal_main, with sigwait (no work in a handler). Until the service is up
+ * a signal ends feedd at once with status 0 and one log line: start-up has
+ * nothing to drain, and it can be stuck for hours in a dataset open against
+ * a store that does not answer (reads x tries x --remote-timeout-ms per
+ * shard). Once serving, signal_main counts signals and wakes the main
+ * thread, whose wait for them also paces the check for streams whose sends
+ * stalled. On the first signal the service drains: it finishes accepted
+ * batches, refuses new ones and cancels what is left after
+ * --drain-timeout-ms; a second signal cuts the drain short. If gRPC still
+ * holds cancelled calls STOP_GRACE_MS later (a client that stopped reading),
+ * feedd exits without tearing down. Exit status 0 either way. A watchdog
+ * thread ends the process if teardown still runs EXIT_WATCHDOG_MS after
+ * that. Main thread only, but for signal_main and the watchdog.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -49,8 +54,135 @@
  */
 #define EXIT_WATCHDOG_MS 2000
 
+/*
+ * Describe lists every class name of a dataset; libfeedclient takes a reply
+ * of up to 20 MiB whatever its batch size (CLIENT_MAX_DESCRIBE_BYTES in
+ * client/src/conn.c), so a dataset whose names pass this is refused at
+ * start. Names and their framing (3 bytes at most for a name of up to 255
+ * bytes) count.
+ */
+#define FEEDD_DESCRIBE_NAMES_MAX (16u << 20)
+
 /* How often the main thread looks for streams whose sends stalled (--send-stall-ms). */
 #define STALL_CHECK_MS 250
+
+/*
+ * What signal_main shares with the main thread. phase moves STARTING ->
+ * SERVING (the service is up: signals are counted for main to drain) or
+ * STARTING -> STOPPING (start-up failed: teardown runs; signals are counted
+ * and change nothing). Lock: mu, a leaf.
+ */
+enum { PHASE_STARTING, PHASE_SERVING, PHASE_STOPPING };
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* CLOCK_MONOTONIC; broadcast when count moves */
+    sigset_t set;      /* SIGTERM, SIGINT; written before any thread starts */
+    int phase;         /* mu */
+    unsigned count;    /* mu: signals taken since start-up ended */
+    int last;          /* mu: the last of them */
+    const char *step;  /* mu: what start-up does now, for the log line */
+    const char *what;  /* mu: on what (a dataset's name), or "" */
+} g_sig = {
+    .mu = PTHREAD_MUTEX_INITIALIZER, .phase = PHASE_STARTING, .step = "starting", .what = ""};
+
+/* Says what start-up does now; step and what outlive the start-up (literals, cfg). */
+static void signals_step(const char *step, const char *what)
+{
+    pthread_mutex_lock(&g_sig.mu);
+    g_sig.step = step;
+    g_sig.what = what;
+    pthread_mutex_unlock(&g_sig.mu);
+}
+
+static void signals_phase(int phase)
+{
+    pthread_mutex_lock(&g_sig.mu);
+    g_sig.phase = phase;
+    pthread_mutex_unlock(&g_sig.mu);
+}
+
+static void *signal_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&g_sig.set, &sig) != 0)
+            continue;
+        pthread_mutex_lock(&g_sig.mu);
+        if (g_sig.phase == PHASE_STARTING) {
+            FEED_LOGI("signal %d during start-up (%s%s%s): exiting without serving", sig,
+                      g_sig.step, g_sig.what[0] ? " " : "", g_sig.what);
+            fflush(stderr);
+            _exit(0);
+        }
+        g_sig.count++;
+        g_sig.last = sig;
+        pthread_cond_broadcast(&g_sig.cv);
+        pthread_mutex_unlock(&g_sig.mu);
+    }
+    return NULL;
+}
+
+/*
+ * Blocks SIGTERM and SIGINT in this thread, so in every thread started
+ * after it, and starts signal_main. Runs before any other thread starts.
+ */
+static int signals_start(void)
+{
+    pthread_condattr_t ca;
+    pthread_t t;
+    int rc = FEED_ENOMEM;
+    sigemptyset(&g_sig.set);
+    sigaddset(&g_sig.set, SIGTERM);
+    sigaddset(&g_sig.set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &g_sig.set, NULL);
+    if (pthread_condattr_init(&ca) != 0)
+        goto out;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (pthread_cond_init(&g_sig.cv, &ca) == 0 &&
+        pthread_create(&t, NULL, signal_main, NULL) == 0) {
+        pthread_detach(t);
+        rc = 0;
+    }
+    pthread_condattr_destroy(&ca);
+out:
+    return rc;
+}
+
+/* Waits up to wait_ns for the signal count to pass seen; returns the count, *sig the last. */
+static unsigned signals_wait(unsigned seen, uint64_t wait_ns, int *sig)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)(wait_ns / 1000000000u);
+    until.tv_nsec += (long)(wait_ns % 1000000000u);
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&g_sig.mu);
+    while (g_sig.count == seen && pthread_cond_timedwait(&g_sig.cv, &g_sig.mu, &until) != ETIMEDOUT)
+        ;
+    unsigned n = g_sig.count;
+    *sig = g_sig.last;
+    pthread_mutex_unlock(&g_sig.mu);
+    return n;
+}
+
+/* 0 when Describe can list ds's class names (FEEDD_DESCRIBE_NAMES_MAX), else FEED_ETOOBIG, said. */
+static int check_describe_size(const char *name, const feed_dataset *ds)
+{
+    uint32_t n = feed_dataset_num_classes(ds);
+    uint64_t bytes = 0;
+    for (uint32_t c = 0; c < n; c++)
+        bytes += strlen(feed_dataset_class_name(ds, c)) + 3u;
+    if (bytes <= FEEDD_DESCRIBE_NAMES_MAX)
+        return 0;
+    FEED_LOGE("dataset %s: its %u class names take %llu bytes in Describe, over the %u a client "
+              "takes",
+              name, n, (unsigned long long)bytes, FEEDD_DESCRIBE_NAMES_MAX);
+    return FEED_ETOOBIG;
+}
 
 /* Write "PORT\n" to path atomically (temp file + rename): readers never see half a number. */
 static int write_port_file(const char *path, int port)
@@ -97,8 +229,8 @@ static void raise_nofile_limit(void)
     }
 }
 
-/* Wait for drained streams or the deadline; a second signal ends the wait. */
-static void drain(feedd_service *svc, const sigset_t *set, uint32_t timeout_ms)
+/* Wait for drained streams or the deadline; a signal after the seen-th ends the wait. */
+static void drain(feedd_service *svc, unsigned seen, uint32_t timeout_ms)
 {
     uint64_t deadline = feed_now_ns() + (uint64_t)timeout_ms * 1000000u;
     feedd_service_drain(svc);
@@ -114,8 +246,8 @@ static void drain(feedd_service *svc, const sigset_t *set, uint32_t timeout_ms)
             return;
         }
         uint64_t wait = deadline - now < 10000000u ? deadline - now : 10000000u;
-        struct timespec ts = {0, (long)wait};
-        if (sigtimedwait(set, NULL, &ts) > 0) {
+        int sig = 0;
+        if (signals_wait(seen, wait, &sig) != seen) {
             FEED_LOGW("second signal: stopping now, cancelling %zu streams", open);
             return;
         }
@@ -168,11 +300,10 @@ int main(int argc, char **argv)
     }
     feed_log_set_level((feed_log_level)cfg.log_level);
 
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    if (signals_start() < 0) {
+        FEED_LOGE("cannot start the signal thread");
+        return 1;
+    }
     signal(SIGPIPE, SIG_IGN);
     raise_nofile_limit();
 
@@ -211,11 +342,17 @@ int main(int argc, char **argv)
     const feedd_dataset_arg *conf[FEEDD_MAX_DATASETS];
     for (size_t i = 0; i < cfg.n_datasets; i++) {
         dlim.refuse_bad_shards = cfg.datasets[i].refuse_bad_shards;
+        signals_step("opening dataset", cfg.datasets[i].name);
         rc = feed_dataset_open(cfg.datasets[i].path, &dlim, &ds[i], err, sizeof err);
         if (rc == FEED_ENOMEM)
             goto out;
         if (rc < 0) {
             FEED_LOGE("dataset %s is not served: %s", cfg.datasets[i].name, err);
+            feedd_gauge(&feedd_m.datasets_refused, 1);
+            continue;
+        }
+        if (check_describe_size(cfg.datasets[i].name, ds[i]) < 0) {
+            FEED_LOGE("dataset %s is not served", cfg.datasets[i].name);
             feedd_gauge(&feedd_m.datasets_refused, 1);
             continue;
         }
@@ -261,6 +398,7 @@ int main(int argc, char **argv)
     feed_engine_limits_default(&elim);
     elim.max_pixels = cfg.max_pixels;
     elim.max_jpeg_bytes = cfg.max_jpeg_bytes;
+    signals_step("starting workers", "");
     rc = feedd_pool_new(cfg.threads, &elim, cfg.max_jpeg_bytes, cache, cfg.task_samples, &pool);
     if (rc < 0) {
         FEED_LOGE("worker pool: %s", feed_strerror(rc));
@@ -269,9 +407,12 @@ int main(int argc, char **argv)
     grpc_init();
     grpc_up = true;
     int port = 0;
+    signals_step("starting the gRPC service", "");
     rc = feedd_service_start(&cfg, served, n_served, pool, &svc, &port);
     if (rc < 0)
         goto out;
+    /* From here a signal drains: clients may already have streams. */
+    signals_phase(PHASE_SERVING);
     feedd_metrics_set_extra(feedd_service_render_streams, svc);
     if (cfg.metrics_listen[0]) {
         int mport = 0;
@@ -298,17 +439,16 @@ int main(int argc, char **argv)
     if (cfg.port_file[0] && write_port_file(cfg.port_file, port) < 0)
         goto out;
 
-    const struct timespec tick = {0, STALL_CHECK_MS * 1000000L};
-    int sig = -1;
-    while (sig < 0) {
-        sig = sigtimedwait(&set, NULL, &tick);
+    int sig = 0;
+    while (signals_wait(0, STALL_CHECK_MS * 1000000ull, &sig) == 0)
         feedd_service_check_stalls(svc);
-    }
     FEED_LOGI("signal %d: draining (timeout %u ms)", sig, cfg.drain_timeout_ms);
     start_watchdog(cfg.drain_timeout_ms);
     exit_code = 0;
-    drain(svc, &set, cfg.drain_timeout_ms);
+    drain(svc, 1, cfg.drain_timeout_ms);
 out:
+    if (!svc)
+        signals_phase(PHASE_STOPPING);
     feedd_metrics_set_extra(NULL, NULL);
     if (svc) {
         if (feedd_service_stop(svc, STOP_GRACE_MS) < 0) {

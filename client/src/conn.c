@@ -94,11 +94,23 @@ static int start_batch(call_ctx *c, const grpc_op *ops, size_t n, call_tag *tag)
 
 #define CLIENT_KEEPALIVE_MS 1000
 
+/*
+ * The largest Describe reply taken, whatever the batch size: feedd refuses
+ * to serve a dataset whose class names pass 16 MiB (FEEDD_DESCRIBE_NAMES_MAX
+ * in server/feedd.c), and 262,144 classes (FEED_DATASET_MAX_CLASSES) add
+ * at most 3 bytes of framing each. The channel's receive limit is this or
+ * the batch message, the larger; a Batch is still held to its slot's size
+ * and its receiver's capped buffer (wire.c).
+ */
+#define CLIENT_MAX_DESCRIBE_BYTES (20u << 20)
+
 static int channel_ensure(loader *l, server *s)
 {
     if (s->channel)
         return 0;
-    int max_msg = l->max_message > 0x7FFFFFFF ? 0x7FFFFFFF : (int)l->max_message;
+    size_t limit = l->max_message > CLIENT_MAX_DESCRIBE_BYTES ? l->max_message
+                                                               : CLIENT_MAX_DESCRIBE_BYTES;
+    int max_msg = limit > 0x7FFFFFFF ? 0x7FFFFFFF : (int)limit;
     /*
      * A ping every CLIENT_KEEPALIVE_MS, data or not (feedd allows it), and the connection
      * dropped when one goes unanswered for batch_deadline_ms: the one limit on a server's
@@ -372,7 +384,7 @@ static void on_describe(loader *l, call_ctx *c, bool ok)
     server *s = c->srv;
     Feed__V1__DescribeResponse *resp = NULL;
     feed_buf buf;
-    feed_buf_init(&buf, 16u << 20);
+    feed_buf_init(&buf, CLIENT_MAX_DESCRIBE_BYTES);
     l->describe_done++;
     if (!s)
         goto out;

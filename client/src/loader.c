@@ -305,6 +305,16 @@ void feed_loader_close(feed_loader *l)
     free(l->targets);
     free(l->dataset);
     free(l->augment);
+    /* Inside log_fn the log thread cannot join itself: it frees l once log_fn returns. */
+    if (logq_on_log_thread(l)) {
+        logq_close_from_log_thread(l);
+        return;
+    }
+    loader_free(l);
+}
+
+void loader_free(loader *l)
+{
     logq_stop(l);
     pthread_cond_destroy(&l->cond);
     pthread_cond_destroy(&l->dns_cond);

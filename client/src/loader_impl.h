@@ -109,6 +109,7 @@ typedef struct log_queue {
     uint32_t head, len;              /* [mu] */
     uint64_t dropped;                /* [mu] since the last delivered drop count */
     bool stop;                       /* [mu] */
+    bool self_close;                 /* [mu] close() ran inside log_fn: the log thread frees */
     bool initialised, started;       /* open/close only */
     pthread_t thread;
 } log_queue;
@@ -357,6 +358,11 @@ struct feed_loader {
 void client_log(loader *l, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int logq_start(loader *l); /* before any other thread; 0 or FEED_ENOMEM */
 void logq_stop(loader *l); /* delivers what is queued, joins the log thread; after every other */
+bool logq_on_log_thread(const loader *l); /* whether the caller is l's log thread (in log_fn) */
+/* close() inside log_fn: nothing more is delivered and, once log_fn returns, the log thread
+ * ends by calling loader_free(l). */
+void logq_close_from_log_thread(loader *l);
+void loader_free(loader *l); /* the last of close(), once no thread of l runs */
 
 /* sched.c — with mu held, except where said; `now` is feed_now_ns() as the caller read it. */
 /* Whether a live server's last answer refused the loader's credentials and no other can serve

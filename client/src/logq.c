@@ -9,7 +9,10 @@
  * Bounded: LOG_QUEUE_CAP messages of LOG_MSG_CAP bytes each. When the
  * callback is slower than the loader logs, newer messages are dropped and
  * counted, and the count is delivered as a message of its own once there is
- * room. close() delivers what is queued before it returns.
+ * room. close() delivers what is queued before it returns. close() called
+ * inside log_fn (on the log thread, which cannot join itself) delivers
+ * nothing more: the log thread, detached, frees the loader once log_fn
+ * returns (loader_free).
  *
  * Threads: client_log() from any thread, mu held or not (lock order: mu,
  * then q->mu; q->mu is a leaf); the log thread takes only q->mu.
@@ -49,8 +52,13 @@ static void *log_main(void *arg)
         pthread_mutex_unlock(&q->mu);
         l->cfg.log_fn(l->cfg.log_user, level, msg);
         pthread_mutex_lock(&q->mu);
+        if (q->self_close)
+            break;
     }
+    bool self_close = q->self_close;
     pthread_mutex_unlock(&q->mu);
+    if (self_close)
+        loader_free(l);
     return NULL;
 }
 
@@ -66,6 +74,21 @@ int logq_start(loader *l)
         return FEED_ENOMEM;
     q->started = true;
     return 0;
+}
+
+bool logq_on_log_thread(const loader *l)
+{
+    return l->logq.started && pthread_equal(pthread_self(), l->logq.thread);
+}
+
+void logq_close_from_log_thread(loader *l)
+{
+    log_queue *q = &l->logq;
+    pthread_mutex_lock(&q->mu);
+    q->stop = q->self_close = true;
+    pthread_mutex_unlock(&q->mu);
+    pthread_detach(q->thread);
+    q->started = false;
 }
 
 void logq_stop(loader *l)
@@ -90,11 +113,13 @@ void client_log(loader *l, int level, const char *fmt, ...)
     log_queue *q = &l->logq;
     if (!l->cfg.log_fn || !q->started)
         return;
-    char msg[LOG_MSG_CAP];
+    char raw[LOG_MSG_CAP], msg[LOG_MSG_CAP];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
+    /* A server's status text and target names are quoted raw: escape them as feed_log does. */
+    feed_log_escape(msg, sizeof(msg), raw);
     pthread_mutex_lock(&q->mu);
     if (q->len == LOG_QUEUE_CAP) {
         q->dropped++;

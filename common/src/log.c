@@ -1,7 +1,12 @@
-/* Levelled logging to stderr or a user callback; see feed/log.h. */
+/*
+ * Levelled logging to stderr or a user callback; see feed/log.h. Messages
+ * are formatted into a stack buffer and escaped (feed_log_escape) before
+ * either sink sees them, so no caller needs to escape what it quotes.
+ */
 #include "feed/log.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -35,15 +40,62 @@ int feed_log_parse_level(const char *name)
     return -1;
 }
 
+/* Length of the valid UTF-8 character at s (2..4 bytes, no overlong form or surrogate), or 0. */
+static size_t utf8_char(const unsigned char *s)
+{
+    unsigned c = s[0];
+    size_t n = c >= 0xC2 && c <= 0xDF   ? 2
+               : c >= 0xE0 && c <= 0xEF ? 3
+               : c >= 0xF0 && c <= 0xF4 ? 4
+                                        : 0;
+    for (size_t i = 1; i < n; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+        (c == 0xF4 && s[1] > 0x8F))
+        return 0;
+    return n;
+}
+
+size_t feed_log_escape(char *dst, size_t cap, const char *src)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *s = (const unsigned char *)src;
+    size_t o = 0;
+    while (*s) {
+        size_t n = *s >= 0x80 ? utf8_char(s) : 1;
+        /* C1 controls, U+0080..U+009F, are C2 80..C2 9F: some terminals act on them. */
+        bool plain = n > 1 ? !(s[0] == 0xC2 && s[1] < 0xA0) : n == 1 && *s >= 0x20 && *s != 0x7f;
+        size_t m = plain ? n : n > 1 ? 4 * n : 4;
+        if (o + m >= cap)
+            break;
+        if (plain) {
+            memcpy(dst + o, s, n);
+            o += n;
+        } else {
+            for (size_t i = 0; i < (n ? n : 1); i++) {
+                dst[o++] = '\\';
+                dst[o++] = 'x';
+                dst[o++] = hex[s[i] >> 4];
+                dst[o++] = hex[s[i] & 15];
+            }
+        }
+        s += n ? n : 1;
+    }
+    dst[o] = '\0';
+    return o;
+}
+
 void feed_log(feed_log_level level, const char *fmt, ...)
 {
     if (level > current_level)
         return;
-    char msg[1024];
+    char raw[1024], msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    feed_log_escape(msg, sizeof msg, raw);
     if (sink_fn) {
         sink_fn(sink_user, (int)level, msg);
         return;

@@ -280,9 +280,12 @@ static int parse_label(scan *s, uint64_t off, uint64_t len)
         e--;
     text[e] = '\0';
     uint64_t v = 0;
-    if (a == e || feed_parse_u64(text + a, 0, FEED_DATASET_MAX_CLASSES - 1, &v) < 0) {
-        feed_set_err(s->err, s->err_cap, "%s: member '%s': label is not a decimal integer 0..%u",
-                     s->b->name, s->name, FEED_DATASET_MAX_CLASSES - 1);
+    /* The label is the whole member: a NUL inside would end the parse early ("1\0 2" as 1). */
+    if (a == e || memchr(text + a, '\0', e - a) ||
+        feed_parse_u64(text + a, 0, FEED_DATASET_MAX_CLASSES - 1, &v) < 0) {
+        feed_set_err(s->err, s->err_cap,
+                     "%s: member '%s': label is not a decimal integer 0..%u (%u classes at most)",
+                     s->b->name, s->name, FEED_DATASET_MAX_CLASSES - 1, FEED_DATASET_MAX_CLASSES);
         return FEED_ECORRUPT;
     }
     s->label = (uint32_t)v;

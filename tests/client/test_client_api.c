@@ -11,7 +11,8 @@
  * going on with the same epoch once it runs again (the server is resumed by
  * the test's teardown, so a failure leaves no stopped server behind); and that the training
  * thread's calls (next, release, set_epoch) start no gRPC operation: the
- * requests they make room for go out from the loader's own threads.
+ * requests they make room for go out from the loader's own threads; and
+ * that feed_loader_close() may be called from the loader's own log callback.
  */
 #include <grpc/grpc.h>
 #include <pthread.h>
@@ -25,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -117,6 +119,76 @@ static void test_log_without_lock(void **state)
     assert_int_equal(under_lock, 0);
     pthread_cond_destroy(&p.cond);
     pthread_mutex_destroy(&p.mu);
+}
+
+/* A log callback that closes its loader (set in .l) on the first message it sees after open. */
+typedef struct closing_probe {
+    pthread_mutex_t mu;
+    pthread_cond_t cond; /* [mu] closed set */
+    feed_loader *l;      /* [mu] set once open has returned; NULL once closed */
+    bool closed;         /* [mu] feed_loader_close returned inside the callback */
+    unsigned after;      /* [mu] callbacks after that */
+} closing_probe;
+
+static void closing_log(void *user, int level, const char *message)
+{
+    (void)level;
+    (void)message;
+    closing_probe *p = user;
+    pthread_mutex_lock(&p->mu);
+    feed_loader *l = p->l;
+    p->after += p->closed;
+    p->l = NULL;
+    pthread_mutex_unlock(&p->mu);
+    if (!l)
+        return;
+    feed_loader_close(l);
+    pthread_mutex_lock(&p->mu);
+    p->closed = true;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* feed_loader_close() from the loader's own log callback returns, frees the loader once the
+ * callback is done (ASan sees no use after free, LSan no leak) and no message follows it. */
+static void test_close_from_log_callback(void **state)
+{
+    (void)state;
+    const char *targets[] = {g_target, "127.0.0.1:1"}; /* the dead one logs every retry */
+    closing_probe p = {.l = NULL};
+    pthread_mutex_init(&p.mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p.cond, &ca);
+    pthread_condattr_destroy(&ca);
+    feed_loader_config c;
+    base_cfg(&c, targets, 2);
+    c.log_fn = closing_log;
+    c.log_user = &p;
+    feed_loader *l = NULL;
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += 120; /* hang guard */
+    pthread_mutex_lock(&p.mu);
+    p.l = l;
+    while (!p.closed && pthread_cond_timedwait(&p.cond, &p.mu, &until) == 0)
+        ;
+    bool closed = p.closed;
+    pthread_mutex_unlock(&p.mu);
+    assert_true(closed);
+    /* Another loader opens and closes as usual meanwhile. */
+    const char *one[] = {g_target};
+    base_cfg(&c, one, 1);
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    feed_batch *b = NULL;
+    assert_int_equal(feed_loader_next(l, &b), 0);
+    assert_int_equal(feed_loader_release(l, b, NULL), 0);
+    feed_loader_close(l);
+    pthread_mutex_lock(&p.mu);
+    assert_int_equal(p.after, 0);
+    pthread_mutex_unlock(&p.mu);
 }
 
 /* grpc_call_start_batch as libfeedclient calls it (linked with --wrap): counts every call, and
@@ -374,6 +446,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_log_without_lock),
+        cmocka_unit_test(test_close_from_log_callback),
         cmocka_unit_test(test_release_from_another_thread),
         cmocka_unit_test(test_struct_sizes),
         cmocka_unit_test_teardown(test_next_timed, resume_after_next_timed),

@@ -3,7 +3,8 @@
  * a whole epoch from three feedd serving shards (written from real JPEGs with
  * feed/tar.h), one of them killed (SIGKILL) mid-epoch, comes out exactly
  * once, in plan order, with the labels and bytes of the same epoch read from
- * one feedd serving the ImageFolder tree the shards were made from. Skips
+ * one feedd serving the ImageFolder tree the shards were made from; a shard
+ * with 200,000 classes opens with small batches (Describe's limit). Skips
  * (exit FEED_TEST_SKIP, saying why) when feedd has not been built.
  */
 #include <setjmp.h>
@@ -212,6 +213,53 @@ static void test_kill_mid_epoch_over_shards(void **state)
     run_free(&got);
 }
 
+/*
+ * A shard whose largest label is 199,999: Describe lists 200,000 class names
+ * (about 1.7 MB), far more than one Batch of 2 samples of 32x32. The loader
+ * still opens (its Describe limit is not the batch message's) and reads it.
+ */
+static void test_many_classes_small_batches(void **state)
+{
+    (void)state;
+    char tree[300], wide[300], arg[400], err[512];
+    feed_dataset *ds = NULL;
+    feed_tar_writer *w = NULL;
+    feed_buf scratch;
+    snprintf(tree, sizeof tree, "%s/small", g_root);
+    snprintf(wide, sizeof wide, "%s/wide.tar", g_root);
+    assert_int_equal(feed_dataset_open(tree, NULL, &ds, err, sizeof err), 0);
+    assert_int_equal(feed_tar_writer_open(wide, 0, NULL, &w, err, sizeof err), 0);
+    feed_buf_init(&scratch, 16u << 20);
+    static const uint32_t labels[2] = {0, 199999};
+    for (uint64_t i = 0; i < 2; i++) {
+        const uint8_t *data;
+        size_t len;
+        char key[16];
+        assert_int_equal(feed_dataset_read(ds, i, &scratch, &data, &len), 0);
+        snprintf(key, sizeof key, "w%llu", (unsigned long long)i);
+        assert_int_equal(feed_tar_writer_add(w, key, labels[i], data, len), 0);
+    }
+    assert_int_equal(feed_tar_writer_finish(w, err, sizeof err), 0);
+    feed_buf_free(&scratch);
+    feed_dataset_close(ds);
+    snprintf(arg, sizeof arg, "small=%s", wide);
+    spawn(arg);
+    const char *targets[] = {g_srv[g_n - 1].target};
+    feed_loader_config c;
+    feed_loader *l = NULL;
+    static run got;
+    cfg(&c, targets, 1);
+    c.batch_size = 2;
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    collect_all(l, &got);
+    feed_loader_close(l);
+    assert_int_equal(got.count, 1);
+    assert_int_equal(got.r[0].n, 2);
+    int64_t a = got.r[0].lab[0], b = got.r[0].lab[1];
+    assert_true((a == 0 && b == 199999) || (a == 199999 && b == 0));
+    run_free(&got);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -233,6 +281,7 @@ static int teardown(void **state)
     (void)state;
     for (int i = 0; i < g_n; i++)
         feed_test_server_kill(&g_srv[i]);
+    g_n = 0;
     return feed_test_rmtree(g_root);
 }
 
@@ -249,6 +298,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_kill_mid_epoch_over_shards, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_classes_small_batches, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

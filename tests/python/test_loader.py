@@ -210,6 +210,21 @@ def test_bad_samples_substitute_and_fail(server):
     assert sorted(err.value.indices) == list(range(14))
 
 
+def test_bad_sample_error_names_the_policy_in_force(server):
+    # batch_size=1: a batch of one bad sample has no good one to substitute from.
+    with make(server, dataset="bad", batch_size=1, bad_sample_policy="substitute") as loader:
+        with pytest.raises(feedclient.BadSampleError) as err:
+            for _ in loader:
+                pass
+    text = str(err.value)
+    assert "fail policy" not in text and 'bad_sample_policy="substitute"' in text, text
+    assert "no good sample" in text, text
+    with make(server, dataset="bad", batch_size=14, bad_sample_policy="fail") as loader:
+        with pytest.raises(feedclient.BadSampleError) as err:
+            next(iter(loader))
+    assert 'bad_sample_policy="fail"' in str(err.value), str(err.value)
+
+
 def test_errors(server):
     with pytest.raises(feedclient.NotFoundError) as e:
         feedclient.Loader([server.target], "no-such-dataset", batch_size=4, device="cpu")

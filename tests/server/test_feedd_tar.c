@@ -6,7 +6,8 @@
  * and without the decoded cache) to the tree they were made from; a shard
  * cut short while feedd serves it costs its samples, each reported as an
  * I/O error, and feedd goes on serving the others; a member that is no JPEG
- * is reported with its shard and its member's name; a shard rewritten or
+ * is reported with its shard and its member's name; a member name with a
+ * line break and terminal escapes is logged escaped; a shard rewritten or
  * replaced while served is never served stale, cached or not (issue 28
  * finding 4); a missing or damaged shard costs its samples or its dataset,
  * never the other datasets (finding 6); 1,000 shards are served under an
@@ -511,6 +512,70 @@ static void test_thousand_shards_under_a_low_file_limit(void **state)
     feed_dataset_close(tree);
 }
 
+/* One ustar member: a 512-byte header (name, size, checksum) and the data padded to 512. */
+static void put_member(FILE *f, const char *name, const void *data, size_t len)
+{
+    uint8_t h[512] = {0}, zeros[512] = {0};
+    memcpy(h, name, strlen(name) < 100 ? strlen(name) : 100);
+    snprintf((char *)h + 100, 8, "%07o", 0644);
+    snprintf((char *)h + 124, 12, "%011o", (unsigned)len);
+    memset(h + 148, ' ', 8);
+    h[156] = '0';
+    memcpy(h + 257, "ustar", 6);
+    memcpy(h + 263, "00", 2);
+    unsigned sum = 0;
+    for (int i = 0; i < 512; i++)
+        sum += h[i];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+    assert_int_equal(fwrite(h, 1, 512, f), 512);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    assert_int_equal(fwrite(zeros, 1, (512 - len % 512) % 512, f), (512 - len % 512) % 512);
+}
+
+/*
+ * A member name with a line break and terminal escapes, quoted by the open's
+ * error: feedd's log shows it escaped, on the one line of that error, with
+ * no control byte anywhere in the log.
+ */
+static void test_member_name_escaped_in_log(void **state)
+{
+    (void)state;
+    char path[500], arg[600], log_path[500];
+    static const char key[] = "k\n2026-12-05T00:00:00Z ERROR forged\x1b[2J\x1b]0;t\x07";
+    char name[128];
+    snprintf(path, sizeof path, "%s/forged.tar", tmp_root);
+    snprintf(log_path, sizeof log_path, "%s/forged.log", tmp_root);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    snprintf(name, sizeof name, "%s.jpg", key);
+    put_member(f, name, "x", 1);
+    snprintf(name, sizeof name, "%s.cls", key);
+    put_member(f, name, "seven", 5);
+    uint8_t end[1024] = {0};
+    assert_int_equal(fwrite(end, 1, sizeof end, f), sizeof end);
+    assert_int_equal(fclose(f), 0);
+
+    snprintf(arg, sizeof arg, "forged=%s", path);
+    const char *args[] = {"--dataset", arg, "--threads", "1", NULL};
+    feed_test_server_opts o = {.log_path = log_path};
+    feed_test_server s;
+    assert_int_equal(feed_test_server_start_with(&o, args, &s), FEED_EIO); /* the open fails */
+    char buf[65536];
+    f = fopen(log_path, "rb");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if ((buf[i] < 0x20 && buf[i] != '\n') || buf[i] == 0x7f)
+            fail_msg("control byte 0x%02x at %zu of feedd's log:\n%s", (unsigned char)buf[i], i,
+                     buf);
+    if (strstr(buf, "\nforged") || strstr(buf, "\n2026-12-05T00:00:00Z"))
+        fail_msg("a forged line in feedd's log:\n%s", buf);
+    if (!strstr(buf, "member 'k\\x0a2026-12-05T00:00:00Z ERROR forged\\x1b[2J\\x1b]0;t\\x07.cls'"))
+        fail_msg("the member is not named, escaped:\n%s", buf);
+}
+
 static void test_imagenet_sample_shards(void **state)
 {
     (void)state;
@@ -552,6 +617,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_rewritten_shard_not_served_stale),
         cmocka_unit_test(test_bad_shards_spare_the_rest),
         cmocka_unit_test(test_thousand_shards_under_a_low_file_limit),
+        cmocka_unit_test(test_member_name_escaped_in_log),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

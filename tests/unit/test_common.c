@@ -17,6 +17,7 @@
 #include "feed/crc32c.h"
 #include "feed/errors.h"
 #include "feed/list.h"
+#include "feed/log.h"
 #include "feed/opts.h"
 #include "feed/rng.h"
 #include "feed/strutil.h"
@@ -429,10 +430,33 @@ static void test_token_file(void **state)
     assert_int_equal(feed_token_file_read("/dev/null", "x", out, 16, err, sizeof err), FEED_EINVAL);
 }
 
+/* Control bytes, C1 controls and bytes that are not UTF-8 become \\xNN; other UTF-8 passes whole.
+ */
+static void test_log_escape(void **state)
+{
+    (void)state;
+    char out[64];
+    feed_log_escape(out, sizeof out, "a\nb\x1b[2J\x7f caf\xc3\xa9 \xe2\x82\xac");
+    assert_string_equal(out, "a\\x0ab\\x1b[2J\\x7f caf\xc3\xa9 \xe2\x82\xac");
+    feed_log_escape(out, sizeof out,
+                    "\xc2\x9b"
+                    "1m \xff \xc3 \xed\xa0\x80");
+    assert_string_equal(out, "\\xc2\\x9b1m \\xff \\xc3 \\xed\\xa0\\x80");
+    /* Never half an escape or half a character: "ab" then \x0a does not fit in 6. */
+    assert_int_equal(feed_log_escape(out, 6, "ab\ncd"), 2);
+    assert_string_equal(out, "ab");
+    assert_int_equal(feed_log_escape(out, 4,
+                                     "a\xc3\xa9"
+                                     "b"),
+                     3);
+    assert_string_equal(out, "a\xc3\xa9");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_strerror),
+        cmocka_unit_test(test_log_escape),
         cmocka_unit_test(test_crc32c_known_answers),
         cmocka_unit_test(test_buf_limit),
         cmocka_unit_test(test_philox_known_answer),

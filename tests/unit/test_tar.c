@@ -510,6 +510,34 @@ static void test_bad_label(void **state)
     open_fails("big.tar", FEED_ECORRUPT, "member 'a.cls'", NULL);
 }
 
+/* The label is the whole member: a NUL does not end it early ("1\0 2" is not label 1). */
+static void test_label_is_the_whole_member(void **state)
+{
+    (void)state;
+    tar_img t = {0};
+    sample(&t, "a", "1", "x");
+    member(&t, "b.jpg", '0', "y", 1, 0);
+    member(&t, "b.cls", '0', "1\0 2", 4, 0);
+    finish(&t, "nul.tar");
+    open_fails("nul.tar", FEED_ECORRUPT, "member 'b.cls'", "not a decimal integer");
+    t = (tar_img){0};
+    member(&t, "c.jpg", '0', "y", 1, 0);
+    member(&t, "c.cls", '0', "3\0", 2, 0);
+    finish(&t, "nul2.tar");
+    open_fails("nul2.tar", FEED_ECORRUPT, "member 'c.cls'", "not a decimal integer");
+}
+
+/* A label at the class cap fails the open naming the shard and member (Describe lists every
+ * class up to the largest label). */
+static void test_label_over_the_class_cap(void **state)
+{
+    (void)state;
+    tar_img t = {0};
+    sample(&t, "a", "262144", "x");
+    finish(&t, "cap.tar");
+    open_fails("cap.tar", FEED_ECORRUPT, "cap.tar: member 'a.cls'", "0..262143");
+}
+
 static void test_member_over_the_cap(void **state)
 {
     (void)state;
@@ -848,6 +876,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_missing_label, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_duplicate_key, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_bad_label, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_label_is_the_whole_member, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_label_over_the_class_cap, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_member_over_the_cap, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_long_names_and_pax, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_unsupported_members, setup_tmp, teardown_tmp),

@@ -246,7 +246,10 @@ FEED_EXPORT void feed_loader_config_default(feed_loader_config *cfg);
  * that refuses the token among others is failed and retried every 2 s, the
  * others serve), FEED_ECUDA, FEED_ENOMEM. */
 FEED_EXPORT int feed_loader_open(const feed_loader_config *cfg, feed_loader **out);
-/* Stops receivers, frees everything. Accepts NULL. Outstanding batches become invalid. */
+/* Stops receivers, frees everything. Accepts NULL. Outstanding batches become invalid.
+ * May be called from the loader's own log_fn: it returns once every other
+ * thread of the loader has stopped, log_fn is not called again for it, and
+ * the log thread frees what is left once that log_fn call returns. */
 FEED_EXPORT void feed_loader_close(feed_loader *l);
 
 /* Next batch of the epoch. FEED_EEOF after the last one (call set_epoch to go
@@ -256,7 +259,8 @@ FEED_EXPORT void feed_loader_close(feed_loader *l);
  * FEED_EAUTH at once while a server's last answer refused the token and no
  * other can serve (not sticky: a later call may succeed once a server takes it;
  * feed_loader_server_stats gives each server's reason: refused, last_error),
- * FEED_EBADSAMPLE under the fail policy (*out is set: release it too),
+ * FEED_EBADSAMPLE for bad samples under the fail policy, or under substitute for a
+ * batch with no good sample to substitute from (*out is set: release it too),
  * FEED_ESTATE if prefetch batches are held unreleased, FEED_ENOMEM or
  * FEED_ECUDA for a failure the loader cannot recover from. On the GPU path the
  * data may still be in flight: make the training stream wait on

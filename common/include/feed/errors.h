@@ -25,7 +25,7 @@ extern "C" {
     XX(EPROTO, -10, "protocol error")                                                              \
     XX(ECANCELED, -11, "canceled")                                                                 \
     XX(EEOF, -12, "end of epoch")                                                                  \
-    XX(EBADSAMPLE, -13, "bad sample under the fail policy")                                        \
+    XX(EBADSAMPLE, -13, "bad samples not replaced")                                                \
     XX(ECUDA, -14, "CUDA error")                                                                   \
     XX(EEXHAUSTED, -15, "resource exhausted")                                                      \
     XX(ESTATE, -16, "invalid state")                                                               \

@@ -144,19 +144,27 @@ class EndOfEpochError(FeedError):
 
 
 class BadSampleError(FeedError):
-    """A batch had failed samples under ``bad_sample_policy="fail"``.
+    """A batch had failed samples under ``bad_sample_policy="fail"``, or no good sample to
+    substitute from under ``"substitute"``; ``policy`` says which.
 
     ``indices`` and ``status`` are the batch's sample indices and the server's
     status for each (0 = ok; names from :func:`feedclient.sample_status_name`).
     """
 
     def __init__(self, code: int, context: str, indices: Sequence[int] = (),
-                 status: Sequence[int] = ()):
+                 status: Sequence[int] = (), policy: Optional[str] = None):
         self.indices = list(indices)
         self.status = list(status)
+        self.policy = policy
         bad = [(i, _lib.sample_status_name(s)) for i, s in zip(self.indices, self.status) if s]
         shown = ", ".join(f"{i}: {s}" for i, s in bad[:8]) + (" ..." if len(bad) > 8 else "")
-        super().__init__(code, context, f"{len(bad)} failed samples ({shown})")
+        why = f"{len(bad)} failed samples ({shown})"
+        if policy == "substitute":
+            why = f'bad_sample_policy="substitute": no good sample in the batch to substitute ' \
+                  f"from; {why}"
+        elif policy:
+            why = f'bad_sample_policy="{policy}": {why}'
+        super().__init__(code, context, why)
 
 
 class CudaError(FeedError):

@@ -662,7 +662,8 @@ class Loader:
             indices = [b.indices[i] for i in range(b.n)]
             status = [b.status[i] for i in range(b.n)]
             del ref  # nothing refers to the slot: it goes back now
-            raise BadSampleError(rc, f"feedclient.Loader: batch {self._pos - 1}", indices, status)
+            raise BadSampleError(rc, f"feedclient.Loader: batch {self._pos - 1}", indices, status,
+                                 "fail" if native.fail_policy else "substitute")
         if stream:
             wrc = _lib.lib.feed_loader_stream_wait(native.ptr, bp, ctypes.c_void_p(stream))
             if wrc:
