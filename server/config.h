@@ -60,6 +60,7 @@ typedef struct feedd_config {
     uint64_t remote_readahead;
     uint32_t remote_timeout_ms;
     uint32_t remote_retries;
+    char remote_redirects[16]; /* none or same-host */
     int log_level;
     feedd_dataset_arg datasets[FEEDD_MAX_DATASETS];
     size_t n_datasets;

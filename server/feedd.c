@@ -158,6 +158,7 @@ int main(int argc, char **argv)
 {
     static feedd_config cfg;
     char err[1200];
+    char where[1024]; /* a dataset's location for the log: feed_location_redact */
     int rc = feedd_config_parse(argc, argv, &cfg, err, sizeof err);
     if (rc == 1)
         return 0;
@@ -197,6 +198,9 @@ int main(int argc, char **argv)
         .readahead_bytes = cfg.remote_readahead,
         .timeout_ms = cfg.remote_timeout_ms,
         .retries = cfg.remote_retries,
+        .redirects = strcmp(cfg.remote_redirects, "same-host") == 0
+                         ? FEED_REMOTE_REDIRECTS_SAME_HOST
+                         : FEED_REMOTE_REDIRECTS_NONE,
     };
     dlim.remote = &remote;
     for (size_t i = 0; i < cfg.n_datasets; i++) {
@@ -207,9 +211,10 @@ int main(int argc, char **argv)
         }
         served[i].name = cfg.datasets[i].name;
         served[i].ds = ds[i];
+        feed_location_redact(cfg.datasets[i].path, where, sizeof where);
         FEED_LOGI("dataset %s: %s, %llu samples, %u classes (%s)", cfg.datasets[i].name,
                   feed_dataset_format(ds[i]), (unsigned long long)feed_dataset_count(ds[i]),
-                  feed_dataset_num_classes(ds[i]), cfg.datasets[i].path);
+                  feed_dataset_num_classes(ds[i]), where);
     }
     for (size_t i = 0; i < cfg.n_datasets; i++) {
         uint32_t side = cfg.datasets[i].cache_side;

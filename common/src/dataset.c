@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "dataset_impl.h"
+#include "feed/blob.h"
 #include "feed/errors.h"
 #include "feed/strutil.h"
 
@@ -80,6 +81,7 @@ int feed_dataset_open(const char *path, const feed_dataset_limits *lim, feed_dat
     struct stat st;
     const struct stat *stp = NULL;
     int stat_errno = 0;
+    char where[4096]; /* path for messages (a URL without credentials or query) */
     *out = NULL;
     feed_set_err(err, err_cap, "%s", "");
     if (!path || !*path) {
@@ -98,20 +100,21 @@ int feed_dataset_open(const char *path, const feed_dataset_limits *lim, feed_dat
     for (size_t f = 0; f < sizeof(formats) / sizeof(formats[0]) && !ops; f++)
         if (formats[f]->claims(path, stp))
             ops = formats[f];
+    feed_location_redact(path, where, sizeof where);
     if (!ops && !stp) {
         rc = stat_errno == ENOENT ? FEED_ENOTFOUND : FEED_EIO;
-        feed_set_err(err, err_cap, "%s: %s", path, strerror(stat_errno));
+        feed_set_err(err, err_cap, "%s: %s", where, strerror(stat_errno));
         goto out;
     }
     if (!ops) {
         rc = FEED_EINVAL;
-        feed_set_err(err, err_cap, "%s: neither a directory nor a regular file", path);
+        feed_set_err(err, err_cap, "%s: neither a directory nor a regular file", where);
         goto out;
     }
     ds = calloc(1, sizeof(*ds));
     if (!ds) {
         rc = FEED_ENOMEM;
-        feed_set_err(err, err_cap, "%s: out of memory", path);
+        feed_set_err(err, err_cap, "%s: out of memory", where);
         goto out;
     }
     ds->ops = ops;
@@ -180,4 +183,16 @@ int feed_dataset_read(const feed_dataset *ds, uint64_t i, feed_buf *scratch, con
     if (i >= ds->count)
         return FEED_EINVAL;
     return ds->ops->read(ds, i, scratch, data, len);
+}
+
+int feed_dataset_read_why(const feed_dataset *ds, uint64_t i, feed_buf *scratch,
+                          const uint8_t **data, size_t *len, char *why, size_t why_cap)
+{
+    if (why_cap > 0)
+        why[0] = '\0';
+    if (!ds->ops->read_why || i >= ds->count)
+        return feed_dataset_read(ds, i, scratch, data, len);
+    *data = NULL;
+    *len = 0;
+    return ds->ops->read_why(ds, i, scratch, data, len, why, why_cap);
 }

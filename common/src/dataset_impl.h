@@ -44,6 +44,13 @@ typedef struct feed_dataset_ops {
     /* i < count, checked by the caller; the contract of feed_dataset_read. */
     int (*read)(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch, const uint8_t **data,
                 size_t *len);
+    /*
+     * NULL: read says all there is. Else read, and on failure the cause in
+     * why (feed_dataset_read_why's contract); read calls it with a buffer
+     * of its own.
+     */
+    int (*read_why)(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch,
+                    const uint8_t **data, size_t *len, char *why, size_t why_cap);
     /* NULL: nothing to prefetch. The contract of feed_dataset_prefetch. */
     void (*prefetch)(const struct feed_dataset *ds, const uint64_t *indices, size_t n);
     /* Free impl (which may be half built). */

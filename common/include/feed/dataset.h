@@ -90,6 +90,16 @@ int feed_dataset_read(const feed_dataset *ds, uint64_t i, feed_buf *scratch, con
                       size_t *len);
 
 /*
+ * feed_dataset_read, and on failure the cause in why (why_cap bytes, always
+ * NUL-terminated when why_cap > 0; "" when the code says all): for a remote
+ * shard the HTTP status, a timeout, a refused redirect or a changed object,
+ * naming no object (the caller says where the sample is) and never a
+ * credential, a signature or a query.
+ */
+int feed_dataset_read_why(const feed_dataset *ds, uint64_t i, feed_buf *scratch,
+                          const uint8_t **data, size_t *len, char *why, size_t why_cap);
+
+/*
  * A hint that these samples will be read soon, in this order: tar shards
  * pass their byte ranges to feed_blob_prefetch (posix_fadvise WILLNEED for
  * local files, read-ahead for remote objects); trees and packs ignore it.
