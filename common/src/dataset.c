@@ -166,6 +166,11 @@ void feed_dataset_sample_where(const feed_dataset *ds, uint64_t i, int may_read,
         ds->ops->where(ds, i, may_read, buf, cap);
 }
 
+const char *feed_dataset_sample_object(const feed_dataset *ds, uint64_t i)
+{
+    return ds->ops->object && i < ds->count ? ds->ops->object(ds, i) : NULL;
+}
+
 void feed_dataset_prefetch(const feed_dataset *ds, const uint64_t *indices, size_t n)
 {
     if (ds->ops->prefetch && n)

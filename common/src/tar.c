@@ -449,6 +449,13 @@ static void tar_where(const struct feed_dataset *ds, uint64_t i, int may_read, c
     snprintf(buf, cap, "%s, member at byte %llu", shard, at);
 }
 
+static const char *tar_object(const struct feed_dataset *ds, uint64_t i)
+{
+    const tar_ds *t = ds->impl;
+    const feed_blob *b = t->shards[t->v[i].shard];
+    return feed_blob_is_remote(b->name) ? b->name : NULL;
+}
+
 static void tar_prefetch(const struct feed_dataset *ds, const uint64_t *indices, size_t n)
 {
     const tar_ds *t = ds->impl;
@@ -491,6 +498,7 @@ const feed_dataset_ops feed_dataset_tar_ops = {
     .label = tar_label,
     .sample_path = NULL,
     .where = tar_where,
+    .object = tar_object,
     .read = tar_read,
     .prefetch = tar_prefetch,
     .close = tar_close,
