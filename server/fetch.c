@@ -40,16 +40,16 @@ struct feedd_fetch_job {
     feedd_job *job;
     feed_list_node link;     /* in f->fetching while fetching; guarded by f->mu */
     feed_list_node all_link; /* in f->all until released; guarded by f->mu */
-    bool fetching;       /* guarded by f->mu */
+    bool fetching;           /* guarded by f->mu */
     uint64_t deadline_ns;
     uint32_t left;    /* items not yet fetched or failed; guarded by f->mu */
     fetch_slot *slot; /* job->n; written under f->mu until ready, read-only after */
 };
 
 typedef struct fetch_item {
-    feed_list_node link;         /* in f->queue or f->flight; guarded by f->mu */
-    struct feedd_fetch_job *fj;  /* NULL once orphaned; guarded by f->mu */
-    const feed_dataset *ds;      /* outlives the stage */
+    feed_list_node link;        /* in f->queue or f->flight; guarded by f->mu */
+    struct feedd_fetch_job *fj; /* NULL once orphaned; guarded by f->mu */
+    const feed_dataset *ds;     /* outlives the stage */
     uint64_t index;
     uint32_t pos;
     const char *object; /* feed_dataset_sample_object */
@@ -358,8 +358,12 @@ int feedd_fetch_submit(feedd_fetch *f, feedd_job *job)
         it = calloc(1, sizeof *it);
         if (!it)
             goto out;
-        *it = (fetch_item){.fj = fj, .ds = job->ds, .index = job->indices[i], .pos = i,
-                           .object = object, .store_len = store_len(object)};
+        *it = (fetch_item){.fj = fj,
+                           .ds = job->ds,
+                           .index = job->indices[i],
+                           .pos = i,
+                           .object = object,
+                           .store_len = store_len(object)};
         feed_list_push_back(&items, &it->link);
         fj->slot[i].wanted = true;
         remote++;

@@ -238,8 +238,8 @@ static bool cache_serves(const feed_transform *t, uint32_t side)
 static void name_failed_sample(feedd_job *job, uint32_t pos, feed_sample_status st)
 {
     char where[FEEDD_SAMPLE_MSG_MAX / 2 + 1], why[FEEDD_SAMPLE_MSG_MAX + 1];
-    int may_read = st != FEED_SAMPLE_IO_ERROR &&
-                   !feed_dataset_sample_object(job->ds, job->indices[pos]);
+    int may_read =
+        st != FEED_SAMPLE_IO_ERROR && !feed_dataset_sample_object(job->ds, job->indices[pos]);
     feed_dataset_sample_where(job->ds, job->indices[pos], may_read, where, sizeof where);
     if (where[0]) {
         memcpy(why, job->errors[pos], sizeof why);
