@@ -48,9 +48,6 @@
  */
 #define EXIT_WATCHDOG_MS 2000
 
-/* How often the main thread looks for streams whose sends stalled (--send-stall-ms). */
-#define STALL_CHECK_MS 250
-
 /* Write "PORT\n" to path atomically (temp file + rename): readers never see half a number. */
 static int write_port_file(const char *path, int port)
 {
@@ -273,12 +270,9 @@ int main(int argc, char **argv)
     if (cfg.port_file[0] && write_port_file(cfg.port_file, port) < 0)
         goto out;
 
-    const struct timespec tick = {0, STALL_CHECK_MS * 1000000L};
     int sig = -1;
-    while (sig < 0) {
-        sig = sigtimedwait(&set, NULL, &tick);
-        feedd_service_check_stalls(svc);
-    }
+    while (sig < 0)
+        sig = sigwaitinfo(&set, NULL);
     FEED_LOGI("signal %d: draining (timeout %u ms)", sig, cfg.drain_timeout_ms);
     start_watchdog(cfg.drain_timeout_ms);
     exit_code = 0;
