@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "feed/dataset.h"
+#include "feed/fingerprint.h"
 
 /* Caps that do not depend on the caller's limits. */
 #define FEED_DATASET_MAX_CLASSES 1000000u /* more classes than any public dataset */
@@ -44,6 +45,13 @@ typedef struct feed_dataset_ops {
     /* i < count, checked by the caller; the contract of feed_dataset_read. */
     int (*read)(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch, const uint8_t **data,
                 size_t *len);
+    /*
+     * i < count, checked by the caller: the byte length of sample i's JPEG as
+     * the format knows it without reading the image (an index entry, a
+     * stat), or UINT64_MAX when it cannot be had. Called once per sample at
+     * open, for the fingerprint (feed/fingerprint.h).
+     */
+    uint64_t (*sample_length)(const struct feed_dataset *ds, uint64_t i);
     /* NULL: nothing to prefetch. The contract of feed_dataset_prefetch. */
     void (*prefetch)(const struct feed_dataset *ds, const uint64_t *indices, size_t n);
     /* Free impl (which may be half built). */
@@ -57,6 +65,7 @@ struct feed_dataset {
     uint64_t max_sample_bytes;
     const char **class_names; /* num_classes entries, into the format's own storage */
     void *impl;               /* the format's own state */
+    char fingerprint[FEED_FINGERPRINT_HEX_SIZE]; /* feed_dataset_fingerprint() */
 };
 
 extern const feed_dataset_ops feed_dataset_folder_ops; /* dataset_folder.c */
