@@ -207,9 +207,10 @@ int main(int argc, char **argv)
         }
         served[i].name = cfg.datasets[i].name;
         served[i].ds = ds[i];
-        FEED_LOGI("dataset %s: %s, %llu samples, %u classes (%s)", cfg.datasets[i].name,
-                  feed_dataset_format(ds[i]), (unsigned long long)feed_dataset_count(ds[i]),
-                  feed_dataset_num_classes(ds[i]), cfg.datasets[i].path);
+        FEED_LOGI("dataset %s: %s, %llu samples, %u classes, fingerprint %s (%s)",
+                  cfg.datasets[i].name, feed_dataset_format(ds[i]),
+                  (unsigned long long)feed_dataset_count(ds[i]), feed_dataset_num_classes(ds[i]),
+                  feed_dataset_fingerprint(ds[i]), cfg.datasets[i].path);
     }
     for (size_t i = 0; i < cfg.n_datasets; i++) {
         uint32_t side = cfg.datasets[i].cache_side;
