@@ -30,9 +30,20 @@ done
 podman build --pull=never -q -f ../docker/feedd.Dockerfile -t "localhost/feedd:$FEED_IMAGE_TAG" ..
 podman build --pull=never -q -f ../docker/bench.Dockerfile --build-arg BASE=debian:bookworm-slim \
   -t "localhost/feed-bench-cpu:$FEED_IMAGE_TAG" ..
-trap 'podman-compose -f compose.yaml down > /dev/null 2>&1 || true' EXIT
+# A project of this run's own: podman-compose 1.0.3 (Debian 12) ignores compose.yaml's `name:`
+# and names containers after the folder (deploy_feedd-1_1), the same in every checkout, so
+# two runs at once on one machine (CI and a developer, two worktrees) shared containers: one
+# run's `down` removed the other's just created feedd-1 ("no container with name or ID
+# deploy_feedd-1_1 found"), or its `create` failed on the name and it started the other's.
+# Its network goes too: podman-compose's down leaves networks, one per run here.
+project=feedd-test-$$
+cleanup() {
+  podman-compose -p "$project" -f compose.yaml down > /dev/null 2>&1 || true
+  podman network rm -f "${project}_feed" > /dev/null 2>&1 || true
+}
+trap cleanup EXIT
 # Naming bench-cpu starts it and the servers it depends on, not the GPU bench.
-podman-compose -f compose.yaml up --no-build --exit-code-from bench-cpu bench-cpu \
+podman-compose -p "$project" -f compose.yaml up --no-build --exit-code-from bench-cpu bench-cpu \
   > out/compose.log 2>&1 || { tail -n 40 out/compose.log; exit 1; }
 python3 - out/summary.json <<'PY'
 import json, sys
