@@ -105,14 +105,28 @@ def test_bilinear_geometric_ops_match_torchvision(name: str, magnitude: float) -
         assert psnr(ours, theirs) >= 40.0, f"{name}({magnitude}): {psnr(ours, theirs):.1f} dB"
 
 
+# torchvision computes an affine op's sample positions as a matrix product, through whichever
+# BLAS the machine selected as libblas.so.3. Rotate and Shear put some positions within float32
+# rounding of a tie between two source pixels, and the nearest one then depends on that BLAS's
+# summation order: with Debian's reference BLAS every pixel is ours; with OpenBLAS (what a fresh
+# `scripts/deps.sh test` selects) 0.3-1.4% of pixels took the other source pixel (measured on
+# the five real JPEGs, Rotate +-90 and Shear +-0.2, the only magnitudes that differed). Translate
+# positions are exact in float32 on any BLAS (integer shifts of the base grid).
+BLAS_TIES = {"Rotate", "ShearX", "ShearY"}
+MAX_TIE_PIXELS = 0.02  # the fraction of an image's pixels a BLAS may decide the other way
+
+
 def test_geometric_and_colour_ops_exact_on_real_jpegs() -> None:
-    """Measured: all but AutoContrast agree bit for bit; say so, so a regression shows."""
+    """Bit for bit but AutoContrast (its own test) and, for the ops whose positions torchvision
+    gets from BLAS, at most MAX_TIE_PIXELS of the pixels: a regression shows on any BLAS."""
     inexact = []
     for img in images():
         for name, m in op_cases():
-            if name != "AutoContrast" and not np.array_equal(feed_op(img, name, m),
-                                                             torchvision_op(img, name, m)):
-                inexact.append((name, m))
+            if name == "AutoContrast":
+                continue
+            differ = (feed_op(img, name, m) != torchvision_op(img, name, m)).any(axis=2).mean()
+            if differ > (MAX_TIE_PIXELS if name in BLAS_TIES else 0.0):
+                inexact.append((name, m, f"{100 * differ:.2f}% of pixels"))
     assert not inexact
 
 
