@@ -61,6 +61,24 @@ static const feed_dataset_ops *const formats[] = {
     &feed_dataset_pack_ops,
 };
 
+/* The fingerprint of an opened dataset (feed/fingerprint.h), into ds->fingerprint. */
+static int take_fingerprint(struct feed_dataset *ds, const char *path, char *err, size_t err_cap)
+{
+    feed_fingerprint_writer w;
+    int rc = feed_fingerprint_begin(&w, ds->count, ds->num_classes);
+    for (uint32_t c = 0; !rc && c < ds->num_classes; c++)
+        feed_fingerprint_add_class(&w, ds->class_names[c]);
+    for (uint64_t i = 0; !rc && i < ds->count; i++)
+        feed_fingerprint_add_sample(&w, ds->ops->label(ds, i), ds->ops->sample_length(ds, i));
+    int fin = feed_fingerprint_finish(&w, ds->fingerprint);
+    if (!rc)
+        rc = fin;
+    if (rc)
+        feed_set_err(err, err_cap, "%s: cannot compute the dataset fingerprint (%s)", path,
+                     feed_err_name(rc));
+    return rc;
+}
+
 void feed_dataset_close(feed_dataset *ds)
 {
     if (!ds)
@@ -118,6 +136,8 @@ int feed_dataset_open(const char *path, const feed_dataset_limits *lim, feed_dat
     ds->ops = ops;
     ds->max_sample_bytes = lim->max_sample_bytes;
     rc = ops->open(ds, path, lim, err, err_cap);
+    if (!rc)
+        rc = take_fingerprint(ds, path, err, err_cap);
 out:
     if (rc) {
         feed_dataset_close(ds);
@@ -140,6 +160,11 @@ uint32_t feed_dataset_num_classes(const feed_dataset *ds)
 const char *feed_dataset_class_name(const feed_dataset *ds, uint32_t label)
 {
     return label < ds->num_classes ? ds->class_names[label] : NULL;
+}
+
+const char *feed_dataset_fingerprint(const feed_dataset *ds)
+{
+    return ds->fingerprint;
 }
 
 const char *feed_dataset_format(const feed_dataset *ds)

@@ -465,6 +465,19 @@ static void folder_where(const struct feed_dataset *ds, uint64_t i, int may_read
     snprintf(buf, cap, "%s", at);
 }
 
+/*
+ * One stat per sample at open, for the fingerprint: the listing has names but
+ * no sizes. The size, not the mtime, goes in: two correct copies of a tree
+ * differ in mtime unless copied with -p.
+ */
+static uint64_t folder_sample_length(const struct feed_dataset *ds, uint64_t i)
+{
+    struct stat st;
+    if (stat(folder_sample_path(ds, i), &st) != 0 || !S_ISREG(st.st_mode))
+        return UINT64_MAX;
+    return (uint64_t)st.st_size;
+}
+
 static int folder_read(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch,
                        const uint8_t **data, size_t *len)
 {
@@ -503,6 +516,7 @@ const feed_dataset_ops feed_dataset_folder_ops = {
     .where = folder_where,
     .read = folder_read,
     .stamp = folder_stamp,
+    .sample_length = folder_sample_length,
     .prefetch = NULL,
     .close = folder_close,
 };

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "feed/dataset.h"
+#include "feed/fingerprint.h"
 
 /* Caps that do not depend on the caller's limits. */
 /* More classes than any public dataset (Google Landmarks v2: 203,094), and Describe lists every
@@ -51,6 +52,12 @@ typedef struct feed_dataset_ops {
      * same. Else the contract of feed_dataset_sample_stamp; i < count.
      */
     uint64_t (*stamp)(const struct feed_dataset *ds, uint64_t i);
+     * i < count, checked by the caller: the byte length of sample i's JPEG as
+     * the format knows it without reading the image (an index entry, a
+     * stat), or UINT64_MAX when it cannot be had. Called once per sample at
+     * open, for the fingerprint (feed/fingerprint.h).
+     */
+    uint64_t (*sample_length)(const struct feed_dataset *ds, uint64_t i);
     /* NULL: nothing to prefetch. The contract of feed_dataset_prefetch. */
     void (*prefetch)(const struct feed_dataset *ds, const uint64_t *indices, size_t n);
     /* Free impl (which may be half built). */
@@ -66,6 +73,7 @@ struct feed_dataset {
     int unstamped;            /* 1: stamp cannot tell (feed_dataset_stamped) */
     uint32_t bad_shards;      /* feed_dataset_bad_shards */
     void *impl;               /* the format's own state */
+    char fingerprint[FEED_FINGERPRINT_HEX_SIZE]; /* feed_dataset_fingerprint() */
 };
 
 extern const feed_dataset_ops feed_dataset_folder_ops; /* dataset_folder.c */

@@ -314,6 +314,14 @@ static uint32_t pack_label(const struct feed_dataset *ds, uint64_t i)
     return label;
 }
 
+static uint64_t pack_sample_length(const struct feed_dataset *ds, uint64_t i)
+{
+    uint64_t off;
+    uint32_t len, label;
+    pack_entry(ds->impl, i, &off, &len, &label);
+    return len;
+}
+
 static int pack_read(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch,
                      const uint8_t **data, size_t *len)
 {
@@ -338,6 +346,7 @@ const feed_dataset_ops feed_dataset_pack_ops = {
     .where = NULL,
     .read = pack_read,
     .stamp = NULL,
+    .sample_length = pack_sample_length,
     .prefetch = NULL,
     .close = pack_close,
 };

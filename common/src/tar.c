@@ -455,6 +455,14 @@ static uint32_t tar_label(const struct feed_dataset *ds, uint64_t i)
     return t->v[i].label;
 }
 
+/* The image member's length from the index: shard names and offsets stay out of the
+ * fingerprint, so the same samples cut into other shards, or fetched from elsewhere, match. */
+static uint64_t tar_sample_length(const struct feed_dataset *ds, uint64_t i)
+{
+    const tar_ds *t = ds->impl;
+    return t->v[i].length;
+}
+
 static int tar_read(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch,
                     const uint8_t **data, size_t *len)
 {
@@ -573,6 +581,7 @@ const feed_dataset_ops feed_dataset_tar_ops = {
     .where = tar_where,
     .read = tar_read,
     .stamp = tar_stamp,
+    .sample_length = tar_sample_length,
     .prefetch = tar_prefetch,
     .close = tar_close,
 };

@@ -69,6 +69,13 @@ uint32_t feed_dataset_num_classes(const feed_dataset *ds);
 const char *feed_dataset_class_name(const feed_dataset *ds, uint32_t label);
 /* "imagefolder", "pack" or "tar". */
 const char *feed_dataset_format(const feed_dataset *ds);
+/*
+ * The dataset's fingerprint (feed/fingerprint.h: count, class names, each
+ * sample's label and JPEG byte length, in order), 64 lowercase hex digits,
+ * computed once at open without reading an image: a tree stats each file
+ * there, a pack and tar shards read it off their index.
+ */
+const char *feed_dataset_fingerprint(const feed_dataset *ds);
 /* Label of sample i (i < count). */
 uint32_t feed_dataset_label(const feed_dataset *ds, uint64_t i);
 /* Source path of sample i (ImageFolder) or NULL (pack, tar shards). */

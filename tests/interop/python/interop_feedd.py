@@ -7,9 +7,11 @@ derived here from the directory listing and the CRC32C is computed here.
 usage: interop_feedd.py FEEDD GEN_DATASET PROTO_DIR
 Exits 0 on success, 1 with a message on failure.
 """
+import hashlib
 import os
 import queue
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -54,6 +56,28 @@ def expected_labels(root):
                 continue
             labels.append(label)
     return [c.decode() for c in classes], labels
+
+
+def expected_fingerprint(root):
+    """DatasetInfo.fingerprint by its documented definition (common/include/feed/fingerprint.h):
+    SHA-256 of the tag, the count, the class names, and each sample's label and byte length."""
+    broot = os.fsencode(root)
+    classes = sorted(n for n in os.listdir(broot)
+                     if not n.startswith(b".") and os.path.isdir(os.path.join(broot, n)))
+    samples = []
+    for label, c in enumerate(classes):
+        for f in sorted(os.listdir(os.path.join(broot, c))):
+            low = f.lower()
+            if f.startswith(b".") or not (low.endswith(b".jpg") or low.endswith(b".jpeg")):
+                continue
+            samples.append((label, os.path.getsize(os.path.join(broot, c, f))))
+    h = hashlib.sha256(b"feedd-dataset-fingerprint-v1\0")
+    h.update(struct.pack("<QI", len(samples), len(classes)))
+    for c in classes:
+        h.update(struct.pack("<I", len(c)) + c)
+    for label, size in samples:
+        h.update(struct.pack("<IQ", label, size))
+    return h.hexdigest()
 
 
 def check(cond, what):
@@ -203,6 +227,9 @@ def main():
         check(info.datasets[0].num_samples == len(labels), "num_samples")
         check(list(info.datasets[0].class_names) == class_names, "class_names")
         check(info.datasets[0].cache_side == 64, "cache_side")
+        check(info.datasets[0].fingerprint == expected_fingerprint(ds),
+              "fingerprint %r, expected %r" % (info.datasets[0].fingerprint,
+                                               expected_fingerprint(ds)))
         check(info.server_threads == 2, "server_threads")
         try:
             describe(feed_pb2.DescribeRequest(dataset="nope"), timeout=30)
