@@ -1,7 +1,8 @@
 /*
  * Unit tests for the ImageFolder side of feed/dataset.h: ordering and labels,
  * what is ignored, symlinks, caps, read errors and limits, concurrent reads,
- * and (when FEED_SAMPLE_DIR is present) the real ImageNet sample. Each test
+ * the dataset fingerprint (its inputs, and the same samples as a tree, a pack
+ * and tar shards), and (when FEED_SAMPLE_DIR is present) the real ImageNet sample. Each test
  * builds its own tree in a fresh temp dir and removes it.
  */
 #include <errno.h>
@@ -22,6 +23,9 @@
 #include "feed/buf.h"
 #include "feed/dataset.h"
 #include "feed/errors.h"
+#include "feed/fingerprint.h"
+#include "feed/pack.h"
+#include "feed/tar.h"
 #include "feedtest.h"
 #include "feed/log.h"
 #include "feedtest_skip.h"
@@ -100,6 +104,143 @@ static void make_mixed_tree(void)
     mkdir_in("empty");
     write_in("README.jpg", "top-level file, not a class");
     symlink_in("alpha", "link_alpha");
+}
+
+/* A fingerprint of the given classes and samples (labels[i], lengths[i]). */
+static void fingerprint_of(const char *const *classes, uint32_t nc, const uint32_t *labels,
+                           const uint64_t *lengths, uint64_t n, char *hex)
+{
+    feed_fingerprint_writer w;
+    assert_int_equal(feed_fingerprint_begin(&w, n, nc), 0);
+    for (uint32_t c = 0; c < nc; c++)
+        feed_fingerprint_add_class(&w, classes[c]);
+    for (uint64_t i = 0; i < n; i++)
+        feed_fingerprint_add_sample(&w, labels[i], lengths[i]);
+    assert_int_equal(feed_fingerprint_finish(&w, hex), 0);
+    assert_int_equal(strlen(hex), 64);
+}
+
+/* Each input of the digest changes it: order, a label, a length, a class name (and where one
+ * name ends), the count; the same inputs give the same digest. */
+static void test_fingerprint_inputs(void **state)
+{
+    (void)state;
+    const char *ab[] = {"a", "b"}, *ab2[] = {"a", "c"}, *split1[] = {"ab", "c"},
+               *split2[] = {"a", "bc"};
+    const uint32_t lab[] = {0, 1, 1}, lab_swapped[] = {1, 0, 1}, lab_changed[] = {0, 0, 1};
+    const uint64_t len[] = {10, 20, 30}, len_swapped[] = {20, 10, 30}, len_changed[] = {10, 21, 30};
+    char base[FEED_FINGERPRINT_HEX_SIZE], again[FEED_FINGERPRINT_HEX_SIZE],
+        other[FEED_FINGERPRINT_HEX_SIZE];
+    fingerprint_of(ab, 2, lab, len, 3, base);
+    fingerprint_of(ab, 2, lab, len, 3, again);
+    assert_string_equal(base, again);
+    fingerprint_of(ab, 2, lab_swapped, len_swapped, 3, other); /* samples 0 and 1 swapped */
+    assert_string_not_equal(base, other);
+    fingerprint_of(ab, 2, lab_changed, len, 3, other);
+    assert_string_not_equal(base, other);
+    fingerprint_of(ab, 2, lab, len_changed, 3, other);
+    assert_string_not_equal(base, other);
+    fingerprint_of(ab2, 2, lab, len, 3, other);
+    assert_string_not_equal(base, other);
+    fingerprint_of(ab, 2, lab, len, 2, other);
+    assert_string_not_equal(base, other);
+    fingerprint_of(split1, 2, lab, len, 3, again);
+    fingerprint_of(split2, 2, lab, len, 3, other);
+    assert_string_not_equal(again, other);
+}
+
+/* The fingerprint of the dataset at loc (a tree, a pack or tar shards) into hex. */
+static void fingerprint_at(const char *loc, char *hex)
+{
+    feed_dataset *ds = NULL;
+    char err[512];
+    int rc = feed_dataset_open(loc, NULL, &ds, err, sizeof(err));
+    if (rc)
+        fail_msg("open %s: %s (%s)", loc, err, feed_err_name(rc));
+    snprintf(hex, FEED_FINGERPRINT_HEX_SIZE, "%s", feed_dataset_fingerprint(ds));
+    feed_dataset_close(ds);
+}
+
+/* The tree's samples written again as a pack and as two tar shards (cut after sample `cut`). */
+static void write_pack_and_shards(const char *tree, const char *pack, const char *shard0,
+                                  const char *shard1, uint64_t cut)
+{
+    feed_dataset *ds = NULL;
+    char err[512];
+    assert_int_equal(feed_dataset_open(tree, NULL, &ds, err, sizeof(err)), 0);
+    uint32_t nc = feed_dataset_num_classes(ds);
+    const char *names[8];
+    assert_true(nc <= 8);
+    for (uint32_t c = 0; c < nc; c++)
+        names[c] = feed_dataset_class_name(ds, c);
+    feed_pack_writer *pw = NULL;
+    feed_tar_writer *tw = NULL;
+    feed_buf scratch;
+    feed_buf_init(&scratch, 1u << 20);
+    assert_int_equal(feed_pack_writer_open(pack, feed_dataset_count(ds), nc, names, &pw, err,
+                                           sizeof(err)),
+                     0);
+    for (uint64_t i = 0; i < feed_dataset_count(ds); i++) {
+        if (i == 0 || i == cut) {
+            if (tw)
+                assert_int_equal(feed_tar_writer_finish(tw, err, sizeof(err)), 0);
+            assert_int_equal(
+                feed_tar_writer_open(i ? shard1 : shard0, nc, names, &tw, err, sizeof(err)), 0);
+        }
+        const uint8_t *data;
+        size_t n;
+        char key[32];
+        assert_int_equal(feed_dataset_read(ds, i, &scratch, &data, &n), 0);
+        assert_int_equal(feed_pack_writer_add(pw, feed_dataset_label(ds, i), data, n), 0);
+        snprintf(key, sizeof(key), "s%06llu", (unsigned long long)i);
+        assert_int_equal(feed_tar_writer_add(tw, key, feed_dataset_label(ds, i), data, n), 0);
+    }
+    assert_int_equal(feed_tar_writer_finish(tw, err, sizeof(err)), 0);
+    assert_int_equal(feed_pack_writer_finish(pw, err, sizeof(err)), 0);
+    feed_buf_free(&scratch);
+    feed_dataset_close(ds);
+}
+
+/* A tree's fingerprint is that of its classes, labels and file sizes: the same samples as a
+ * pack or as tar shards (other names, other layout) give the same one; a touched file (mtime
+ * only) changes nothing; one image of another length changes it. */
+static void test_fingerprint_of_samples(void **state)
+{
+    (void)state;
+    char tree[600], pack[600], shard0[600], shard1[600], shards[700];
+    snprintf(tree, sizeof tree, "%s/tree", g_root);
+    snprintf(pack, sizeof pack, "%s/data.pack", g_root);
+    snprintf(shard0, sizeof shard0, "%s/shard-000000.tar", g_root);
+    snprintf(shard1, sizeof shard1, "%s/shard-000001.tar", g_root);
+    snprintf(shards, sizeof shards, "%s/shard-{000000..000001}.tar", g_root);
+    mkdir_in("tree");
+    mkdir_in("tree/cat");
+    mkdir_in("tree/dog");
+    write_in("tree/cat/1.jpg", "one");
+    write_in("tree/cat/2.jpg", "two two");
+    write_in("tree/dog/3.jpg", "three three three");
+    const char *classes[] = {"cat", "dog"};
+    const uint32_t labels[] = {0, 0, 1};
+    const uint64_t lengths[] = {3, 7, 17};
+    char want[FEED_FINGERPRINT_HEX_SIZE], got[FEED_FINGERPRINT_HEX_SIZE];
+    fingerprint_of(classes, 2, labels, lengths, 3, want);
+    fingerprint_at(tree, got);
+    assert_string_equal(got, want);
+
+    write_pack_and_shards(tree, pack, shard0, shard1, 2);
+    fingerprint_at(pack, got);
+    assert_string_equal(got, want);
+    fingerprint_at(shards, got);
+    assert_string_equal(got, want);
+
+    char p[700];
+    snprintf(p, sizeof p, "%s/cat/2.jpg", tree);
+    assert_int_equal(utimensat(AT_FDCWD, p, (const struct timespec[2]){{1, 0}, {1, 0}}, 0), 0);
+    fingerprint_at(tree, got);
+    assert_string_equal(got, want);
+    write_in("tree/cat/2.jpg", "two two two");
+    fingerprint_at(tree, got);
+    assert_string_not_equal(got, want);
 }
 
 static void test_order_and_labels(void **state)
@@ -513,6 +654,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_class_name_not_utf8, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_concurrent_reads, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_skipped_entries_logged, setup_tmp, teardown_tmp),
+        cmocka_unit_test(test_fingerprint_inputs),
+        cmocka_unit_test_setup_teardown(test_fingerprint_of_samples, setup_tmp, teardown_tmp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
