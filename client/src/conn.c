@@ -379,6 +379,32 @@ static void note_answer(server *s, grpc_status_code st, const char *details)
     snprintf(s->last_error, sizeof s->last_error, "%s", details ? details : "");
 }
 
+/* Whether s serves the data the loader's other servers serve (policy_check_fingerprint); the
+ * first server used that states a fingerprint sets it. A refusal is warned of and counted once
+ * per change, not at every retry. mu held. */
+static bool check_fingerprint(loader *l, server *s, const char *got)
+{
+    char why[600];
+    snprintf(s->fingerprint, sizeof s->fingerprint, "%s", got);
+    bool use = policy_check_fingerprint(l->dataset, l->stats.dataset_fingerprint,
+                                        l->fingerprint_from, s->target, got, why, sizeof why);
+    if (!use) {
+        if (!s->fingerprint_differs) {
+            l->stats.fingerprint_refused++;
+            client_log(l, FEED_LOG_WARN, "server %s: %s", s->target, why);
+        }
+        s->fingerprint_differs = true;
+        server_failed(l, s, "dataset fingerprint differs");
+    } else {
+        s->fingerprint_differs = false;
+        if (got[0] && !l->stats.dataset_fingerprint[0]) {
+            snprintf(l->stats.dataset_fingerprint, sizeof l->stats.dataset_fingerprint, "%s", got);
+            snprintf(l->fingerprint_from, sizeof l->fingerprint_from, "%s", s->target);
+        }
+    }
+    return use;
+}
+
 static void on_describe(loader *l, call_ctx *c, bool ok)
 {
     server *s = c->srv;
@@ -463,6 +489,8 @@ static void on_describe(loader *l, call_ctx *c, bool ok)
     case POLICY_USE:
         break;
     }
+    if (!check_fingerprint(l, s, info->fingerprint ? info->fingerprint : ""))
+        goto out;
     if (!l->num_samples) {
         l->num_samples = info->num_samples;
         l->num_classes = (uint32_t)info->n_class_names;

@@ -497,6 +497,8 @@ int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server_stats *out,
         st.last_status = s->last_status;
         snprintf(st.last_error, sizeof(st.last_error), "%s", s->last_error);
         st.refused = s->refused;
+        snprintf(st.fingerprint, sizeof(st.fingerprint), "%s", s->fingerprint);
+        st.fingerprint_differs = s->fingerprint_differs;
         memcpy(out, &st, out_size);
         rc = 0;
         break;

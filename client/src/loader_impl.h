@@ -237,6 +237,8 @@ struct server {
     bool refused;
     int32_t last_status;   /* [mu] its last failed answer's gRPC status, 0 after a Describe */
     char last_error[200];  /* [mu] and the server's text with it */
+    char fingerprint[65];  /* [mu] its last Describe's dataset fingerprint, "" if none */
+    bool fingerprint_differs; /* [mu] refused for it (policy_check_fingerprint) */
     server_state state;    /* [mu] */
     grpc_channel *channel; /* [mu] */
     call_ctx *describe;    /* [mu] */
@@ -310,6 +312,8 @@ struct feed_loader {
     /* Dataset, learned from Describe. */
     uint64_t num_samples;   /* [mu] 0 until known */
     uint32_t num_classes;   /* [mu] */
+    /* [mu] the server that set stats.dataset_fingerprint, for the refusal's message */
+    char fingerprint_from[CLIENT_TARGET_MAX + 1];
     bool notfound_seen;     /* [mu] */
     uint32_t describe_done; /* [mu] Describe calls finished, any outcome */
 

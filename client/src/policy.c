@@ -1,6 +1,6 @@
 /*
- * The loader's policy (policy.h): which servers it uses and what it does
- * with failed samples. Called by conn.c (Describe replies) and sched.c
+ * The loader's policy (policy.h): which servers it uses (their limits, the
+ * dataset's size and fingerprint) and what it does with failed samples. Called by conn.c (Describe replies) and sched.c
  * (landing a batch); decides, does no I/O.
  */
 #include "policy.h"
@@ -38,6 +38,37 @@ policy_verdict policy_check_server(const feed_loader_config *cfg, uint64_t known
     if (info->max_window && info->max_window < *window)
         *window = info->max_window;
     return v;
+}
+
+static bool fingerprint_form(const char *fp)
+{
+    size_t n = 0;
+    for (; fp[n] && n <= POLICY_FINGERPRINT_LEN; n++)
+        if (!((fp[n] >= '0' && fp[n] <= '9') || (fp[n] >= 'a' && fp[n] <= 'f')))
+            return false;
+    return n == POLICY_FINGERPRINT_LEN;
+}
+
+bool policy_check_fingerprint(const char *dataset, const char *known, const char *known_from,
+                              const char *target, const char *got, char *why, size_t why_cap)
+{
+    bool use = true;
+    if (why_cap)
+        why[0] = '\0';
+    if (got[0] && !fingerprint_form(got)) {
+        use = false;
+        snprintf(why, why_cap,
+                 "dataset %s fingerprint '%.80s' is not 64 lowercase hex digits; not using "
+                 "server %s",
+                 dataset, got, target);
+    } else if (got[0] && known[0] && strcmp(got, known) != 0) {
+        use = false;
+        snprintf(why, why_cap,
+                 "dataset %s fingerprint %s differs from %s, which server %s serves; not using "
+                 "server %s: its samples are other data under the same name and count",
+                 dataset, got, known, known_from, target);
+    }
+    return use;
 }
 
 int policy_bad_samples(feed_bad_sample_policy policy, uint32_t n, const uint8_t *status,

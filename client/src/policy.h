@@ -14,6 +14,9 @@
 
 #include "feed/client.h"
 
+/* Hex digits in a dataset fingerprint (SHA-256). */
+#define POLICY_FINGERPRINT_LEN 64u
+
 /* What one server's Describe said about the loader's dataset. */
 typedef struct policy_server_info {
     bool served; /* the dataset is among those it serves */
@@ -35,6 +38,17 @@ typedef enum policy_verdict {
 policy_verdict policy_check_server(const feed_loader_config *cfg, uint64_t known_samples,
                                    const policy_server_info *info, uint32_t *window, char *why,
                                    size_t why_cap);
+
+/*
+ * Whether a server's dataset fingerprint (DatasetInfo.fingerprint: 64
+ * lowercase hex digits, or "" from a server older than 0.6) lets the loader
+ * use it. known: the fingerprint the loader took from known_from, the first
+ * server it used that stated one ("" if none yet). A server that states none
+ * is accepted unchecked; a malformed one, or one other than known, is
+ * refused, with why naming both fingerprints and both servers.
+ */
+bool policy_check_fingerprint(const char *dataset, const char *known, const char *known_from,
+                              const char *target, const char *got, char *why, size_t why_cap);
 
 /*
  * The bad-sample policy over a batch of n samples with the server's statuses.

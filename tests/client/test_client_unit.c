@@ -545,9 +545,38 @@ static void test_server_policy(void **state)
     assert_int_equal(policy_check_server(&c, 0, &few_bytes, &window, why, sizeof why), POLICY_USE);
 }
 
+/* A server's dataset fingerprint against the one the loader took from its first server. */
+static void test_fingerprint_policy(void **state)
+{
+    (void)state;
+    char why[600];
+    const char *a = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    const char *b = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+    /* Nothing known yet, or the same: used. */
+    assert_true(policy_check_fingerprint("d", "", "", "s1:1", a, why, sizeof why));
+    assert_true(policy_check_fingerprint("d", a, "s1:1", "s2:2", a, why, sizeof why));
+    /* A server older than 0.6 states none: used unchecked. */
+    assert_true(policy_check_fingerprint("d", a, "s1:1", "old:3", "", why, sizeof why));
+    /* Another: refused, the message naming both fingerprints and both servers. */
+    assert_false(policy_check_fingerprint("d", a, "s1:1", "s2:2", b, why, sizeof why));
+    assert_non_null(strstr(why, a));
+    assert_non_null(strstr(why, b));
+    assert_non_null(strstr(why, "s1:1"));
+    assert_non_null(strstr(why, "s2:2"));
+    /* Malformed (upper case, short, long): refused even as the first. */
+    assert_false(policy_check_fingerprint(
+        "d", "", "", "s2:2", "00112233445566778899AABBCCDDEEFF00112233445566778899aabbccddeeff",
+        why, sizeof why));
+    assert_false(policy_check_fingerprint("d", "", "", "s2:2", "0011", why, sizeof why));
+    char longer[80];
+    snprintf(longer, sizeof longer, "%s00", a);
+    assert_false(policy_check_fingerprint("d", a, "s1:1", "s2:2", longer, why, sizeof why));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fingerprint_policy),
         cmocka_unit_test(test_plan_single_rank),  cmocka_unit_test(test_plan_determinism),
         cmocka_unit_test(test_plan_ranks),        cmocka_unit_test(test_plan_invalid),
         cmocka_unit_test(test_f16_bf16_rounding), cmocka_unit_test(test_normalize_host_all),

@@ -96,6 +96,8 @@ int main(void)
     FIELD(feed_loader_stats, servers_known);
     FIELD(feed_loader_stats, servers_up);
     FIELD(feed_loader_stats, hedged);
+    FIELD(feed_loader_stats, dataset_fingerprint);
+    FIELD(feed_loader_stats, fingerprint_refused);
 
     SIZE(feed_server_stats);
     FIELD(feed_server_stats, target);
@@ -105,6 +107,8 @@ int main(void)
     FIELD(feed_server_stats, last_status);
     FIELD(feed_server_stats, last_error);
     FIELD(feed_server_stats, refused);
+    FIELD(feed_server_stats, fingerprint);
+    FIELD(feed_server_stats, fingerprint_differs);
 
     printf("FEED_SAMPLE_STATUS_COUNT %d\n", (int)FEED_SAMPLE_STATUS_COUNT);
     printf("FEED_DEVICE_HOST %d\n", FEED_DEVICE_HOST);

@@ -216,6 +216,14 @@ typedef struct feed_loader_stats {
     /* Batches also asked of a second server while a straggler still owed them (long past
      * what the other servers take); the later reply is dropped. */
     uint64_t hedged;
+    /* Since 0.6. The dataset fingerprint the loader holds the servers to (proto/feed.proto
+     * DatasetInfo.fingerprint, 64 hex digits): taken from the first server it used that stated
+     * one; "" while none has. */
+    char dataset_fingerprint[65];
+    /* Servers refused because their fingerprint differed (or was malformed): other data under
+     * the same name and count. Counted once each time a server goes from used or unchecked to
+     * refused, not at every retry; their batches are never used. */
+    uint64_t fingerprint_refused;
 } feed_loader_stats;
 
 typedef struct feed_server_stats {
@@ -230,6 +238,11 @@ typedef struct feed_server_stats {
     int32_t last_status;
     char last_error[200];
     bool refused;
+    /* Since 0.6: the fingerprint its last Describe stated ("" before it answered, or from a
+     * server older than 0.6, which is used unchecked), and whether the loader refused it for
+     * differing from stats.dataset_fingerprint. */
+    char fingerprint[65];
+    bool fingerprint_differs;
 } feed_server_stats;
 
 /* Fills cfg with defaults: train transform 224, batch 256, ordered, window 4,

@@ -158,6 +158,8 @@ class LoaderStats(Structure):
         ("servers_known", c_uint32),
         ("servers_up", c_uint32),
         ("hedged", c_uint64),
+        ("dataset_fingerprint", c_char * 65),
+        ("fingerprint_refused", c_uint64),
     ]
 
 
@@ -170,6 +172,8 @@ class ServerStats(Structure):
         ("last_status", c_int32),
         ("last_error", c_char * 200),
         ("refused", c_bool),
+        ("fingerprint", c_char * 65),
+        ("fingerprint_differs", c_bool),
     ]
 
 

@@ -586,6 +586,7 @@ class Loader:
             _lib.sample_status_name(i): st.sample_errors[i]
             for i in range(1, _lib.SAMPLE_STATUS_COUNT)
         }
+        out["dataset_fingerprint"] = st.dataset_fingerprint.decode(errors="replace")
         servers = []
         for i in range(st.servers_known):
             ss = _lib.ServerStats()
@@ -595,7 +596,9 @@ class Loader:
                                 "batches": ss.batches, "outstanding": ss.outstanding,
                                 "last_status": ss.last_status,
                                 "last_error": ss.last_error.decode(errors="replace"),
-                                "refused": ss.refused})
+                                "refused": ss.refused,
+                                "fingerprint": ss.fingerprint.decode(errors="replace"),
+                                "fingerprint_differs": ss.fingerprint_differs})
         out["servers"] = servers
         with self._copies.mu:
             out["copied_batches"] = self._copies.batches
