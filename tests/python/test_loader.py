@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import logging
 import math
+import re
 import threading
 
 import pytest
@@ -193,6 +194,10 @@ def test_stats(server):
     # Received includes what was prefetched of the next epoch.
     assert st["bytes_received"] >= N * 32 * 32 * 3 and st["bytes_received"] % (32 * 32 * 3) == 0
     assert st["servers_up"] == 1 and st["servers"][0]["target"] == server.target
+    # The dataset's fingerprint as the server described it, and no server refused for it.
+    assert re.fullmatch(r"[0-9a-f]{64}", st["dataset_fingerprint"])
+    assert st["servers"][0]["fingerprint"] == st["dataset_fingerprint"]
+    assert st["servers"][0]["fingerprint_differs"] is False and st["fingerprint_refused"] == 0
     assert set(st["sample_errors"]) >= {"corrupt", "truncated", "not_jpeg", "empty"}
 
 
