@@ -41,7 +41,7 @@ policy_verdict policy_check_server(const feed_loader_config *cfg, uint64_t known
 
 /*
  * Whether a server's dataset fingerprint (DatasetInfo.fingerprint: 64
- * lowercase hex digits, or "" from a server older than 0.6) lets the loader
+ * lowercase hex digits, or "" from a feedd older than the field) lets the loader
  * use it. known: the fingerprint the loader took from known_from, the first
  * server it used that stated one ("" if none yet). A server that states none
  * is accepted unchecked; a malformed one, or one other than known, is

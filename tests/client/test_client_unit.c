@@ -555,7 +555,7 @@ static void test_fingerprint_policy(void **state)
     /* Nothing known yet, or the same: used. */
     assert_true(policy_check_fingerprint("d", "", "", "s1:1", a, why, sizeof why));
     assert_true(policy_check_fingerprint("d", a, "s1:1", "s2:2", a, why, sizeof why));
-    /* A server older than 0.6 states none: used unchecked. */
+    /* An older feedd states none: used unchecked. */
     assert_true(policy_check_fingerprint("d", a, "s1:1", "old:3", "", why, sizeof why));
     /* Another: refused, the message naming both fingerprints and both servers. */
     assert_false(policy_check_fingerprint("d", a, "s1:1", "s2:2", b, why, sizeof why));

@@ -216,7 +216,7 @@ typedef struct feed_loader_stats {
     /* Batches also asked of a second server while a straggler still owed them (long past
      * what the other servers take); the later reply is dropped. */
     uint64_t hedged;
-    /* Since 0.6. The dataset fingerprint the loader holds the servers to (proto/feed.proto
+    /* The dataset fingerprint the loader holds the servers to (proto/feed.proto
      * DatasetInfo.fingerprint, 64 hex digits): taken from the first server it used that stated
      * one; "" while none has. */
     char dataset_fingerprint[65];
@@ -238,8 +238,8 @@ typedef struct feed_server_stats {
     int32_t last_status;
     char last_error[200];
     bool refused;
-    /* Since 0.6: the fingerprint its last Describe stated ("" before it answered, or from a
-     * server older than 0.6, which is used unchecked), and whether the loader refused it for
+    /* The fingerprint its last Describe stated ("" before it answered, or from a feedd older
+     * than DatasetInfo.fingerprint, which is used unchecked), and whether the loader refused it for
      * differing from stats.dataset_fingerprint. */
     char fingerprint[65];
     bool fingerprint_differs;
