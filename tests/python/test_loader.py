@@ -12,13 +12,15 @@ import gc
 import logging
 import math
 import re
+import signal
 import threading
+import time
 
 import pytest
 import torch
 
 import feedclient
-from conftest import CLASSES, PER_CLASS
+from conftest import CLASSES, PER_CLASS, Server, class_dirs, copy_tree
 
 N = CLASSES * PER_CLASS
 
@@ -325,3 +327,37 @@ def test_owner_routing_bad_value_named(bad):
     (it was a TypeError about hashing from the table lookup)."""
     with pytest.raises(ValueError, match="owner_routing"):
         feedclient.Loader(["127.0.0.1:1"], "small", owner_routing=bad)
+
+
+def test_other_dataset_version_refused(data_dir, tmp_path, spawn):
+    """A server serving another version of `small` (one image of another length, same name,
+    count and classes) is refused by its fingerprint; when only it is left, the exception
+    names it and says why."""
+    other = copy_tree(data_dir / "small", tmp_path / "small-v2")
+    changed = sorted(class_dirs(other)[1].iterdir())[0]
+    changed.write_bytes(changed.read_bytes() + b"\0" * 16)  # still decodes; another length
+    a = spawn()
+    b = Server(["--dataset", f"small={other}", "--threads", "1"], tmp_path / "feedd-b")
+    try:
+        b.signal(signal.SIGSTOP)  # A answers first and sets the fingerprint
+        loader = feedclient.Loader([a.target, b.target], "small", batch_size=8, device="cpu",
+                                   unavailable_timeout=2.0)
+        b.signal(signal.SIGCONT)
+        for _ in range(3000):  # a hang guard: until B has answered Describe
+            st = loader.stats()
+            sb = next(s for s in st["servers"] if s["target"] == b.target)
+            if sb["fingerprint"]:
+                break
+            time.sleep(0.02)
+        assert sb["fingerprint_differs"] and sb["fingerprint"] != st["dataset_fingerprint"]
+        assert st["fingerprint_refused"] == 1
+        a.stop()
+        with pytest.raises(feedclient.UnavailableError) as e:
+            for _ in loader:
+                pass
+        assert b.target in e.value.servers
+        assert "fingerprint" in e.value.servers[b.target].reason
+        assert st["dataset_fingerprint"] in str(e.value) and sb["fingerprint"] in str(e.value)
+        loader.close()
+    finally:
+        b.stop()
