@@ -1,7 +1,8 @@
 /*
  * The loader's policy (policy.h): which servers it uses (their limits, the
- * dataset's size and fingerprint) and what it does with failed samples. Called by conn.c (Describe replies) and sched.c
- * (landing a batch); decides, does no I/O.
+ * dataset's size and fingerprint) and what it does with failed samples.
+ * Called by conn.c (Describe replies) and sched.c (landing a batch); decides,
+ * does no I/O.
  */
 #include "policy.h"
 

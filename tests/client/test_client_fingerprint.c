@@ -320,8 +320,7 @@ static int group_setup(void **state)
         return -1;
     if (fingerprint_of(g_a, g_fp_a, &g_samples) || fingerprint_of(g_b, g_fp_b, &count_b))
         return -1;
-    return g_samples == CLASSES * PER_CLASS && count_b == g_samples &&
-                   strcmp(g_fp_a, g_fp_b) != 0
+    return g_samples == CLASSES * PER_CLASS && count_b == g_samples && strcmp(g_fp_a, g_fp_b) != 0
                ? 0
                : -1;
 }

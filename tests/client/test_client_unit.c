@@ -576,13 +576,13 @@ static void test_fingerprint_policy(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_single_rank),   cmocka_unit_test(test_plan_determinism),
+        cmocka_unit_test(test_plan_ranks),         cmocka_unit_test(test_plan_invalid),
+        cmocka_unit_test(test_f16_bf16_rounding),  cmocka_unit_test(test_normalize_host_all),
+        cmocka_unit_test(test_config_validation),  cmocka_unit_test(test_resolve_parse),
+        cmocka_unit_test(test_resolve_apply),      cmocka_unit_test(test_resolve_reuse),
+        cmocka_unit_test(test_bad_sample_policy),  cmocka_unit_test(test_server_policy),
         cmocka_unit_test(test_fingerprint_policy),
-        cmocka_unit_test(test_plan_single_rank),  cmocka_unit_test(test_plan_determinism),
-        cmocka_unit_test(test_plan_ranks),        cmocka_unit_test(test_plan_invalid),
-        cmocka_unit_test(test_f16_bf16_rounding), cmocka_unit_test(test_normalize_host_all),
-        cmocka_unit_test(test_config_validation), cmocka_unit_test(test_resolve_parse),
-        cmocka_unit_test(test_resolve_apply),     cmocka_unit_test(test_resolve_reuse),
-        cmocka_unit_test(test_bad_sample_policy), cmocka_unit_test(test_server_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

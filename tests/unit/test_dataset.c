@@ -177,9 +177,8 @@ static void write_pack_and_shards(const char *tree, const char *pack, const char
     feed_tar_writer *tw = NULL;
     feed_buf scratch;
     feed_buf_init(&scratch, 1u << 20);
-    assert_int_equal(feed_pack_writer_open(pack, feed_dataset_count(ds), nc, names, &pw, err,
-                                           sizeof(err)),
-                     0);
+    assert_int_equal(
+        feed_pack_writer_open(pack, feed_dataset_count(ds), nc, names, &pw, err, sizeof(err)), 0);
     for (uint64_t i = 0; i < feed_dataset_count(ds); i++) {
         if (i == 0 || i == cut) {
             if (tw)
