@@ -360,9 +360,10 @@ int main(int argc, char **argv)
         served[n_served].name = cfg.datasets[i].name;
         served[n_served++].ds = ds[i];
         feedd_gauge(&feedd_m.bad_shards, feed_dataset_bad_shards(ds[i]));
-        FEED_LOGI("dataset %s: %s, %llu samples, %u classes (%s)", cfg.datasets[i].name,
-                  feed_dataset_format(ds[i]), (unsigned long long)feed_dataset_count(ds[i]),
-                  feed_dataset_num_classes(ds[i]), cfg.datasets[i].path);
+        FEED_LOGI("dataset %s: %s, %llu samples, %u classes, fingerprint %s (%s)",
+                  cfg.datasets[i].name, feed_dataset_format(ds[i]),
+                  (unsigned long long)feed_dataset_count(ds[i]), feed_dataset_num_classes(ds[i]),
+                  feed_dataset_fingerprint(ds[i]), cfg.datasets[i].path);
     }
     if (n_served == 0) {
         FEED_LOGE("no dataset can be served");

@@ -52,6 +52,7 @@ typedef struct feed_dataset_ops {
      * same. Else the contract of feed_dataset_sample_stamp; i < count.
      */
     uint64_t (*stamp)(const struct feed_dataset *ds, uint64_t i);
+    /*
      * i < count, checked by the caller: the byte length of sample i's JPEG as
      * the format knows it without reading the image (an index entry, a
      * stat), or UINT64_MAX when it cannot be had. Called once per sample at
