@@ -133,7 +133,8 @@ static void assert_same_batch(const Feed__V1__Batch *a, const Feed__V1__Batch *b
     assert_memory_equal(a->labels, b->labels, n * sizeof *a->labels);
 }
 
-/* Describe of dataset name on ch: format, count and class names of the tree at dir. */
+/* Describe of dataset name on ch: format, count, class names and fingerprint of the tree at
+ * dir (the same samples, so the same fingerprint). */
 static void check_describe(grpc_channel *ch, const char *name, const char *dir)
 {
     grpc_status_code code;
@@ -148,6 +149,7 @@ static void check_describe(grpc_channel *ch, const char *name, const char *dir)
     assert_int_equal(r->datasets[0]->n_class_names, feed_dataset_num_classes(tree));
     for (uint32_t c = 0; c < feed_dataset_num_classes(tree); c++)
         assert_string_equal(r->datasets[0]->class_names[c], feed_dataset_class_name(tree, c));
+    assert_string_equal(r->datasets[0]->fingerprint, feed_dataset_fingerprint(tree));
     feed_dataset_close(tree);
     feed__v1__describe_response__free_unpacked(r, NULL);
 }
