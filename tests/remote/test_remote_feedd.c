@@ -2,12 +2,12 @@
  * feedd serving tar shards from a real S3-compatible server (SigV4 checked)
  * and a real HTTP server, both started here on 127.0.0.1 port 0 with fault
  * proxies (servers.js), against the same shards on local disk: the same
- * batch bytes; a shard refused (403) or deleted mid-epoch gives per-sample
- * errors naming it while the other samples of the batch still come, and
- * feedd stays up; the secret key never shows in feedd's log, metrics or
- * per-sample messages; cache=SIDE on remote shards is not used, so a replaced
- * object is never served from a cache. Shards are made by feed-pack from real
- * JPEGs.
+ * batch bytes and the same dataset fingerprint; a shard refused (403) or
+ * deleted mid-epoch gives per-sample errors naming it while the other
+ * samples of the batch still come, and feedd stays up; the secret key never
+ * shows in feedd's log, metrics or per-sample messages; cache=SIDE on remote
+ * shards is not used, so a replaced object is never served from a cache.
+ * Shards are made by feed-pack from real JPEGs.
  *
  * usage: test_remote_feedd NODE SERVERS_JS (FEED_BUILD_DIR names the build)
  */
@@ -183,11 +183,32 @@ static double scrape_cache_hits(const feed_test_server *s)
     return v;
 }
 
+/* Dataset name's fingerprint as feedd describes it, into hex. */
+static void describe_fingerprint(const char *name, char *hex, size_t cap)
+{
+    grpc_status_code code;
+    Feed__V1__DescribeResponse *r = feedtest_describe(g_chan, name, &code);
+    assert_int_equal(code, GRPC_STATUS_OK);
+    assert_non_null(r);
+    assert_int_equal(r->n_datasets, 1);
+    snprintf(hex, cap, "%s", r->datasets[0]->fingerprint);
+    feed__v1__describe_response__free_unpacked(r, NULL);
+}
+
+/* The same shards on disk, in S3 and behind HTTP: the same bytes, and the same fingerprint
+ * (no URL, endpoint or credential goes into it). */
 static void test_same_batches(void **state)
 {
     (void)state;
     Feed__V1__Batch *ref = fetch_all("local");
     const char *remote[] = {"s3", "http"};
+    char fp_local[80], fp[80];
+    describe_fingerprint("local", fp_local, sizeof fp_local);
+    assert_int_equal(strlen(fp_local), 64);
+    for (size_t d = 0; d < 2; d++) {
+        describe_fingerprint(remote[d], fp, sizeof fp);
+        assert_string_equal(fp, fp_local);
+    }
     for (size_t i = 0; i < N_SAMPLES; i++)
         assert_int_equal(ref->status[i], FEED__V1__SAMPLE_STATUS__SAMPLE_OK);
     for (size_t d = 0; d < 2; d++) {
