@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deps.sh [main|python|test|compose]: installs the Debian 12 packages one job needs.
+# deps.sh [main|python|test|docs|compose]: installs the Debian 12 packages one job needs.
 #   main (the default): build feedd, feed-bench and the tools, run them, plot
 #                       (what scripts/main.sh runs)
 #   python: main's packages plus what the feedclient package needs in a venv
@@ -8,6 +8,7 @@
 #         clients' grpcio and node/npm, the PyTorch package's torch and pytest,
 #         scipy for the augmentations' distribution tests, iproute2 for the
 #         network-namespace test)
+#   docs: Debian's mkdocs, for the documentation site (scripts/docs.sh)
 #   compose: rootful podman for deploy/compose-test.sh (scripts/compose-ci.sh)
 # Run as root; does nothing for packages already present.
 set -euo pipefail
@@ -18,17 +19,19 @@ main_pkgs=(build-essential cmake pkg-config
 test_pkgs=(git libcmocka-dev
            python3-grpcio python3-grpc-tools python3-protobuf nodejs npm
            python3-torch python3-torchvision python3-pytest python3-pil python3-scipy
-           python3-venv python3-pip python3-setuptools openssl iproute2)
+           python3-venv python3-pip python3-setuptools openssl iproute2 mkdocs)
 python_pkgs=(python3-torch python3-venv python3-setuptools python3-wheel)
+docs_pkgs=(mkdocs python3)
 compose_pkgs=(podman runc netavark aardvark-dns iptables debootstrap podman-compose python3)
 
 case "${1:-main}" in
   main) pkgs=("${main_pkgs[@]}") ;;
   python) pkgs=("${main_pkgs[@]}" "${python_pkgs[@]}") ;;
   test) pkgs=("${main_pkgs[@]}" "${python_pkgs[@]}" "${test_pkgs[@]}") ;;
+  docs) pkgs=("${docs_pkgs[@]}") ;;
   compose) pkgs=("${compose_pkgs[@]}") ;;
-  -h|--help) sed -n '2,10s/^# \{0,1\}//p' "$0"; exit 0 ;;
-  *) echo "usage: scripts/deps.sh [main|python|test|compose]" >&2; exit 2 ;;
+  -h|--help) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 0 ;;
+  *) echo "usage: scripts/deps.sh [main|python|test|docs|compose]" >&2; exit 2 ;;
 esac
 missing=()
 for p in "${pkgs[@]}"; do
