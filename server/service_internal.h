@@ -15,7 +15,8 @@
  * start a send themselves (grpc_call_start_batch is thread-safe); the send's
  * completion comes back on the call's queue. The granter thread (memory.c)
  * hands waiting batches their memory and submits them to the pool. The
- * listener thread (listener.h) accepts connections and hands them to gRPC.
+ * listener thread (listener.h) accepts connections and hands them to gRPC,
+ * where feedd's own listener runs (server/grpc151; else gRPC accepts).
  *
  * Locks, in this order: svc->mu (stream list, counters, shutdown state),
  * then stream->mu (everything in the stream marked "guarded by mu"), then
@@ -50,6 +51,8 @@
 #include "trust.h"
 
 #define STATUS_MSG_MAX 256
+/* gRPC's own default handshake timeout; --idle-timeout-ms shortens it, never lengthens it. */
+#define FEEDD_HANDSHAKE_MS_MAX 120000
 #define REQ_SLOTS_PER_METHOD 2
 #define STREAM_LOG_LINES 3 /* most log lines one critical section of a stream makes */
 
@@ -173,8 +176,11 @@ struct feedd_service {
     feedd_pool *pool;
     grpc_server *server;
     grpc_server_credentials *creds;
-    struct feedd_listener *listener;        /* accepts for server (listener.h) */
-    feedd_handoff handoff;                  /* with TLS: how listener's connections reach gRPC */
+    bool own_listener; /* feedd's listener and guard (server/grpc151), else gRPC's listener */
+    struct feedd_listener *listener; /* accepts for server (listener.h) with own_listener */
+#ifdef FEEDD_GRPC151_CORE
+    feedd_handoff handoff; /* with TLS: how listener's connections reach gRPC */
+#endif
     grpc_server_credentials *health_creds;  /* insecure, for health_listener's connections */
     struct feedd_listener *health_listener; /* --health-listen beside the TLS port, or NULL */
     struct feedd_guard *guard; /* watches the listeners' connections (guard.h); NULL when off */

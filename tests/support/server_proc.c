@@ -271,6 +271,17 @@ int feed_test_server_start_with(const feed_test_server_opts *opts, const char *c
         else
             rc = FEED_EINVAL;
     }
+    /* FEED_TEST_FEEDD_ARGS: words added to every feedd (ctest runs suites with --listener grpc). */
+    char more[256];
+    const char *env = getenv("FEED_TEST_FEEDD_ARGS");
+    snprintf(more, sizeof more, "%s", env ? env : "");
+    for (char *save = NULL, *w = strtok_r(more, " ", &save); w && rc == 0;
+         w = strtok_r(NULL, " ", &save)) {
+        if (argc < MAX_ARGS - 1)
+            argv[argc++] = w;
+        else
+            rc = FEED_EINVAL;
+    }
     argv[argc] = NULL;
     if (rc != 0)
         goto out;
