@@ -110,7 +110,8 @@ static const key_def keys[] = {
      "anonymous resident memory allowed beyond what feedd holds at start, max-memory and "
      "cache-bytes; above it, a connection whose bytes in, less what reached feedd as calls and "
      "messages, pass max-request-bytes + 64K (+ 1K/s up to 256K, + 1/256 of its bytes out) is "
-     "cut: gRPC buffers an HTTP/2 header block of any size; not with TLS; 0 = off"},
+     "cut: gRPC buffers an HTTP/2 header block of any size; on gRPC's own listener (listener) "
+     "it is gRPC's resource quota instead; 0 = off"},
     {"listener", KEY_STR, OFF(listener), SZ(listener), 0, 0, "feedd",
      "who accepts on the gRPC ports: feedd (its own listener, with the transport guard and "
      "descriptor-exhaustion recovery; needs gRPC core 29, gRPC 1.51, at build and at run "

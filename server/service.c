@@ -507,20 +507,25 @@ static int bind_port(feedd_service *svc, int *port)
                                           &svc->creds, err, sizeof err);
     if (rc != 0) {
         FEED_LOGE("%s", rc == FEED_ENOMEM ? "out of memory" : err);
-        return rc;
+        goto out;
     }
     bool tls = svc->creds != NULL;
     if (tls)
         feedd_cert_check(cfg->tls_cert);
     else
         svc->creds = grpc_insecure_server_credentials_create();
+    rc = FEED_ENOMEM;
     if (!svc->creds)
-        return FEED_ENOMEM;
+        goto out;
 #ifdef FEEDD_GRPC151_CORE
-    if (svc->own_listener)
-        return bind_own(svc, tls, port);
+    if (svc->own_listener) {
+        rc = bind_own(svc, tls, port);
+        goto out;
+    }
 #endif
-    return bind_grpc(svc, port);
+    rc = bind_grpc(svc, port);
+out:
+    return rc;
 }
 
 /*
