@@ -25,6 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <grpc/grpc.h>
+
 #include "feed/errors.h"
 
 #define MAX_ARGS 64
@@ -293,6 +295,17 @@ out:
     if (rc != 0)
         feed_test_server_kill(out);
     return rc;
+}
+
+bool feed_test_feedd_own_listener(void)
+{
+#ifdef FEEDD_GRPC151_CORE
+    const char *args = getenv("FEED_TEST_FEEDD_ARGS");
+    return strcmp(grpc_version_string(), FEEDD_GRPC151_CORE) == 0 &&
+           !(args && strstr(args, "--listener grpc"));
+#else
+    return false;
+#endif
 }
 
 int feed_test_server_start(const char *const *extra_args, feed_test_server *out)
