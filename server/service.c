@@ -3,9 +3,9 @@
  * request slots that accept calls, and the completion-queue threads that
  * run every gRPC event and hand it to unary.c or stream.c. How the files of
  * the service divide the work, which thread runs what and the lock order
- * (svc->mu, then a stream's mu, then the pool's or the memory's):
- * service_internal.h. This file walks the streams holding each by a
- * reference, not under svc->mu (each_stream).
+ * (svc->mu, then a stream's inbox, then the pool's or the memory's):
+ * service_internal.h. Each completion-queue thread ticks the streams it owns
+ * every FEEDD_TICK_MS; the main thread only sets the service's flags.
  *
  * Ownership: the main thread owns the service object and calls start, drain,
  * stop and free; each completion-queue thread owns its queue, its request
@@ -213,15 +213,29 @@ static void on_request(req_slot *slot, bool ok)
         slot_reset(slot);
 }
 
+/* Tick this thread's streams when FEEDD_TICK_MS have passed, however busy its queue is. */
+static void maybe_tick(cq_thread *cqt)
+{
+    uint64_t now = feed_now_ns();
+    if (now - cqt->last_tick_ns >= (uint64_t)FEEDD_TICK_MS * 1000000u) {
+        cqt->last_tick_ns = now;
+        feedd_stream_tick_all(cqt, now);
+    }
+}
+
 static void *cq_main(void *arg)
 {
     cq_thread *cqt = arg;
     feedd_service *svc = cqt->svc;
+    cqt->last_tick_ns = feed_now_ns();
     for (;;) {
-        grpc_event ev =
-            grpc_completion_queue_next(cqt->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        grpc_event ev = grpc_completion_queue_next(
+            cqt->cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                  gpr_time_from_millis(FEEDD_TICK_MS, GPR_TIMESPAN)),
+            NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
+        maybe_tick(cqt);
         if (ev.type != GRPC_OP_COMPLETE)
             continue;
         tag *t = ev.tag;
@@ -241,6 +255,9 @@ static void *cq_main(void *arg)
             break;
         case TAG_STREAM_CLOSE:
             feedd_stream_on_close(t->obj);
+            break;
+        case TAG_STREAM_WAKE:
+            feedd_stream_on_wake(t->obj);
             break;
         case TAG_UNARY_DONE:
             feedd_unary_done(t->obj);
@@ -687,50 +704,11 @@ out:
     return rc;
 }
 
-/* The first stream from n on that can be held (feedd_stream_hold), or NULL. Under svc->mu. */
-static stream *hold_from(feed_list_node *n)
-{
-    for (; n; n = n->next) {
-        stream *s = FEED_LIST_ENTRY(n, stream, link);
-        if (feedd_stream_hold(s))
-            return s;
-    }
-    return NULL;
-}
-
-/*
- * Runs fn on every stream listed now, with svc->mu not held, so that fn may take the stream's
- * lock and let it make its gRPC calls, and a stream freed meanwhile takes svc->mu itself. Each
- * stream is held while fn runs and until the next one is, so its place in the list stays
- * valid. A stream opened meanwhile goes in front and is not visited; it reads the service's
- * state (draining) itself.
- */
-static void each_stream(feedd_service *svc, void (*fn)(stream *s, void *arg), void *arg)
-{
-    pthread_mutex_lock(&svc->mu);
-    stream *s = hold_from(svc->streams.first);
-    pthread_mutex_unlock(&svc->mu);
-    while (s) {
-        fn(s, arg);
-        pthread_mutex_lock(&svc->mu);
-        stream *next = hold_from(s->link.next);
-        pthread_mutex_unlock(&svc->mu);
-        feedd_stream_unhold(s);
-        s = next;
-    }
-}
-
-static void drain_one(stream *s, void *arg)
-{
-    (void)arg;
-    feedd_stream_drain(s);
-}
-
 void feedd_service_drain(feedd_service *svc)
 {
+    /* Each completion-queue thread drains its streams at its next tick. */
     atomic_store(&svc->draining, true);
     atomic_store(&feedd_m.serving, 0);
-    each_stream(svc, drain_one, NULL);
 }
 
 int feedd_service_health_port(const feedd_service *svc)
@@ -746,26 +724,6 @@ size_t feedd_service_open_streams(feedd_service *svc)
     return n;
 }
 
-struct stall_check {
-    uint64_t now_ns;
-    uint32_t stall_ms;
-};
-
-static void check_one(stream *s, void *arg)
-{
-    const struct stall_check *c = arg;
-    feedd_stream_check_stall(s, c->now_ns, c->stall_ms);
-}
-
-void feedd_service_check_stalls(feedd_service *svc)
-{
-    uint32_t stall_ms = svc->cfg->send_stall_ms;
-    if (stall_ms) {
-        struct stall_check c = {feed_now_ns(), stall_ms};
-        each_stream(svc, check_one, &c);
-    }
-}
-
 size_t feedd_service_render_streams(void *arg, char *buf, size_t cap)
 {
     feedd_service *svc = arg;
@@ -779,9 +737,8 @@ size_t feedd_service_render_streams(void *arg, char *buf, size_t cap)
         stream *s = FEED_LIST_ENTRY(node, stream, link);
         char client[2 * FEEDD_CLIENT_NAME_MAX + 1];
         size_t c = 0;
-        feedd_stream_lock(s);
         /* Printable ASCII already; a label value escapes only these two. */
-        for (const char *p = s->sess.client_name; *p; p++) {
+        for (const char *p = s->client; *p; p++) {
             if (*p == '"' || *p == '\\')
                 client[c++] = '\\';
             client[c++] = *p;
@@ -791,7 +748,6 @@ size_t feedd_service_render_streams(void *arg, char *buf, size_t cap)
                      "feedd_stream_memory_bytes{stream=\"%llu\",peer=\"%s\",client=\"%s\"} %llu\n",
                      (unsigned long long)s->id, s->peer, client,
                      (unsigned long long)atomic_load(&s->mem.used));
-        feedd_stream_unlock(s);
         len = n > 0 && (size_t)n < cap - len ? len + (size_t)n : len;
     }
     pthread_mutex_unlock(&svc->mu);

@@ -580,11 +580,13 @@ static void stream_some(grpc_channel *ch, uint32_t batches, enum stream_end end,
 }
 
 /*
- * The lock rule (service_internal.h): no gRPC call (start_batch, cancel) and no batch buffer
- * allocation or packing is made while the calling thread holds a stream's lock, whichever
- * thread has the event: the completion-queue threads (requests, sends, close), the pool
- * worker (a batch done), the granter, the main thread (drain). Three streams: one read to its
- * end, one cancelled with batches asked, one open while the service drains.
+ * The lock and owner rules (service_internal.h): no gRPC call (start_batch, cancel) and no
+ * batch buffer allocation or packing is made while the calling thread holds a stream's inbox
+ * lock, whichever thread has the event: the completion-queue threads (requests, sends, close,
+ * ticks), the pool worker (a batch done), the granter; and every gRPC operation of a stream
+ * but the zero-op wake is started by its owner, the call's completion-queue thread. Three
+ * streams: one read to its end, one cancelled with batches asked, one open while the service
+ * drains.
  */
 static void test_stream_lock_rule(void **state)
 {
@@ -613,6 +615,7 @@ static void test_stream_lock_rule(void **state)
     assert_true(atomic_load(&allocs) >= 18);
     assert_int_equal(atomic_load(&ops_under_lock), 0);
     assert_int_equal(atomic_load(&allocs_under_lock), 0);
+    assert_int_equal(feedd_stream_foreign_ops(), 0);
 }
 
 /*
