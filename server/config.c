@@ -110,7 +110,18 @@ static const key_def keys[] = {
      "anonymous resident memory allowed beyond what feedd holds at start, max-memory and "
      "cache-bytes; above it, a connection whose bytes in, less what reached feedd as calls and "
      "messages, pass max-request-bytes + 64K (+ 1K/s up to 256K, + 1/256 of its bytes out) is "
-     "cut: gRPC buffers an HTTP/2 header block of any size; not with TLS; 0 = off"},
+     "cut: gRPC buffers an HTTP/2 header block of any size; on gRPC's own listener (listener) "
+     "it is gRPC's resource quota instead; 0 = off"},
+    {"listener", KEY_STR, OFF(listener), SZ(listener), 0, 0, "feedd",
+     "who accepts on the gRPC ports: feedd (its own listener, with the transport guard and "
+     "descriptor-exhaustion recovery; needs gRPC core 29, gRPC 1.51, at build and at run "
+     "time, else feedd falls back to grpc and logs why) or grpc (gRPC's own listener and the "
+     "limits gRPC provides: see the README's security section)"},
+    {"idle-timeout-ms", KEY_U32, OFF(idle_timeout_ms), 0, 0, 86400000, "60000",
+     "close a connection that has had no call for this long (GRPC_ARG_MAX_CONNECTION_IDLE_MS), "
+     "and one whose TLS handshake and HTTP/2 SETTINGS have not come in this long (at most "
+     "120000, gRPC's own); its client reconnects at its next call; 0 = never (handshakes "
+     "then get gRPC's 120 s)"},
     {"s3-endpoint", KEY_STR, OFF(s3_endpoint), SZ(s3_endpoint), 0, 0, "",
      "S3 endpoint URL for s3:// datasets (MinIO, Ceph, GCS); \"\" = AWS_ENDPOINT_URL or AWS"},
     {"s3-region", KEY_STR, OFF(s3_region), SZ(s3_region), 0, 0, "",
@@ -505,6 +516,10 @@ int feedd_config_parse(int argc, char **argv, feedd_config *cfg, char *err, size
     }
     if (cfg->tls_client_ca[0] && !cfg->tls_cert[0]) {
         feed_set_err(err, cap, "tls-client-ca: mutual TLS needs tls-cert and tls-key");
+        return FEED_EINVAL;
+    }
+    if (strcmp(cfg->listener, "feedd") != 0 && strcmp(cfg->listener, "grpc") != 0) {
+        feed_set_err(err, cap, "listener: '%s' is not feedd or grpc", cfg->listener);
         return FEED_EINVAL;
     }
     if (strcmp(cfg->s3_addressing, "auto") != 0 && strcmp(cfg->s3_addressing, "path") != 0 &&

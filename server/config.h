@@ -53,6 +53,8 @@ typedef struct feedd_config {
     uint32_t send_stall_ms; /* a send pending this long ends its stream; 0 = never */
     uint64_t cache_bytes; /* decoded-sample cache, shared by the datasets with cache=SIDE */
     uint64_t transport_memory; /* guard.h: beyond start, max_memory and cache_bytes; 0 = off */
+    char listener[16];         /* "feedd" (grpc151/, where usable) or "grpc" (gRPC's own) */
+    uint32_t idle_timeout_ms;  /* close a connection without calls this long; 0 = never */
     /* Remote datasets (s3://, http(s)://): feed_blob_remote_options, see feed/blob.h. */
     char s3_endpoint[1024]; /* "" = AWS_ENDPOINT_URL or AWS */
     char s3_region[64];     /* "" = AWS_REGION / AWS_DEFAULT_REGION / us-east-1 */

@@ -7,14 +7,16 @@
  * nothing to drain, and it can be stuck for hours in a dataset open against
  * a store that does not answer (reads x tries x --remote-timeout-ms per
  * shard). Once serving, signal_main counts signals and wakes the main
- * thread, whose wait for them also paces the check for streams whose sends
- * stalled. On the first signal the service drains: it finishes accepted
- * batches, refuses new ones and cancels what is left after
- * --drain-timeout-ms; a second signal cuts the drain short. If gRPC still
- * holds cancelled calls STOP_GRACE_MS later (a client that stopped reading),
- * feedd exits without tearing down. Exit status 0 either way. A watchdog
- * thread ends the process if teardown still runs EXIT_WATCHDOG_MS after
- * that. Main thread only, but for signal_main and the watchdog.
+ * thread; the completion-queue threads check their own streams for stalled
+ * sends on their ticks. On the first signal the service drains: main sets
+ * the service's drain flag and each stream's owner acts on it at its next
+ * tick, finishing accepted batches, refusing new ones; what is left after
+ * --drain-timeout-ms is cancelled, and a second signal cuts the drain short.
+ * If gRPC still holds cancelled calls STOP_GRACE_MS later (a client that
+ * stopped reading), feedd exits without tearing down. Exit status 0 either
+ * way. A watchdog thread ends the process if teardown still runs
+ * EXIT_WATCHDOG_MS after that. Main thread only, but for signal_main and
+ * the watchdog.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -54,6 +56,9 @@
  */
 #define EXIT_WATCHDOG_MS 2000
 
+/* The main thread waits for a signal in turns this long: signals_wait takes a bound. */
+#define SIGNAL_WAIT_NS (3600ull * 1000000000ull)
+
 /*
  * Describe lists every class name of a dataset; libfeedclient takes a reply
  * of up to 20 MiB whatever its batch size (CLIENT_MAX_DESCRIBE_BYTES in
@@ -62,9 +67,6 @@
  * bytes) count.
  */
 #define FEEDD_DESCRIBE_NAMES_MAX (16u << 20)
-
-/* How often the main thread looks for streams whose sends stalled (--send-stall-ms). */
-#define STALL_CHECK_MS 250
 
 /*
  * What signal_main shares with the main thread. phase moves STARTING ->
@@ -440,9 +442,10 @@ int main(int argc, char **argv)
     if (cfg.port_file[0] && write_port_file(cfg.port_file, port) < 0)
         goto out;
 
+    /* The completion-queue threads tick their own streams (drain, stalled sends): main waits. */
     int sig = 0;
-    while (signals_wait(0, STALL_CHECK_MS * 1000000ull, &sig) == 0)
-        feedd_service_check_stalls(svc);
+    while (signals_wait(0, SIGNAL_WAIT_NS, &sig) == 0)
+        ;
     FEED_LOGI("signal %d: draining (timeout %u ms)", sig, cfg.drain_timeout_ms);
     start_watchdog(cfg.drain_timeout_ms);
     exit_code = 0;

@@ -16,8 +16,8 @@
  * buffer (the slice destructor) after the service is freed. The waiters and
  * accounts are the caller's (one account per stream, one waiter per batch).
  *
- * Threads: admit and withdraw on any thread (completion-queue threads, under
- * the stream's lock); buffers are freed on any thread; the granter calls
+ * Threads: admit and withdraw on any thread (a stream's owner, its
+ * completion-queue thread); buffers are freed on any thread; the granter calls
  * granted() on its own thread with no lock of this module held. Lock: mu, a
  * leaf (nothing else is taken, and no gRPC call made, while it is held).
  */
@@ -37,7 +37,7 @@ typedef struct feedd_memory feedd_memory;
 typedef struct feedd_mem_account {
     /*
      * Bytes granted to the stream and not yet given back. Atomic: it grows
-     * only under the memory's mu, and shrinks under the stream's own lock.
+     * only under the memory's mu, and shrinks on the stream's owner.
      */
     atomic_uint_fast64_t used;
     uint64_t wait_pass; /* guarded by the memory's mu: the walk that passed it over */

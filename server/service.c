@@ -3,9 +3,9 @@
  * request slots that accept calls, and the completion-queue threads that
  * run every gRPC event and hand it to unary.c or stream.c. How the files of
  * the service divide the work, which thread runs what and the lock order
- * (svc->mu, then a stream's mu, then the pool's or the memory's):
- * service_internal.h. This file walks the streams holding each by a
- * reference, not under svc->mu (each_stream).
+ * (svc->mu, then a stream's inbox, then the pool's or the memory's):
+ * service_internal.h. Each completion-queue thread ticks the streams it owns
+ * every FEEDD_TICK_MS; the main thread only sets the service's flags.
  *
  * Ownership: the main thread owns the service object and calls start, drain,
  * stop and free; each completion-queue thread owns its queue, its request
@@ -123,7 +123,7 @@ static void slot_reset(req_slot *slot)
  */
 static bool call_over_tls(const feedd_service *svc, grpc_call *call)
 {
-    bool tls = !svc->health_listener;
+    bool tls = !svc->health_creds;
     grpc_auth_context *ctx = tls ? NULL : grpc_call_auth_context(call);
     if (ctx) {
         grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(
@@ -213,15 +213,29 @@ static void on_request(req_slot *slot, bool ok)
         slot_reset(slot);
 }
 
+/* Tick this thread's streams when FEEDD_TICK_MS have passed, however busy its queue is. */
+static void maybe_tick(cq_thread *cqt)
+{
+    uint64_t now = feed_now_ns();
+    if (now - cqt->last_tick_ns >= (uint64_t)FEEDD_TICK_MS * 1000000u) {
+        cqt->last_tick_ns = now;
+        feedd_stream_tick_all(cqt, now);
+    }
+}
+
 static void *cq_main(void *arg)
 {
     cq_thread *cqt = arg;
     feedd_service *svc = cqt->svc;
+    cqt->last_tick_ns = feed_now_ns();
     for (;;) {
-        grpc_event ev =
-            grpc_completion_queue_next(cqt->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        grpc_event ev = grpc_completion_queue_next(
+            cqt->cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                  gpr_time_from_millis(FEEDD_TICK_MS, GPR_TIMESPAN)),
+            NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
+        maybe_tick(cqt);
         if (ev.type != GRPC_OP_COMPLETE)
             continue;
         tag *t = ev.tag;
@@ -241,6 +255,9 @@ static void *cq_main(void *arg)
             break;
         case TAG_STREAM_CLOSE:
             feedd_stream_on_close(t->obj);
+            break;
+        case TAG_STREAM_WAKE:
+            feedd_stream_on_wake(t->obj);
             break;
         case TAG_UNARY_DONE:
             feedd_unary_done(t->obj);
@@ -282,6 +299,34 @@ static void close_queues(feedd_service *svc)
     }
 }
 
+/*
+ * gRPC's own limits, for its own listener (--listener grpc, or
+ * server/grpc151 not usable): no transport guard watches these
+ * connections, so gRPC's resource quota gets --transport-memory, and a
+ * connection may not open more streams than the process serves. Appends to
+ * args from n; returns the new count; *quota gets a reference the caller
+ * drops once the server holds its own.
+ */
+static int fallback_args(const feedd_config *cfg, grpc_arg *args, int n,
+                         grpc_resource_quota **quota)
+{
+    args[n++] = (grpc_arg){
+        GRPC_ARG_INTEGER, GRPC_ARG_MAX_CONCURRENT_STREAMS, {.integer = (int)cfg->max_streams}};
+    if (cfg->transport_memory) {
+        *quota = grpc_resource_quota_create("feedd");
+        if (*quota) {
+            grpc_resource_quota_resize(*quota, cfg->transport_memory < (uint64_t)SIZE_MAX / 2
+                                                   ? (size_t)cfg->transport_memory
+                                                   : SIZE_MAX / 2);
+            args[n].type = GRPC_ARG_POINTER;
+            args[n].key = (char *)GRPC_ARG_RESOURCE_QUOTA;
+            args[n].value.pointer.p = *quota;
+            args[n++].value.pointer.vtable = grpc_resource_quota_arg_vtable();
+        }
+    }
+    return n;
+}
+
 /* The server, its queues and methods, neither bound nor started. 0 or FEED_ENOMEM. */
 static int make_server(feedd_service *svc)
 {
@@ -296,20 +341,46 @@ static int make_server(feedd_service *svc)
      * 500 ms, with or without calls, without being told off (libfeedclient
      * pings every second to find a stopped server fast).
      */
-    grpc_arg args[8];
-    args[0] = (grpc_arg){GRPC_ARG_INTEGER,
+    grpc_arg args[12];
+    int n = 0;
+    args[n++] = (grpc_arg){GRPC_ARG_INTEGER,
                          GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
                          {.integer = (int)cfg->max_request_bytes}};
-    args[1] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = -1}};
-    args[2] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_ALLOW_REUSEPORT, {.integer = 0}};
-    args[3] = (grpc_arg){
+    args[n++] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = -1}};
+    args[n++] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_ALLOW_REUSEPORT, {.integer = 0}};
+    args[n++] = (grpc_arg){
         GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, {.integer = 500}};
-    args[4] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIME_MS, {.integer = 30000}};
-    args[5] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIMEOUT_MS, {.integer = 10000}};
-    args[6] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, {.integer = 1}};
-    args[7] = feedd_handoff_arg(&svc->handoff); /* used by the TLS port only */
-    grpc_channel_args ca = {8, args};
+    args[n++] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIME_MS, {.integer = 30000}};
+    args[n++] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIMEOUT_MS, {.integer = 10000}};
+    args[n++] =
+        (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, {.integer = 1}};
+    /*
+     * Idle connections (issue 28): gRPC closes one that has had no call for
+     * the timeout, and one whose handshake (TLS, then the client's HTTP/2
+     * SETTINGS) has not completed in it; a connection feedd hands over by
+     * descriptor has no handshake and only the first rule.
+     */
+    if (cfg->idle_timeout_ms) {
+        args[n++] = (grpc_arg){GRPC_ARG_INTEGER,
+                               GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                               {.integer = (int)cfg->idle_timeout_ms}};
+        args[n++] = (grpc_arg){GRPC_ARG_INTEGER,
+                               GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                               {.integer = (int)(cfg->idle_timeout_ms < FEEDD_HANDSHAKE_MS_MAX
+                                                     ? cfg->idle_timeout_ms
+                                                     : FEEDD_HANDSHAKE_MS_MAX)}};
+    }
+    grpc_resource_quota *quota = NULL;
+    if (!svc->own_listener)
+        n = fallback_args(cfg, args, n, &quota);
+#ifdef FEEDD_GRPC151_CORE
+    else
+        args[n++] = feedd_handoff_arg(&svc->handoff); /* used by the TLS port only */
+#endif
+    grpc_channel_args ca = {(size_t)n, args};
     svc->server = grpc_server_create(&ca, NULL);
+    if (quota)
+        grpc_resource_quota_unref(quota); /* the server holds its own reference */
     svc->n_cqts = cfg->cq_threads;
     svc->cqts = calloc(svc->n_cqts, sizeof *svc->cqts);
     if (!svc->server || !svc->cqts)
@@ -339,6 +410,7 @@ out:
     return rc;
 }
 
+#ifdef FEEDD_GRPC151_CORE
 /*
  * A connection on the gRPC port, from the service's own listener
  * (listener.h: gRPC 1.51's would stop accepting for good at the first
@@ -386,9 +458,60 @@ static int bind_tls_port(feedd_service *svc, int *port)
 }
 
 /*
+ * feedd's listener on the gRPC port (and the Health port): plaintext
+ * connections go to gRPC by descriptor, TLS ones through the handoff.
+ */
+static int bind_own(feedd_service *svc, bool tls, int *port)
+{
+    if (tls)
+        return bind_tls_port(svc, port);
+    return feedd_listener_open(svc->cfg->listen, "grpc", &svc->listener, port);
+}
+#endif
+
+/*
+ * addr as gRPC takes it: feedd's listener also takes "PORT" and ":PORT"
+ * (any IPv4 address), gRPC wants a host. FEED_EINVAL when it does not fit.
+ */
+static int grpc_addr(const char *addr, char *out, size_t cap)
+{
+    const char *colon = strrchr(addr, ':');
+    int n = snprintf(out, cap, "%s%s%s", colon && colon != addr ? "" : "0.0.0.0",
+                     colon ? "" : ":", addr);
+    return n > 0 && (size_t)n < cap ? 0 : FEED_EINVAL;
+}
+
+/* One port on gRPC's own listener; *port gets the bound port. 0 or FEED_EIO. */
+static int add_grpc_port(feedd_service *svc, const char *addr, grpc_server_credentials *creds,
+                         const char *what, int *port)
+{
+    char a[300];
+    int rc = grpc_addr(addr, a, sizeof a);
+    *port = rc == 0 ? grpc_server_add_http2_port(svc->server, a, creds) : 0;
+    if (*port <= 0) {
+        FEED_LOGE("%s: gRPC cannot listen on %s", what, addr);
+        rc = FEED_EIO;
+    }
+    return rc;
+}
+
+/* gRPC's own listener on the gRPC port and the Health port. */
+static int bind_grpc(feedd_service *svc, int *port)
+{
+    int rc = add_grpc_port(svc, svc->cfg->listen, svc->creds, "grpc", port);
+    if (rc == 0 && svc->cfg->health_listen[0]) {
+        svc->health_creds = grpc_insecure_server_credentials_create();
+        rc = svc->health_creds ? add_grpc_port(svc, svc->cfg->health_listen, svc->health_creds,
+                                               "health", &svc->health_port)
+                               : FEED_ENOMEM;
+    }
+    return rc;
+}
+
+/*
  * Load the token and the credentials, listen on cfg->listen; nothing is
- * accepted until the server (TLS) or the listener (plaintext) starts.
- * 0, FEED_EINVAL, FEED_EIO or FEED_ENOMEM.
+ * accepted until the server (gRPC's listener, TLS) or feedd's listener
+ * starts. 0, FEED_EINVAL, FEED_EIO or FEED_ENOMEM.
  */
 static int bind_port(feedd_service *svc, int *port)
 {
@@ -399,19 +522,67 @@ static int bind_port(feedd_service *svc, int *port)
     if (rc == 0)
         rc = feedd_tls_server_credentials(cfg->tls_cert, cfg->tls_key, cfg->tls_client_ca,
                                           &svc->creds, err, sizeof err);
-    if (rc == 0 && !svc->creds) {
-        svc->creds = grpc_insecure_server_credentials_create();
-        rc = svc->creds ? feedd_listener_open(cfg->listen, "grpc", &svc->listener, port)
-                        : FEED_ENOMEM;
-    } else if (rc == 0) {
-        feedd_cert_check(cfg->tls_cert);
-        rc = bind_tls_port(svc, port);
-    } else {
+    if (rc != 0) {
         FEED_LOGE("%s", rc == FEED_ENOMEM ? "out of memory" : err);
+        goto out;
     }
+    bool tls = svc->creds != NULL;
+    if (tls)
+        feedd_cert_check(cfg->tls_cert);
+    else
+        svc->creds = grpc_insecure_server_credentials_create();
+    rc = FEED_ENOMEM;
+    if (!svc->creds)
+        goto out;
+#ifdef FEEDD_GRPC151_CORE
+    if (svc->own_listener) {
+        rc = bind_own(svc, tls, port);
+        goto out;
+    }
+#endif
+    rc = bind_grpc(svc, port);
+out:
     return rc;
 }
 
+/*
+ * Whether feedd's own listener (and the transport guard) can take the gRPC
+ * ports: asked for (--listener feedd), built (server/grpc151, feedd.cmake)
+ * and the gRPC core loaded now the one it was built for. Says in the log
+ * which listener runs and, on gRPC's, what limits apply.
+ */
+static bool choose_listener(const feedd_config *cfg)
+{
+    const char *core = grpc_version_string();
+    bool own = strcmp(cfg->listener, "feedd") == 0;
+#ifdef FEEDD_GRPC151_CORE
+    if (own && strcmp(core, FEEDD_GRPC151_CORE) != 0) {
+        FEED_LOGW("gRPC core %s is loaded; feedd was built against %s, whose internals its "
+                  "own listener and transport guard (server/grpc151) rely on: running on "
+                  "gRPC's listener instead",
+                  core, FEEDD_GRPC151_CORE);
+        own = false;
+    }
+#else
+    if (own) {
+        FEED_LOGW("feedd was built without server/grpc151 (gRPC core %s at build time; it is "
+                  "written for core 29.0.0, gRPC 1.51): running on gRPC's listener",
+                  FEEDD_GRPC_CORE_BUILT);
+        own = false;
+    }
+#endif
+    if (!own)
+        FEED_LOGW("gRPC's own listener (gRPC core %s): no transport guard and no recovery "
+                  "from descriptor exhaustion; gRPC's limits apply: messages up to "
+                  "max-request-bytes, %u streams per connection, idle connections closed "
+                  "after %u ms (0: never), resource quota %llu MiB (transport-memory; 0: "
+                  "none), keepalive 30 s + 10 s",
+                  core, cfg->max_streams, cfg->idle_timeout_ms,
+                  (unsigned long long)(cfg->transport_memory >> 20));
+    return own;
+}
+
+#ifdef FEEDD_GRPC151_CORE
 /*
  * The transport memory guard over the connections feedd's listeners accept.
  * Its limit is what the process holds now (datasets' indexes, the cache's
@@ -433,6 +604,18 @@ static int start_guard(feedd_service *svc)
               (unsigned long long)(rss >> 20));
     return feedd_guard_start(limit, burst, &svc->guard);
 }
+
+/* The guard, then feedd's listeners; after grpc_server_start. 0 or FEED_ENOMEM. */
+static int start_own(feedd_service *svc)
+{
+    int rc = start_guard(svc);
+    if (rc == 0)
+        rc = feedd_listener_start(svc->listener, on_grpc_connection, svc);
+    if (rc == 0 && svc->health_listener)
+        rc = feedd_listener_start(svc->health_listener, on_health_connection, svc);
+    return rc;
+}
+#endif
 
 /* Every queue's request slots, armed; after grpc_server_start. 0 or FEED_ENOMEM. */
 static int arm_slots(feedd_service *svc)
@@ -478,6 +661,7 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
                           &svc->memory);
     if (rc != 0)
         goto fail;
+    svc->own_listener = choose_listener(cfg);
     rc = make_server(svc);
     if (rc != 0)
         goto fail;
@@ -490,15 +674,12 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
         rc = bind_port(svc, port);
     if (rc != 0)
         goto fail;
-    rc = start_guard(svc);
-    if (rc != 0)
-        goto fail;
     grpc_server_start(svc->server);
     rc = arm_slots(svc);
-    if (rc == 0)
-        rc = feedd_listener_start(svc->listener, on_grpc_connection, svc);
-    if (rc == 0 && svc->health_listener)
-        rc = feedd_listener_start(svc->health_listener, on_health_connection, svc);
+#ifdef FEEDD_GRPC151_CORE
+    if (rc == 0 && svc->own_listener)
+        rc = start_own(svc);
+#endif
     if (rc != 0)
         goto fail_started;
     atomic_store(&feedd_m.serving, 1);
@@ -523,50 +704,11 @@ out:
     return rc;
 }
 
-/* The first stream from n on that can be held (feedd_stream_hold), or NULL. Under svc->mu. */
-static stream *hold_from(feed_list_node *n)
-{
-    for (; n; n = n->next) {
-        stream *s = FEED_LIST_ENTRY(n, stream, link);
-        if (feedd_stream_hold(s))
-            return s;
-    }
-    return NULL;
-}
-
-/*
- * Runs fn on every stream listed now, with svc->mu not held, so that fn may take the stream's
- * lock and let it make its gRPC calls, and a stream freed meanwhile takes svc->mu itself. Each
- * stream is held while fn runs and until the next one is, so its place in the list stays
- * valid. A stream opened meanwhile goes in front and is not visited; it reads the service's
- * state (draining) itself.
- */
-static void each_stream(feedd_service *svc, void (*fn)(stream *s, void *arg), void *arg)
-{
-    pthread_mutex_lock(&svc->mu);
-    stream *s = hold_from(svc->streams.first);
-    pthread_mutex_unlock(&svc->mu);
-    while (s) {
-        fn(s, arg);
-        pthread_mutex_lock(&svc->mu);
-        stream *next = hold_from(s->link.next);
-        pthread_mutex_unlock(&svc->mu);
-        feedd_stream_unhold(s);
-        s = next;
-    }
-}
-
-static void drain_one(stream *s, void *arg)
-{
-    (void)arg;
-    feedd_stream_drain(s);
-}
-
 void feedd_service_drain(feedd_service *svc)
 {
+    /* Each completion-queue thread drains its streams at its next tick. */
     atomic_store(&svc->draining, true);
     atomic_store(&feedd_m.serving, 0);
-    each_stream(svc, drain_one, NULL);
 }
 
 int feedd_service_health_port(const feedd_service *svc)
@@ -582,26 +724,6 @@ size_t feedd_service_open_streams(feedd_service *svc)
     return n;
 }
 
-struct stall_check {
-    uint64_t now_ns;
-    uint32_t stall_ms;
-};
-
-static void check_one(stream *s, void *arg)
-{
-    const struct stall_check *c = arg;
-    feedd_stream_check_stall(s, c->now_ns, c->stall_ms);
-}
-
-void feedd_service_check_stalls(feedd_service *svc)
-{
-    uint32_t stall_ms = svc->cfg->send_stall_ms;
-    if (stall_ms) {
-        struct stall_check c = {feed_now_ns(), stall_ms};
-        each_stream(svc, check_one, &c);
-    }
-}
-
 size_t feedd_service_render_streams(void *arg, char *buf, size_t cap)
 {
     feedd_service *svc = arg;
@@ -615,9 +737,8 @@ size_t feedd_service_render_streams(void *arg, char *buf, size_t cap)
         stream *s = FEED_LIST_ENTRY(node, stream, link);
         char client[2 * FEEDD_CLIENT_NAME_MAX + 1];
         size_t c = 0;
-        feedd_stream_lock(s);
         /* Printable ASCII already; a label value escapes only these two. */
-        for (const char *p = s->sess.client_name; *p; p++) {
+        for (const char *p = s->client; *p; p++) {
             if (*p == '"' || *p == '\\')
                 client[c++] = '\\';
             client[c++] = *p;
@@ -627,7 +748,6 @@ size_t feedd_service_render_streams(void *arg, char *buf, size_t cap)
                      "feedd_stream_memory_bytes{stream=\"%llu\",peer=\"%s\",client=\"%s\"} %llu\n",
                      (unsigned long long)s->id, s->peer, client,
                      (unsigned long long)atomic_load(&s->mem.used));
-        feedd_stream_unlock(s);
         len = n > 0 && (size_t)n < cap - len ? len + (size_t)n : len;
     }
     pthread_mutex_unlock(&svc->mu);

@@ -40,12 +40,6 @@ int feedd_service_health_port(const feedd_service *svc);
 /* Stream calls still open. */
 size_t feedd_service_open_streams(feedd_service *svc);
 /*
- * Main thread, every few hundred ms: end the streams whose pending send is
- * older than cfg->send_stall_ms (a client that stopped reading), so their
- * memory goes back to the others. Nothing when send_stall_ms is 0.
- */
-void feedd_service_check_stalls(feedd_service *svc);
-/*
  * feedd_metrics_extra_fn over a feedd_service: feedd_stream_memory_bytes
  * per open stream, labelled by stream number (one connection may carry
  * several streams of one client), peer and client name.

@@ -9,24 +9,27 @@
  *   batch_pack.c  a finished job as a Batch message, its pixels not copied
  *
  * Threads: `cq_threads` completion-queue threads, each with its own queue;
- * a call lives on the queue that accepted it. They parse requests (the
- * parsing and the checks that need no stream state are in request.c), start
- * sends and statuses, and never decode. Pool workers finish batches and may
- * start a send themselves (grpc_call_start_batch is thread-safe); the send's
- * completion comes back on the call's queue. The granter thread (memory.c)
- * hands waiting batches their memory and submits them to the pool. The
- * listener thread (listener.h) accepts connections and hands them to gRPC.
+ * a call lives on the queue that accepted it, and that thread owns it: it
+ * parses the requests (the checks that need no stream state are in
+ * request.c), runs the stream's state machine and makes every gRPC call of
+ * the stream, and never decodes. Other threads never touch a stream's state:
+ * pool workers (a batch done) and the granter thread (memory.c: a batch's
+ * bytes granted) post the job to the stream's inbox and wake its owner with a
+ * zero-op grpc_call_start_batch, which completes at once on the call's queue
+ * (one wake at a time, coalesced), as libuv's workers hand finished work back
+ * to the loop thread. Each completion-queue thread also ticks its own streams
+ * every FEEDD_TICK_MS: the drain and the send-stall check. The main thread
+ * only sets the service's flags. The listener thread (listener.h) accepts
+ * connections and hands them to gRPC, where feedd's own listener runs
+ * (server/grpc151; else gRPC accepts).
  *
- * Locks, in this order: svc->mu (stream list, counters, shutdown state),
- * then stream->mu (everything in the stream marked "guarded by mu"), then
- * the pool's mu (pool.h) or the memory's mu (memory.c), both leaves: nothing
- * else is locked, and no gRPC call made, while one is held. No gRPC call,
- * batch buffer allocation or log write is made under svc->mu or a stream's
- * mu either: stream.c makes them once the lock is released (its header), and
- * the walks over the streams (drain, stall checks: service.c each_stream)
- * hold each stream by a reference, not under svc->mu. A stream is freed when
- * its reference count (one per pending gRPC op, one per accepted job, one
- * for the open call, one per holder) drops to zero.
+ * Locks, in this order: svc->mu (the stream list the metrics read, counters,
+ * shutdown state), then a stream's inbox_mu, then the pool's mu (pool.h) or
+ * the memory's mu (memory.c). Each is held only around its own lists and
+ * counters: no gRPC call, batch buffer allocation or log write is made under
+ * any of them (test_server_units checks it at every call). A stream is freed
+ * by its owner once its machine says its life is over (feedd_sm_finished):
+ * no job of it is left anywhere, so no other thread can post to it.
  */
 #ifndef FEED_SERVER_SERVICE_INTERNAL_H
 #define FEED_SERVER_SERVICE_INTERNAL_H
@@ -50,8 +53,10 @@
 #include "trust.h"
 
 #define STATUS_MSG_MAX 256
+/* gRPC's own default handshake timeout; --idle-timeout-ms shortens it, never lengthens it. */
+#define FEEDD_HANDSHAKE_MS_MAX 120000
 #define REQ_SLOTS_PER_METHOD 2
-#define STREAM_LOG_LINES 3 /* most log lines one critical section of a stream makes */
+#define FEEDD_TICK_MS 100 /* how often a completion-queue thread ticks its streams */
 
 typedef enum tag_kind {
     TAG_REQUEST,
@@ -59,6 +64,7 @@ typedef enum tag_kind {
     TAG_STREAM_SEND,
     TAG_STREAM_CLOSE,
     TAG_STREAM_STATUS,
+    TAG_STREAM_WAKE,
     TAG_UNARY_DONE,
     TAG_SHUTDOWN,
 } tag_kind;
@@ -88,11 +94,19 @@ struct cq_thread {
     feedd_arena arena; /* unpacks this thread's requests */
     uint8_t *rbuf;     /* one request's bytes, max-request-bytes */
     req_slot *slots[METHOD_COUNT * REQ_SLOTS_PER_METHOD];
+    feed_list streams;     /* the streams this thread owns, by cq_link */
+    uint64_t last_tick_ns; /* when it last ticked them */
 };
 
 typedef struct batch_job batch_job;
 
 typedef struct stream stream;
+
+/* What a job posted to its stream's inbox says. */
+typedef enum job_event {
+    JOB_GRANTED, /* the memory caps reserved its bytes (the granter thread) */
+    JOB_DONE,    /* its last sample is done (a pool worker) */
+} job_event;
 
 /* One accepted batch request: owned by its stream from acceptance until it is sent or dropped. */
 struct batch_job {
@@ -107,61 +121,45 @@ struct batch_job {
     feed_sample_status *status;
     uint32_t *sample_crc;
     char (*errors)[FEEDD_SAMPLE_MSG_MAX + 1];
-    feedd_sm_job sm; /* the stream's state machine links it */
-    feed_list_node alloc_link; /* in its stream's todo.alloc while its buffer is to be made */
+    feedd_sm_job sm;           /* the stream's state machine links it */
+    feed_list_node inbox_link; /* in its stream's inbox, guarded by the stream's inbox_mu */
+    job_event event;           /* what it was posted for */
 };
 
 /*
- * What a critical section of a stream decided to do once its lock is released (stream.c:
- * unlock_log_free): gRPC calls and buffer allocations are never made under it. Each item
- * that needs the stream holds a reference of its own, taken under the lock.
+ * A Stream call; see stream.c. Everything but the inbox and the list link is
+ * its owner's (cqt's thread): no lock guards it, no other thread reads it.
  */
-typedef struct stream_todo {
-    feed_list alloc;    /* jobs whose bytes the caps granted: make their buffers, then report */
-    batch_job *send;    /* pack and send this batch; the job's reference becomes the send's */
-    bool send_md;       /* with the initial metadata */
-    bool recv;          /* arm the next RECV_MESSAGE */
-    bool status;        /* send the status in status_slice (with the metadata if status_md) */
-    bool status_md;
-    grpc_status_code status_code;
-    bool cancel;        /* cancel the call: with cancel_code and cancel_msg, or plain if OK */
-    grpc_status_code cancel_code;
-    char cancel_msg[STATUS_MSG_MAX];
-} stream_todo;
-
-/* A Stream call; see stream.c. */
 struct stream {
     feedd_service *svc;
-    cq_thread *cqt;
+    cq_thread *cqt; /* the owner */
     grpc_call *call;
     uint64_t id; /* 1, 2, ... in the order streams opened; names it in metrics */
     char peer[128];
     int guard_fd; /* the connection's descriptor for the transport guard, or -1 (guard.h) */
-    tag t_recv, t_send, t_close, t_status;
-    pthread_mutex_t mu;
-    feed_list_node link; /* in svc->streams, guarded by svc->mu */
-    /* Guarded by mu. */
-    feedd_stream_sm sm; /* what the call does next (stream_sm.h) */
-    int refs;
+    tag t_recv, t_send, t_close, t_status, t_wake;
+    /* Guarded by svc->mu: the metrics read them. */
+    feed_list_node link; /* in svc->streams */
+    char client[FEEDD_CLIENT_NAME_MAX + 1];
+    /* Bytes of this stream's buffers, from the grant until the send completes (memory.h);
+     * its used count is atomic, read by the metrics. */
+    feedd_mem_account mem;
+    /* Guarded by inbox_mu, a leaf taken for a list push or swap only. */
+    pthread_mutex_t inbox_mu;
+    feed_list inbox;   /* of batch_job, by inbox_link */
+    bool wake_pending; /* a wake is on its way to the owner; true exactly while inbox is not empty */
+    /* The owner's. */
+    feed_list_node cq_link; /* in cqt->streams */
+    feedd_stream_sm sm;     /* what the call does next (stream_sm.h) */
     grpc_byte_buffer *recv_bb;
     int close_cancelled;
     bool sent_md;
+    bool client_published; /* client copied from sess.client_name */
     grpc_slice status_slice;
     feedd_session sess;
-    /* Bytes of this stream's buffers, from the grant until the send completes (memory.h). */
-    feedd_mem_account mem;
-    uint64_t mem_sending;
+    uint64_t mem_sending; /* bytes of the send in flight */
     feedd_queue q;
-    uint64_t send_started_ns;
-    bool stall_cancelled; /* feedd_stream_check_stall cancelled the call */
-    stream_todo todo;
     uint64_t batches_sent, bytes_sent, requests;
-    /* Log lines made under mu, written once it is released (stream.c: unlock_log_free). */
-    struct {
-        int level;
-        char text[STATUS_MSG_MAX + 192];
-    } log[STREAM_LOG_LINES];
-    int n_log;
 };
 
 /* Owned by the main thread (start/drain/stop); see the locks above. */
@@ -173,8 +171,11 @@ struct feedd_service {
     feedd_pool *pool;
     grpc_server *server;
     grpc_server_credentials *creds;
-    struct feedd_listener *listener;        /* accepts for server (listener.h) */
-    feedd_handoff handoff;                  /* with TLS: how listener's connections reach gRPC */
+    bool own_listener; /* feedd's listener and guard (server/grpc151), else gRPC's listener */
+    struct feedd_listener *listener; /* accepts for server (listener.h) with own_listener */
+#ifdef FEEDD_GRPC151_CORE
+    feedd_handoff handoff; /* with TLS: how listener's connections reach gRPC */
+#endif
     grpc_server_credentials *health_creds;  /* insecure, for health_listener's connections */
     struct feedd_listener *health_listener; /* --health-listen beside the TLS port, or NULL */
     struct feedd_guard *guard; /* watches the listeners' connections (guard.h); NULL when off */
@@ -188,7 +189,7 @@ struct feedd_service {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     /* Guarded by mu. */
-    feed_list streams;   /* of stream, by link */
+    feed_list streams;   /* of stream, by link: for the metrics */
     size_t live_streams; /* allocated stream objects */
     size_t open_streams; /* calls whose close has not fired */
     size_t live_unary;
@@ -213,23 +214,19 @@ void feedd_stream_on_recv(stream *s, bool ok);
 void feedd_stream_on_send(stream *s, bool ok);
 void feedd_stream_on_status(stream *s);
 void feedd_stream_on_close(stream *s);
-/* The main thread, svc->mu not held, s held (feedd_stream_hold): the service drains. */
-void feedd_stream_drain(stream *s);
-/* The main thread, svc->mu not held, s held: cancel s if its pending send is older than
- * stall_ms. */
-void feedd_stream_check_stall(stream *s, uint64_t now_ns, uint32_t stall_ms);
-/* Under svc->mu: a reference on s for a walk over the streams, or false when s is going (its
- * references are gone; it leaves the list once svc->mu is released). */
-bool feedd_stream_hold(stream *s);
-/* svc->mu not held: drops feedd_stream_hold's reference. */
-void feedd_stream_unhold(stream *s);
+void feedd_stream_on_wake(stream *s);
+/* stream.c, on a completion-queue thread: tick every stream it owns (drain, stall). */
+void feedd_stream_tick_all(cq_thread *cqt, uint64_t now_ns);
 /* The granter thread: the job's bytes are reserved in both caps (memory.h's granted). */
 void feedd_stream_on_granted(feedd_mem_waiter *w);
-/* s->mu, counted per thread: feedd_stream_locks_held() is how many this thread holds (tests
- * check that no gRPC call or batch allocation is made while one is). */
+/* A stream's inbox_mu, counted per thread: feedd_stream_locks_held() is how many this thread
+ * holds (tests check that no gRPC call or batch allocation is made while one is). */
 void feedd_stream_lock(stream *s);
 void feedd_stream_unlock(stream *s);
 int feedd_stream_locks_held(void);
+/* How many gRPC operations of a stream were started by a thread other than its owner; tests
+ * check that it stays 0. */
+int feedd_stream_foreign_ops(void);
 
 /* batch_pack.c: bj as a Batch message of h x w samples; takes bj->mem. NULL if it cannot. */
 grpc_byte_buffer *feedd_batch_pack(batch_job *bj, uint32_t h, uint32_t w, const char *peer);

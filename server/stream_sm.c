@@ -1,7 +1,7 @@
 /*
  * The Stream call's state machine (see stream_sm.h). Pure: every function
- * changes only the machine and the out it is given. The caller serialises
- * the calls (stream.c holds the stream's lock).
+ * changes only the machine and the out it is given. One thread drives it:
+ * the stream's owner (stream.c).
  */
 #include "stream_sm.h"
 
@@ -16,7 +16,7 @@ void feedd_sm_init(feedd_stream_sm *sm)
 
 bool feedd_sm_alive(const feedd_stream_sm *sm)
 {
-    return !sm->closed && !sm->failing && !sm->status_sent;
+    return !sm->closed && !sm->failing && !sm->status_sent && !sm->stalled;
 }
 
 static void discard(feedd_sm_job *job, feedd_sm_out *out)
@@ -48,7 +48,7 @@ static void finish(feedd_stream_sm *sm, grpc_status_code code, const char *msg, 
 /* The status goes out once, never while a send is in flight, never after a cancel. */
 static void maybe_finish(feedd_stream_sm *sm, feedd_sm_out *out)
 {
-    bool may = !sm->closed && !sm->status_sent && !sm->send_in_flight;
+    bool may = !sm->closed && !sm->status_sent && !sm->send_in_flight && !sm->stalled;
     bool idle = sm->outstanding == 0 && feed_list_empty(&sm->ready);
     if (may && sm->failing)
         finish(sm, sm->code, sm->msg, out);
@@ -156,6 +156,11 @@ void feedd_sm_on_job_done(feedd_stream_sm *sm, feedd_sm_job *job, bool cancelled
     maybe_finish(sm, out);
 }
 
+void feedd_sm_on_send_started(feedd_stream_sm *sm, uint64_t now_ns)
+{
+    sm->send_started_ns = now_ns;
+}
+
 void feedd_sm_on_send_failed(feedd_stream_sm *sm, grpc_status_code code, const char *msg,
                              feedd_sm_out *out)
 {
@@ -175,6 +180,22 @@ void feedd_sm_on_send_done(feedd_stream_sm *sm, bool ok, feedd_sm_out *out)
     maybe_finish(sm, out);
 }
 
+void feedd_sm_on_status_started(feedd_stream_sm *sm, bool ok, feedd_sm_out *out)
+{
+    sm->status_in_flight = ok;
+    if (!ok) {
+        /* Its tag will never come; only a cancel ends the call now. */
+        out->cancel = true;
+        out->cancel_code = GRPC_STATUS_OK;
+        out->cancel_msg = "";
+    }
+}
+
+void feedd_sm_on_status_done(feedd_stream_sm *sm)
+{
+    sm->status_in_flight = false;
+}
+
 void feedd_sm_on_cancel(feedd_stream_sm *sm, feedd_sm_out *out)
 {
     if (!sm->closed) {
@@ -189,13 +210,34 @@ void feedd_sm_on_drain(feedd_stream_sm *sm, feedd_sm_out *out)
     maybe_finish(sm, out);
 }
 
+void feedd_sm_on_tick(feedd_stream_sm *sm, uint64_t now_ns, bool draining, uint32_t stall_ms,
+                      uint64_t held_bytes, feedd_sm_out *out)
+{
+    if (draining && !sm->draining)
+        feedd_sm_on_drain(sm, out);
+    uint64_t pending_ms = sm->send_in_flight && now_ns > sm->send_started_ns
+                              ? (now_ns - sm->send_started_ns) / 1000000u
+                              : 0;
+    if (stall_ms && sm->send_in_flight && !sm->stalled && !sm->closed && pending_ms >= stall_ms) {
+        sm->stalled = true;
+        snprintf(sm->cancel_msg, sizeof sm->cancel_msg,
+                 "a batch send made no progress for %llu ms (send-stall-ms %u): the client "
+                 "stopped reading; %llu bytes held",
+                 (unsigned long long)pending_ms, stall_ms, (unsigned long long)held_bytes);
+        out->cancel = true;
+        out->cancel_code = GRPC_STATUS_RESOURCE_EXHAUSTED;
+        out->cancel_msg = sm->cancel_msg;
+    }
+}
+
 void feedd_sm_on_dropped(feedd_stream_sm *sm, feedd_sm_out *out)
 {
     sm->outstanding--;
     maybe_finish(sm, out);
 }
 
-uint64_t feedd_sm_send_pending_ms(uint64_t started_ns, uint64_t now_ns)
+bool feedd_sm_finished(const feedd_stream_sm *sm)
 {
-    return now_ns > started_ns ? (now_ns - started_ns) / 1000000u : 0;
+    return sm->closed && !sm->recv_armed && !sm->send_in_flight && !sm->status_in_flight &&
+           sm->outstanding == 0 && feed_list_empty(&sm->ready);
 }

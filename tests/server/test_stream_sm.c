@@ -36,7 +36,7 @@ static bool discarded_only(const feedd_sm_job *j)
 static bool nothing(const feedd_sm_out *o)
 {
     return feed_list_empty(&o->discard) && !o->drop_work && !o->admit && !o->start && !o->send &&
-           !o->arm_recv && !o->finish;
+           !o->arm_recv && !o->finish && !o->cancel;
 }
 
 static void open_stream(bool draining)
@@ -286,20 +286,110 @@ static void test_allocation_and_send_failures(void **state)
 }
 
 /*
- * The stall checker reads the clock before it takes a stream's lock; a send
- * that starts in between is younger than that reading. Found on the GPU
- * machine: such a send read as pending for 2^64 ns ("no progress for
- * 18446744073709 ms") and a healthy stream was cancelled.
+ * A send pending for send-stall-ms cancels the call, once, and nothing goes
+ * out after it. The tick's clock may read before the send started (found on
+ * the GPU machine when another thread sampled the clock: such a send read as
+ * pending for 2^64 ns and a healthy stream was cancelled); that send has been
+ * pending for 0 ms.
  */
-static void test_send_started_after_the_clock_reading(void **state)
+static void test_stalled_send_cancels_once(void **state)
 {
     (void)state;
-    uint64_t now = 5000000000ull;
-    assert_int_equal(feedd_sm_send_pending_ms(now + 1, now), 0);
-    assert_int_equal(feedd_sm_send_pending_ms(now + 999999999ull, now), 0);
-    assert_int_equal(feedd_sm_send_pending_ms(now, now), 0);
-    assert_int_equal(feedd_sm_send_pending_ms(now - 30000000000ull / 10, now), 3000);
-    assert_int_equal(feedd_sm_send_pending_ms(0, now), 5000);
+    uint64_t t0 = 5000000000ull;
+    open_stream(false);
+    request_started(&jobs[0], 2);
+    request_started(&jobs[1], 2);
+    feedd_sm_on_job_done(&sm, &jobs[0], false, fresh());
+    assert_ptr_equal(out.send, &jobs[0]);
+    feedd_sm_on_send_started(&sm, t0);
+    feedd_sm_on_tick(&sm, t0 - 1, false, 1000, 64, fresh());
+    assert_true(nothing(&out));
+    feedd_sm_on_tick(&sm, t0 + 999999999ull, false, 1000, 64, fresh());
+    assert_true(nothing(&out));
+    /* Off: never. */
+    feedd_sm_on_tick(&sm, t0 + 3600000000000ull, false, 0, 64, fresh());
+    assert_true(nothing(&out));
+    feedd_sm_on_tick(&sm, t0 + 1000000000ull, false, 1000, 64, fresh());
+    assert_true(out.cancel);
+    assert_int_equal(out.cancel_code, GRPC_STATUS_RESOURCE_EXHAUSTED);
+    assert_string_equal(out.cancel_msg, "a batch send made no progress for 1000 ms (send-stall-ms "
+                                        "1000): the client stopped reading; 64 bytes held");
+    assert_false(out.finish);
+    feedd_sm_on_tick(&sm, t0 + 2000000000ull, false, 1000, 64, fresh());
+    assert_true(nothing(&out));
+    /* The batch behind it and the status never go out; the close ends the stream. */
+    feedd_sm_on_job_done(&sm, &jobs[1], false, fresh());
+    assert_true(discarded_only(&jobs[1]));
+    assert_null(out.send);
+    feedd_sm_on_send_done(&sm, false, fresh());
+    assert_null(out.send);
+    assert_false(out.finish);
+    feedd_sm_on_cancel(&sm, fresh());
+    feedd_sm_on_recv(&sm, false, fresh());
+    assert_true(feedd_sm_finished(&sm));
+}
+
+/* A tick that sees the server draining is the drain, once. */
+static void test_tick_drains(void **state)
+{
+    (void)state;
+    open_stream(false);
+    feedd_sm_on_tick(&sm, 1, false, 1000, 0, fresh());
+    assert_true(nothing(&out));
+    feedd_sm_on_tick(&sm, 2, true, 1000, 0, fresh());
+    assert_true(out.finish);
+    assert_int_equal(out.code, GRPC_STATUS_UNAVAILABLE);
+    feedd_sm_on_status_started(&sm, true, fresh());
+    assert_true(nothing(&out));
+    feedd_sm_on_tick(&sm, 3, true, 1000, 0, fresh());
+    assert_true(nothing(&out));
+}
+
+/*
+ * The machine says when the stream's life is over: the call closed, no
+ * receive, send or status in flight, no job anywhere. Each of those keeps it.
+ */
+static void test_end_of_life(void **state)
+{
+    (void)state;
+    open_stream(false);
+    request_started(&jobs[0], 2);
+    feedd_sm_on_job_done(&sm, &jobs[0], false, fresh());
+    assert_ptr_equal(out.send, &jobs[0]);
+    feedd_sm_on_send_started(&sm, 10);
+    assert_false(feedd_sm_on_recv(&sm, false, fresh()));
+    assert_false(feedd_sm_finished(&sm)); /* a send in flight, not closed */
+    feedd_sm_on_send_done(&sm, true, fresh());
+    assert_true(out.finish);
+    feedd_sm_on_status_started(&sm, true, fresh());
+    assert_false(feedd_sm_finished(&sm)); /* the status in flight */
+    feedd_sm_on_cancel(&sm, fresh());
+    assert_false(feedd_sm_finished(&sm)); /* still the status */
+    feedd_sm_on_status_done(&sm);
+    assert_true(feedd_sm_finished(&sm));
+
+    /* Closed with a receive armed and a job in a worker's hands. */
+    open_stream(false);
+    request_started(&jobs[1], 2);
+    feedd_sm_on_cancel(&sm, fresh());
+    assert_true(out.drop_work);
+    assert_false(feedd_sm_finished(&sm));
+    assert_false(feedd_sm_on_recv(&sm, false, fresh()));
+    assert_false(feedd_sm_finished(&sm)); /* the job */
+    feedd_sm_on_job_done(&sm, &jobs[1], true, fresh());
+    assert_true(discarded_only(&jobs[1]));
+    assert_true(feedd_sm_finished(&sm));
+
+    /* A status that cannot start: the call is cancelled instead, plainly. */
+    open_stream(false);
+    feedd_sm_on_recv(&sm, false, fresh());
+    assert_true(out.finish);
+    feedd_sm_on_status_started(&sm, false, fresh());
+    assert_true(out.cancel);
+    assert_int_equal(out.cancel_code, GRPC_STATUS_OK);
+    assert_false(feedd_sm_finished(&sm));
+    feedd_sm_on_cancel(&sm, fresh());
+    assert_true(feedd_sm_finished(&sm));
 }
 
 int main(void)
@@ -315,7 +405,9 @@ int main(void)
         cmocka_unit_test(test_cancel_while_waiting_for_memory),
         cmocka_unit_test(test_failure_waits_for_the_send_in_flight),
         cmocka_unit_test(test_allocation_and_send_failures),
-        cmocka_unit_test(test_send_started_after_the_clock_reading),
+        cmocka_unit_test(test_stalled_send_cancels_once),
+        cmocka_unit_test(test_tick_drains),
+        cmocka_unit_test(test_end_of_life),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

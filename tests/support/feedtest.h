@@ -50,6 +50,13 @@ typedef struct feed_test_server_opts {
  */
 int feed_test_server_start_with(const feed_test_server_opts *opts, const char *const *extra_args,
                                 feed_test_server *out);
+/*
+ * Whether the feedd these tests start accepts on its own listener, with the
+ * transport guard (server/grpc151): built with it (feedd.cmake), the gRPC
+ * core loaded is the one it was built for, and FEED_TEST_FEEDD_ARGS does
+ * not ask for gRPC's listener. Tests of those two skip otherwise.
+ */
+bool feed_test_feedd_own_listener(void);
 /* SIGTERM, wait up to timeout_ms, then SIGKILL. Sets exit_status. 0 if it exited by itself. */
 int feed_test_server_stop_timeout(feed_test_server *s, int timeout_ms);
 /* feed_test_server_stop_timeout(s, 30000). */

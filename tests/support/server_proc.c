@@ -25,6 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <grpc/grpc.h>
+
 #include "feed/errors.h"
 
 #define MAX_ARGS 64
@@ -271,6 +273,17 @@ int feed_test_server_start_with(const feed_test_server_opts *opts, const char *c
         else
             rc = FEED_EINVAL;
     }
+    /* FEED_TEST_FEEDD_ARGS: words added to every feedd (ctest runs suites with --listener grpc). */
+    char more[256];
+    const char *env = getenv("FEED_TEST_FEEDD_ARGS");
+    snprintf(more, sizeof more, "%s", env ? env : "");
+    for (char *save = NULL, *w = strtok_r(more, " ", &save); w && rc == 0;
+         w = strtok_r(NULL, " ", &save)) {
+        if (argc < MAX_ARGS - 1)
+            argv[argc++] = w;
+        else
+            rc = FEED_EINVAL;
+    }
     argv[argc] = NULL;
     if (rc != 0)
         goto out;
@@ -282,6 +295,17 @@ out:
     if (rc != 0)
         feed_test_server_kill(out);
     return rc;
+}
+
+bool feed_test_feedd_own_listener(void)
+{
+#ifdef FEEDD_GRPC151_CORE
+    const char *args = getenv("FEED_TEST_FEEDD_ARGS");
+    return strcmp(grpc_version_string(), FEEDD_GRPC151_CORE) == 0 &&
+           !(args && strstr(args, "--listener grpc"));
+#else
+    return false;
+#endif
 }
 
 int feed_test_server_start(const char *const *extra_args, feed_test_server *out)

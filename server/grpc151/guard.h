@@ -1,5 +1,7 @@
 /*
- * The transport memory guard. gRPC core 1.51 buffers an HTTP/2 header block
+ * The transport memory guard (server/grpc151/: it reads gRPC 1.51's peer
+ * names, "fd:N" for a descriptor handed over, and watches only connections
+ * feedd's own listener accepted). gRPC core 1.51 buffers an HTTP/2 header block
  * of any size (a HEADERS frame followed by CONTINUATION frames without
  * END_HEADERS) and no channel argument of that version bounds it, so one
  * connection could take all the host's memory. feedd's own listeners hand
@@ -25,8 +27,8 @@
  * system then and GUARD_TRIMS times more at growing intervals, as gRPC frees
  * a cut connection's buffers on its own threads a little later.
  */
-#ifndef FEED_SERVER_GUARD_H
-#define FEED_SERVER_GUARD_H
+#ifndef FEED_SERVER_GRPC151_GUARD_H
+#define FEED_SERVER_GRPC151_GUARD_H
 
 #include <stdint.h>
 #include <sys/socket.h>
@@ -62,6 +64,8 @@
 
 typedef struct feedd_guard feedd_guard;
 
+#ifdef FEEDD_GRPC151_CORE
+
 /*
  * Start the guard's thread: cut floods while anonymous resident memory
  * (resident less file-backed and shared pages) is above rss_limit bytes;
@@ -96,5 +100,33 @@ void feedd_guard_credit(feedd_guard *g, int fd, uint64_t bytes);
 uint64_t feedd_guard_ticks(feedd_guard *g);
 /* Stop the thread and free. NULL is fine. */
 void feedd_guard_stop(feedd_guard *g);
+#else
+/*
+ * Built without server/grpc151 (feedd.cmake): no guard is ever started, and
+ * what the service calls on its NULL guard does nothing, as it does on a
+ * NULL guard when built with it.
+ */
+static inline int feedd_guard_fd_of(feedd_guard *g, const char *peer)
+{
+    (void)g;
+    (void)peer;
+    return -1;
+}
+static inline void feedd_guard_authenticated(feedd_guard *g, int fd)
+{
+    (void)g;
+    (void)fd;
+}
+static inline void feedd_guard_credit(feedd_guard *g, int fd, uint64_t bytes)
+{
+    (void)g;
+    (void)fd;
+    (void)bytes;
+}
+static inline void feedd_guard_stop(feedd_guard *g)
+{
+    (void)g;
+}
+#endif
 
 #endif

@@ -1,4 +1,6 @@
 /*
+ * (server/grpc151/: built against gRPC core 29 only, feedd.cmake; used only
+ * when that core is the one loaded, service.c.)
  * Handing a connection feedd accepted itself to gRPC's server with any
  * credentials, TLS included. gRPC 1.51's C API takes such a connection
  * (grpc_server_add_channel_from_fd) only without TLS; its chttp2 server
@@ -8,8 +10,8 @@
  * port's handshakes (TLS) on them. handoff.cc drives that path from C.
  * Thread: the listener's (any one thread at a time per handler).
  */
-#ifndef FEED_SERVER_HANDOFF_H
-#define FEED_SERVER_HANDOFF_H
+#ifndef FEED_SERVER_GRPC151_HANDOFF_H
+#define FEED_SERVER_GRPC151_HANDOFF_H
 
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
