@@ -45,6 +45,8 @@ mkdir -p "$dir/bin" "$dir/lib" "$dir/data"
 for b in bench/e2e/feed-bench server/feedd server/tools/feed-pack server/tools/feed-gen-dataset \
          bench/preproc/feed-preproc-bench bench/preproc/feed-engine-split bench/wire/feed-wire-bench client/feed-client-probe \
          tests/client/test_client_gpu; do
+  # LEAN=1 bundles leave test_client_gpu out, so a build without tests makes one.
+  [ "$lean" = 1 ] && [ "$b" = tests/client/test_client_gpu ] && continue
   [ -x "$build/$b" ] || { echo "make_gpu_bundle: $build/$b missing; build first" >&2; exit 1; }
   cp -L "$build/$b" "$dir/bin/"
   strip --strip-debug "$dir/bin/$(basename "$b")"
@@ -65,9 +67,6 @@ for b in "$dir"/bin/*; do ldd "$b" | awk '/=> \//{print $3}'; done | sort -u |
   done
 
 cp -L "$build/client/libfeedclient.so" "$dir/lib/"
-if [ "$lean" = 1 ]; then
-  rm -f "$dir/bin/test_client_gpu"
-fi
 mkdir -p "$dir/python" "$dir/torch"
 cp -r "$root/python/src/feedclient" "$dir/python/"
 rm -rf "$dir/python/feedclient/__pycache__"

@@ -31,7 +31,8 @@
 # MAX_INFLIGHT (0: the loop never waits for the GPU; N: at most N steps queued),
 # WINDOW (4) and PREFETCH (6): feedclient's window_per_server and prefetch;
 # CACHE_SIDE (256), CACHE_BYTES (24G), CACHE_WARMUP (60 s); FEEDCLIENT_LIBRARY (the bundle's
-# lib/libfeedclient.so: another build of the library to compare).
+# lib/libfeedclient.so: another build of the library to compare); FEEDD (the bundle's bin/feedd:
+# another build of the server to compare).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:?usage: run_h2h.sh OUTDIR [CONFIG...]}
@@ -87,7 +88,7 @@ start_servers() {
   fi
   for cpus in ${SERVER_CPUS:-2-8 9-15}; do
     rm -f "$work/port$i" "$work/mport$i"
-    taskset -c "$cpus" "$here/bin/feedd" --listen 127.0.0.1:0 --port-file "$work/port$i" \
+    taskset -c "$cpus" "${FEEDD:-$here/bin/feedd}" --listen 127.0.0.1:0 --port-file "$work/port$i" \
       --metrics-listen 127.0.0.1:0 --metrics-port-file "$work/mport$i" \
       --threads "${SERVER_THREADS:-7}" --dataset "$orig" --dataset "reenc=$work/reenc" \
       "${extra[@]}" --log-level warn >> "$out/feedd$i.log" 2>&1 &
