@@ -19,6 +19,7 @@
 #include "feed/crc32c.h"
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "feed/strutil.h"
 #include "feed/timeutil.h"
 #include "metrics.h"
 
@@ -86,15 +87,19 @@ static int read_sample(worker *w, feedd_job *job, uint32_t pos, const uint8_t **
                        feed_sample_status *st)
 {
     uint64_t t0 = feed_now_ns();
-    int rc = feed_dataset_read(job->ds, job->indices[pos], &w->scratch, jpeg, len);
+    char why[FEEDD_SAMPLE_MSG_MAX + 1];
+    int rc =
+        feed_dataset_read_why(job->ds, job->indices[pos], &w->scratch, jpeg, len, why, sizeof why);
     feedd_count(&feedd_m.stage_ns[FEEDD_STAGE_READ], feed_now_ns() - t0);
     feedd_count(&feedd_m.stage_count[FEEDD_STAGE_READ], 1);
     if (rc < 0) {
         *st = rc == FEED_ETOOBIG ? FEED_SAMPLE_TOO_LARGE : FEED_SAMPLE_IO_ERROR;
         memset(job->data + (size_t)pos * job->sample_bytes, 0, job->sample_bytes);
-        snprintf(job->errors[pos], sizeof job->errors[pos], "read: %s",
-                 rc == FEED_ENOTFOUND ? "the file is gone (ENOENT): removed since the open"
-                                      : feed_strerror(rc));
+        /* The cause (a remote shard's HTTP status, timeout...) after the code, cut to fit. */
+        feed_set_err(job->errors[pos], sizeof job->errors[pos], "read: %s%s%s",
+                     rc == FEED_ENOTFOUND ? "the file is gone (ENOENT): removed since the open"
+                                          : feed_strerror(rc),
+                     why[0] ? ": " : "", why);
     }
     return rc;
 }

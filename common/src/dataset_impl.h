@@ -48,6 +48,13 @@ typedef struct feed_dataset_ops {
     int (*read)(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch, const uint8_t **data,
                 size_t *len);
     /*
+     * NULL: read says all there is. Else read, and on failure the cause in
+     * why (feed_dataset_read_why's contract); read calls it with a buffer
+     * of its own.
+     */
+    int (*read_why)(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch,
+                    const uint8_t **data, size_t *len, char *why, size_t why_cap);
+    /*
      * NULL: the bytes are fixed at open (a pack's mapping), every stamp the
      * same. Else the contract of feed_dataset_sample_stamp; i < count.
      */

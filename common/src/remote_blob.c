@@ -129,6 +129,7 @@ int feed_remote_blob_open(const char *location, const feed_blob_options *opts, f
     b->max_read = o->max_read_bytes;
     b->timeout_ms = o->remote.timeout_ms ? o->remote.timeout_ms : 30000;
     b->retries = o->remote.retries;
+    b->redirects = o->remote.redirects;
     if (b->t.s3) {
         rc = feed_remote_creds_load(&b->creds, err, err_cap);
         if (rc < 0)

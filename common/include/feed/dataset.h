@@ -107,6 +107,16 @@ int feed_dataset_read(const feed_dataset *ds, uint64_t i, feed_buf *scratch, con
                       size_t *len);
 
 /*
+ * feed_dataset_read, and on failure the cause in why (why_cap bytes, always
+ * NUL-terminated when why_cap > 0; "" when the code says all): for a remote
+ * shard the HTTP status, a timeout, a refused redirect or a changed object,
+ * naming no object (the caller says where the sample is) and never a
+ * credential, a signature or a query.
+ */
+int feed_dataset_read_why(const feed_dataset *ds, uint64_t i, feed_buf *scratch,
+                          const uint8_t **data, size_t *len, char *why, size_t why_cap);
+
+/*
  * A stamp of sample i's bytes as they are now (i < count), for caches of
  * what was made from them: nonzero, and different whenever what
  * feed_dataset_read gives for i may have changed since another was taken
