@@ -323,10 +323,11 @@ static void judge_redirect(remote_blob *b, const char *url, attempt *a, int *rc,
     *rc = FEED_EIO;
     a->redirect[0] = '\0';
     if (!loc || b->t.s3 || b->redirects != FEED_REMOTE_REDIRECTS_SAME_HOST) {
-        feed_set_err(err, err_cap,
-                     "%s: redirected (HTTP %ld) to %.200s; not followed (--remote-redirects "
-                     "same-host follows one to the same scheme and host)",
-                     b->base.name, a->resp.status, loc ? shown : "nowhere");
+        feed_set_err(err, err_cap, "%s: redirected (HTTP %ld) to %.200s; not followed (%s)",
+                     b->base.name, a->resp.status, loc ? shown : "nowhere",
+                     b->t.s3 ? "s3:// requests follow none"
+                             : "--remote-redirects same-host follows one to the same scheme "
+                               "and host");
     } else if (!feed_remote_redirect_allowed(url, loc)) {
         feed_set_err(err, err_cap,
                      "%s: redirected (HTTP %ld) to %.200s, another scheme or host; not followed",
