@@ -86,6 +86,21 @@ out:
     return rc;
 }
 
+/*
+ * The host[:port] of the authority that starts at hs: after its last '@' (a
+ * password may hold an unencoded '@'). *end: where the path, query or
+ * fragment starts.
+ */
+static const char *host_of(const char *hs, const char **end)
+{
+    const char *host;
+    *end = hs + strcspn(hs, "/?#");
+    host = *end;
+    while (host > hs && host[-1] != '@')
+        host--;
+    return host;
+}
+
 static int resolve_s3(const char *location, const feed_blob_remote_options *o,
                       feed_remote_target *t, char *err, size_t err_cap)
 {
@@ -210,11 +225,7 @@ size_t feed_location_redact(const char *location, char *out, size_t cap)
         goto out;
     }
     hs = sep + 3;
-    end = hs + strcspn(hs, "/?#");
-    host = end;
-    /* After the last '@' of the authority: a password may hold an unencoded '@'. */
-    while (host > hs && host[-1] != '@')
-        host--;
+    host = host_of(hs, &end);
     path_len = strcspn(end, "?#");
     n = snprintf(out, cap, "%.*s%.*s%.*s", (int)(hs - location), location, (int)(end - host), host,
                  (int)path_len, end);
@@ -254,10 +265,7 @@ static int origin(const char *url, const char **scheme_end, const char **host, s
     if (!sep || strcspn(url, "/?#") < (size_t)(sep - url))
         return -1;
     hs = sep + 3;
-    end = hs + strcspn(hs, "/?#");
-    *host = end;
-    while (*host > hs && (*host)[-1] != '@')
-        (*host)--;
+    *host = host_of(hs, &end);
     *scheme_end = sep;
     *host_len = (size_t)(end - *host);
     return *host_len > 0 ? 0 : -1;
