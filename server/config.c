@@ -121,6 +121,13 @@ static const key_def keys[] = {
      "endpoint or a dotted bucket)"},
     {"remote-connections", KEY_U32, OFF(remote_connections), 0, 1, 256, "8",
      "parallel ranged reads of remote datasets (the process's HTTP connections)"},
+    {"remote-store-fetches", KEY_U32, OFF(remote_store_fetches), 0, 1, 256, "4",
+     "remote samples fetched at once from one store (scheme://host:port, or an s3 bucket); "
+     "one object gets half of it, rounded up"},
+    {"remote-batch-deadline-ms", KEY_U32, OFF(remote_batch_deadline_ms), 0, 100, 3600000,
+     "20000",
+     "a batch's remote samples not fetched this long after it was accepted fail "
+     "(SAMPLE_IO_ERROR naming the store) and the rest of the batch is served"},
     {"remote-readahead", KEY_BYTES, OFF(remote_readahead), 0, 0, 64 * GiB, "64M",
      "bytes of queued batches' samples fetched ahead and not yet read; 0 = no read-ahead"},
     {"remote-timeout-ms", KEY_U32, OFF(remote_timeout_ms), 0, 100, 3600000, "30000",

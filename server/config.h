@@ -58,6 +58,8 @@ typedef struct feedd_config {
     char s3_region[64];     /* "" = AWS_REGION / AWS_DEFAULT_REGION / us-east-1 */
     char s3_addressing[16]; /* auto, path or virtual */
     uint32_t remote_connections;
+    uint32_t remote_store_fetches; /* fetch.h */
+    uint32_t remote_batch_deadline_ms;
     uint64_t remote_readahead;
     uint32_t remote_timeout_ms;
     uint32_t remote_retries;

@@ -404,8 +404,16 @@ int main(int argc, char **argv)
     feed_engine_limits_default(&elim);
     elim.max_pixels = cfg.max_pixels;
     elim.max_jpeg_bytes = cfg.max_jpeg_bytes;
+    feedd_fetch_limits flim = {
+        .threads = cfg.remote_connections,
+        .store_fetches = cfg.remote_store_fetches,
+        .deadline_ms = cfg.remote_batch_deadline_ms,
+        .max_bytes = cfg.remote_readahead,
+        .max_sample_bytes = cfg.max_jpeg_bytes,
+    };
     signals_step("starting workers", "");
-    rc = feedd_pool_new(cfg.threads, &elim, cfg.max_jpeg_bytes, cache, cfg.task_samples, &pool);
+    rc = feedd_pool_new(cfg.threads, &elim, cfg.max_jpeg_bytes, cache, cfg.task_samples, &flim,
+                        &pool);
     if (rc < 0) {
         FEED_LOGE("worker pool: %s", feed_strerror(rc));
         goto out;

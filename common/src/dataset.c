@@ -213,6 +213,11 @@ uint32_t feed_dataset_bad_shards(const feed_dataset *ds)
     return ds->bad_shards;
 }
 
+const char *feed_dataset_sample_object(const feed_dataset *ds, uint64_t i)
+{
+    return ds->ops->object && i < ds->count ? ds->ops->object(ds, i) : NULL;
+}
+
 void feed_dataset_prefetch(const feed_dataset *ds, const uint64_t *indices, size_t n)
 {
     if (ds->ops->prefetch && n)

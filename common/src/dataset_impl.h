@@ -44,6 +44,8 @@ typedef struct feed_dataset_ops {
     const char *(*sample_path)(const struct feed_dataset *ds, uint64_t i);
     /* NULL: nothing to say (feed_dataset_sample_where). */
     void (*where)(const struct feed_dataset *ds, uint64_t i, int may_read, char *buf, size_t cap);
+    /* NULL: every sample is local. i < count; the contract of feed_dataset_sample_object. */
+    const char *(*object)(const struct feed_dataset *ds, uint64_t i);
     /* i < count, checked by the caller; the contract of feed_dataset_read. */
     int (*read)(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch, const uint8_t **data,
                 size_t *len);

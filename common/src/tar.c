@@ -571,6 +571,14 @@ static void tar_where(const struct feed_dataset *ds, uint64_t i, int may_read, c
     snprintf(buf, cap, "%s, member at byte %llu", shard, at);
 }
 
+/* A bad shard's samples are no object's: their reads fail at once, without I/O. */
+static const char *tar_object(const struct feed_dataset *ds, uint64_t i)
+{
+    const tar_ds *t = ds->impl;
+    const feed_blob *b = t->shards[t->v[i].shard];
+    return b && feed_blob_is_remote(b->name) ? b->name : NULL;
+}
+
 static void tar_prefetch(const struct feed_dataset *ds, const uint64_t *indices, size_t n)
 {
     const tar_ds *t = ds->impl;
@@ -619,6 +627,7 @@ const feed_dataset_ops feed_dataset_tar_ops = {
     .label = tar_label,
     .sample_path = NULL,
     .where = tar_where,
+    .object = tar_object,
     .read = tar_read,
     .read_why = tar_read_why,
     .stamp = tar_stamp,
