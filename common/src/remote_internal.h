@@ -78,10 +78,12 @@ void remote_ra_stop(void);
 void remote_ra_hint(remote_blob *b, const feed_blob_range *ranges, size_t n);
 /*
  * Serves a read from a hinted range that matches exactly: waits while it is
- * in flight. Returns 1 with the bytes in dst, or 0 when the range was not
- * fetched ahead (or its fetch failed): the caller reads it itself.
+ * in flight. Returns 1 with the bytes in dst; 0 when the range was not
+ * fetched ahead: the caller reads it itself; or the negative FEED_E code its
+ * fetch failed with after the retries, its message in err: the read fails so.
  */
-int remote_ra_take(remote_blob *b, uint64_t offset, size_t len, uint8_t *dst);
+int remote_ra_take(remote_blob *b, uint64_t offset, size_t len, uint8_t *dst, char *err,
+                   size_t err_cap);
 /* Drops b's hints, waiting for its fetches in flight; before b is freed. */
 void remote_ra_forget(remote_blob *b);
 

@@ -470,6 +470,34 @@ static void test_readahead_shared(void **state)
     feed_blob_close(b);
 }
 
+/* A hinted range whose fetch failed after its retries hands that failure to the read, which
+ * does not ask the store again: R+1 requests for a dead range. Before, the read started over
+ * and the store saw 2(R+1). */
+static void test_readahead_failure_handed_to_read(void **state)
+{
+    feed_blob_options o;
+    char ep[128], err[512] = "";
+    uint8_t buf[4096];
+    feed_remote_stats before, now;
+    (void)state;
+    set_creds(REMOTE_TEST_SECRET);
+    options(&o, ep, sizeof ep, g_srv.s3proxy);
+    o.remote.retries = 2;
+    feed_blob *b = open_ok("s3://" REMOTE_TEST_BUCKET "/copy4.bin", &o);
+    feed_blob_range r = {12345, sizeof buf};
+    feed_remote_stats_get(&before);
+    assert_int_equal(remote_servers_cmd(&g_srv, "status 500 1000", NULL, NULL), 0);
+    feed_blob_prefetch(b, &r, 1);
+    assert_int_equal(feed_blob_read(b, r.offset, sizeof buf, buf, err, sizeof err), FEED_EIO);
+    assert_int_equal(remote_servers_cmd(&g_srv, "status 500 0", NULL, NULL), 0);
+    assert_non_null(strstr(err, "s3://" REMOTE_TEST_BUCKET "/copy4.bin"));
+    assert_non_null(strstr(err, "500"));
+    feed_remote_stats_get(&now);
+    assert_int_equal(now.readahead_done - before.readahead_done, 1);
+    assert_int_equal(now.requests - before.requests, o.remote.retries + 1);
+    feed_blob_close(b);
+}
+
 typedef struct reader_arg {
     feed_blob *b;
     int index;
@@ -542,6 +570,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_read_cap),
         cmocka_unit_test(test_readahead),
         cmocka_unit_test(test_readahead_shared),
+        cmocka_unit_test(test_readahead_failure_handed_to_read),
         cmocka_unit_test(test_connection_pool),
     };
     if (argc < 3) {
