@@ -40,7 +40,7 @@ typedef struct feedd_fetch_limits {
     uint32_t threads;          /* fetch threads (feedd: --remote-connections) */
     uint32_t store_fetches;    /* reads in flight to one store (--remote-store-fetches) */
     uint32_t deadline_ms;      /* from submit (--remote-batch-deadline-ms) */
-    uint64_t max_bytes;        /* fetched and not released (--remote-readahead; 0: one sample) */
+    uint64_t max_bytes;        /* fetched and not released (--remote-readahead) */
     uint64_t max_sample_bytes; /* cap on one sample's bytes (--max-jpeg-bytes) */
 } feedd_fetch_limits;
 

@@ -44,7 +44,7 @@ typedef struct ra_entry {
     size_t len;
     enum ra_state state;
     int rc;
-    char err[256]; /* the failed fetch's message */
+    char err[256];    /* the failed fetch's message */
     uint32_t wanted;  /* hints not yet read; the entry leaves the list at 0 */
     uint32_t users;   /* readers waiting for it or copying it: not pushed out, not freed */
     uint64_t done_ns; /* CLOCK_MONOTONIC when the fetch finished */
@@ -108,9 +108,9 @@ static void *worker(void *arg)
         e->state = RA_FETCHING;
         pthread_mutex_unlock(&ra_lock);
         e->buf = malloc(e->len ? e->len : 1);
-        e->rc = e->buf ? remote_fetch(e->blob, e->offset, e->len, e->buf, NULL, e->err,
-                                      sizeof e->err)
-                       : FEED_ENOMEM;
+        e->rc = e->buf
+                    ? remote_fetch(e->blob, e->offset, e->len, e->buf, NULL, e->err, sizeof e->err)
+                    : FEED_ENOMEM;
         pthread_mutex_lock(&ra_lock);
         e->state = RA_DONE;
         e->done_ns = now_ns();

@@ -73,10 +73,18 @@ static int setup(void **state)
     snprintf(retries, sizeof retries, "%d", RETRIES);
     opts.log_path = log;
     /* A dripped read outlasts the test (no request timeout); the deadline ends the batch. */
-    const char *args[] = {"--dataset",           local,     "--dataset",
-                          http,                  "--threads", "2",
-                          "--remote-retries",    retries,   "--remote-timeout-ms",
-                          "3600000",             "--remote-batch-deadline-ms", "10000",
+    const char *args[] = {"--dataset",
+                          local,
+                          "--dataset",
+                          http,
+                          "--threads",
+                          "2",
+                          "--remote-retries",
+                          retries,
+                          "--remote-timeout-ms",
+                          "3600000",
+                          "--remote-batch-deadline-ms",
+                          "10000",
                           NULL};
     if (feed_test_server_start_with(&opts, args, &g_feedd) != 0)
         return -1;
