@@ -124,8 +124,7 @@ static const key_def keys[] = {
     {"remote-store-fetches", KEY_U32, OFF(remote_store_fetches), 0, 1, 256, "4",
      "remote samples fetched at once from one store (scheme://host:port, or an s3 bucket); "
      "one object gets half of it, rounded up"},
-    {"remote-batch-deadline-ms", KEY_U32, OFF(remote_batch_deadline_ms), 0, 100, 3600000,
-     "20000",
+    {"remote-batch-deadline-ms", KEY_U32, OFF(remote_batch_deadline_ms), 0, 100, 3600000, "20000",
      "a batch's remote samples not fetched this long after it was accepted fail "
      "(SAMPLE_IO_ERROR naming the store) and the rest of the batch is served"},
     {"remote-readahead", KEY_BYTES, OFF(remote_readahead), 0, 0, 64 * GiB, "64M",

@@ -73,11 +73,11 @@ struct feedd_job {
 
 /* A stream's queue of jobs; zero-initialise it. Fields are the pool's (guarded by pool mu). */
 typedef struct feedd_queue {
-    feed_list jobs;    /* of feedd_job, by qlink, in submission order */
-    feed_list running; /* of feedd_job, by qlink: all samples claimed, some still being made */
+    feed_list jobs;     /* of feedd_job, by qlink, in submission order */
+    feed_list running;  /* of feedd_job, by qlink: all samples claimed, some still being made */
     feed_list fetching; /* of feedd_job, by qlink: in the fetch stage */
-    feed_list_node rr; /* in the pool's ring while linked */
-    bool linked;       /* it has unclaimed samples */
+    feed_list_node rr;  /* in the pool's ring while linked */
+    bool linked;        /* it has unclaimed samples */
 } feedd_queue;
 
 /*
