@@ -221,6 +221,12 @@ static void hand_step(feedd_cache *c, cached_dataset *cd)
     }
 }
 
+bool feedd_cache_has(const feedd_cache *c, uint32_t ds, uint64_t index)
+{
+    return (atomic_load_explicit(&c->ds[ds].slots[index], memory_order_relaxed) &
+            ~(uintptr_t)SLOT_LOCKED) != 0;
+}
+
 feedd_cache_entry *feedd_cache_get(feedd_cache *c, uint32_t ds, uint64_t index, feed_decoded *img)
 {
     cached_dataset *cd = &c->ds[ds];

@@ -42,6 +42,7 @@
 #ifndef FEED_SERVER_CACHE_H
 #define FEED_SERVER_CACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -75,6 +76,8 @@ uint64_t feedd_cache_used(const feedd_cache *c);
  * miss returns NULL. Counts a hit or a miss, and moves the dataset's hand.
  */
 feedd_cache_entry *feedd_cache_get(feedd_cache *c, uint32_t ds, uint64_t index, feed_decoded *img);
+/* Whether (ds, index) has an entry now (a hint: it may be evicted next). Counts nothing. */
+bool feedd_cache_has(const feedd_cache *c, uint32_t ds, uint64_t index);
 /*
  * After a miss: a new entry for (ds, index) with room for pixel_bytes,
  * charged to the budget and referenced by the caller, or NULL when it does

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "feed/blob.h"
 #include "feed/errors.h"
 #include "feed/log.h"
 #include "feed/strutil.h"
@@ -131,6 +132,12 @@ static const key_def keys[] = {
      "endpoint or a dotted bucket)"},
     {"remote-connections", KEY_U32, OFF(remote_connections), 0, 1, 256, "8",
      "parallel ranged reads of remote datasets (the process's HTTP connections)"},
+    {"remote-store-fetches", KEY_U32, OFF(remote_store_fetches), 0, 1, 256, "4",
+     "remote samples fetched at once from one store (scheme://host:port, or an s3 bucket); "
+     "one object gets half of it, rounded up"},
+    {"remote-batch-deadline-ms", KEY_U32, OFF(remote_batch_deadline_ms), 0, 100, 3600000, "20000",
+     "a batch's remote samples not fetched this long after it was accepted fail "
+     "(SAMPLE_IO_ERROR naming the store) and the rest of the batch is served"},
     {"remote-readahead", KEY_BYTES, OFF(remote_readahead), 0, 0, 64 * GiB, "64M",
      "bytes of queued batches' samples fetched ahead and not yet read; 0 = no read-ahead"},
     {"remote-timeout-ms", KEY_U32, OFF(remote_timeout_ms), 0, 100, 3600000, "30000",
@@ -138,6 +145,9 @@ static const key_def keys[] = {
     {"remote-retries", KEY_U32, OFF(remote_retries), 0, 0, 100, "4",
      "retries of a remote request after a 5xx, a timeout or a cut connection (backoff 50 ms "
      "doubling to 2 s)"},
+    {"remote-redirects", KEY_STR, OFF(remote_redirects), SZ(remote_redirects), 0, 0, "none",
+     "which HTTP redirects an http(s):// dataset follows: none (a 30x fails the read) or "
+     "same-host (the same scheme and host:port, at most 3 hops; never https to http)"},
     {"shard-files", KEY_U32, OFF(shard_files), 0, 0, 1000000, "0",
      "descriptors of local tar shards kept open while unused (least recently used closed "
      "first); 0 = a quarter of the open-file limit less its connection reserve, at most 4096; "
@@ -255,10 +265,22 @@ static const char *dataset_options(const char *path, const char *end, feedd_data
     }
 }
 
+/*
+ * A value as an error message shows it: a URL without its userinfo and
+ * query (feed_location_redact), so a --dataset with a password or a
+ * presigned signature never reaches stderr.
+ */
+static const char *shown(const char *value, char *buf, size_t cap)
+{
+    feed_location_redact(value, buf, cap);
+    return buf;
+}
+
 static int add_dataset(feedd_config *cfg, const char *value, char *err, size_t cap)
 {
     const char *eq = strchr(value, '=');
     int rc = 0;
+    char buf[FEEDD_PATH_MAX];
     if (cfg->n_datasets >= FEEDD_MAX_DATASETS) {
         feed_set_err(err, cap, "dataset: more than %d datasets", FEEDD_MAX_DATASETS);
         return FEED_EINVAL;
@@ -273,12 +295,19 @@ static int add_dataset(feedd_config *cfg, const char *value, char *err, size_t c
         feed_set_err(err, cap,
                      "dataset: expected NAME=PATH[,cache=SIDE][,bad_shards=serve|refuse], got "
                      "'%s'",
-                     value);
+                     shown(value, buf, sizeof buf));
         return FEED_EINVAL;
     }
     size_t nlen = (size_t)(eq - value), plen = (size_t)(end - (eq + 1));
+    if (memchr(value, ':', nlen) || memchr(value, '/', nlen)) {
+        /* A location without NAME= whose query holds '=': the name would be the URL. */
+        feed_set_err(err, cap, "dataset: a name holds no ':' or '/' (NAME=PATH), got '%s'",
+                     shown(value, buf, sizeof buf));
+        return FEED_EINVAL;
+    }
     if (nlen >= FEEDD_NAME_MAX || plen >= FEEDD_PATH_MAX) {
-        feed_set_err(err, cap, "dataset: name or path too long in '%s'", value);
+        feed_set_err(err, cap, "dataset: name or path too long in '%s'",
+                     shown(value, buf, sizeof buf));
         return FEED_EINVAL;
     }
     memcpy(d->name, value, nlen);
@@ -439,6 +468,7 @@ void feedd_config_usage(const char *prog)
 int feedd_config_parse(int argc, char **argv, feedd_config *cfg, char *err, size_t cap)
 {
     int rc = 0;
+    char buf[FEEDD_PATH_MAX];
     memset(cfg, 0, sizeof *cfg);
     for (size_t i = 0; i < N_KEYS; i++) {
         if (keys[i].def) {
@@ -471,14 +501,15 @@ int feedd_config_parse(int argc, char **argv, feedd_config *cfg, char *err, size
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0) {
-            feed_set_err(err, cap, "unexpected argument '%s'", a);
+            feed_set_err(err, cap, "unexpected argument '%s'", shown(a, buf, sizeof buf));
             return FEED_EINVAL;
         }
         a += 2;
         const char *eq = strchr(a, '=');
         const key_def *k = find_key(a, eq ? (size_t)(eq - a) : strlen(a));
         if (!k) {
-            feed_set_err(err, cap, "unknown option '%s' (see --help)", argv[i]);
+            feed_set_err(err, cap, "unknown option '%s' (see --help)",
+                         shown(argv[i], buf, sizeof buf));
             return FEED_EINVAL;
         }
         const char *value = eq ? eq + 1 : NULL;
@@ -526,6 +557,12 @@ int feedd_config_parse(int argc, char **argv, feedd_config *cfg, char *err, size
         strcmp(cfg->s3_addressing, "virtual") != 0) {
         feed_set_err(err, cap, "s3-addressing: '%s' is not auto, path or virtual",
                      cfg->s3_addressing);
+        return FEED_EINVAL;
+    }
+    if (strcmp(cfg->remote_redirects, "none") != 0 &&
+        strcmp(cfg->remote_redirects, "same-host") != 0) {
+        feed_set_err(err, cap, "remote-redirects: '%s' is not none or same-host",
+                     cfg->remote_redirects);
         return FEED_EINVAL;
     }
     if (cfg->n_datasets == 0) {

@@ -20,7 +20,7 @@
 typedef struct feedd_dataset_arg {
     char name[FEEDD_NAME_MAX];
     char path[FEEDD_PATH_MAX];
-    uint32_t cache_side; /* cache=SIDE: decoded-sample cache at this shorter side; 0 = off */
+    uint32_t cache_side;   /* cache=SIDE: decoded-sample cache at this shorter side; 0 = off */
     int refuse_bad_shards; /* bad_shards=refuse (feed_dataset_limits.refuse_bad_shards) */
 } feedd_dataset_arg;
 
@@ -50,8 +50,8 @@ typedef struct feedd_config {
     uint64_t max_jpeg_bytes; /* engine and dataset reader: bytes of one file */
     uint32_t task_samples;   /* samples a worker takes from a batch at a time; 0 = auto */
     uint32_t drain_timeout_ms;
-    uint32_t send_stall_ms; /* a send pending this long ends its stream; 0 = never */
-    uint64_t cache_bytes; /* decoded-sample cache, shared by the datasets with cache=SIDE */
+    uint32_t send_stall_ms;    /* a send pending this long ends its stream; 0 = never */
+    uint64_t cache_bytes;      /* decoded-sample cache, shared by the datasets with cache=SIDE */
     uint64_t transport_memory; /* guard.h: beyond start, max_memory and cache_bytes; 0 = off */
     char listener[16];         /* "feedd" (grpc151/, where usable) or "grpc" (gRPC's own) */
     uint32_t idle_timeout_ms;  /* close a connection without calls this long; 0 = never */
@@ -60,10 +60,13 @@ typedef struct feedd_config {
     char s3_region[64];     /* "" = AWS_REGION / AWS_DEFAULT_REGION / us-east-1 */
     char s3_addressing[16]; /* auto, path or virtual */
     uint32_t remote_connections;
+    uint32_t remote_store_fetches; /* fetch.h */
+    uint32_t remote_batch_deadline_ms;
     uint64_t remote_readahead;
     uint32_t remote_timeout_ms;
     uint32_t remote_retries;
-    uint32_t shard_files; /* feed_blob_set_open_files; 0 = auto from the open-file limit */
+    uint32_t shard_files;      /* feed_blob_set_open_files; 0 = auto from the open-file limit */
+    char remote_redirects[16]; /* none or same-host */
     int log_level;
     feedd_dataset_arg datasets[FEEDD_MAX_DATASETS];
     size_t n_datasets;

@@ -293,6 +293,7 @@ int main(int argc, char **argv)
 {
     static feedd_config cfg;
     char err[1200];
+    char where[1024]; /* a dataset's location for the log: feed_location_redact */
     int rc = feedd_config_parse(argc, argv, &cfg, err, sizeof err);
     if (rc == 1)
         return 0;
@@ -331,6 +332,9 @@ int main(int argc, char **argv)
         .readahead_bytes = cfg.remote_readahead,
         .timeout_ms = cfg.remote_timeout_ms,
         .retries = cfg.remote_retries,
+        .redirects = strcmp(cfg.remote_redirects, "same-host") == 0
+                         ? FEED_REMOTE_REDIRECTS_SAME_HOST
+                         : FEED_REMOTE_REDIRECTS_NONE,
     };
     dlim.remote = &remote;
     uint32_t shard_files = 0;
@@ -362,10 +366,11 @@ int main(int argc, char **argv)
         served[n_served].name = cfg.datasets[i].name;
         served[n_served++].ds = ds[i];
         feedd_gauge(&feedd_m.bad_shards, feed_dataset_bad_shards(ds[i]));
+        feed_location_redact(cfg.datasets[i].path, where, sizeof where);
         FEED_LOGI("dataset %s: %s, %llu samples, %u classes, fingerprint %s (%s)",
                   cfg.datasets[i].name, feed_dataset_format(ds[i]),
                   (unsigned long long)feed_dataset_count(ds[i]), feed_dataset_num_classes(ds[i]),
-                  feed_dataset_fingerprint(ds[i]), cfg.datasets[i].path);
+                  feed_dataset_fingerprint(ds[i]), where);
     }
     if (n_served == 0) {
         FEED_LOGE("no dataset can be served");
@@ -401,8 +406,16 @@ int main(int argc, char **argv)
     feed_engine_limits_default(&elim);
     elim.max_pixels = cfg.max_pixels;
     elim.max_jpeg_bytes = cfg.max_jpeg_bytes;
+    feedd_fetch_limits flim = {
+        .threads = cfg.remote_connections,
+        .store_fetches = cfg.remote_store_fetches,
+        .deadline_ms = cfg.remote_batch_deadline_ms,
+        .max_bytes = cfg.remote_readahead,
+        .max_sample_bytes = cfg.max_jpeg_bytes,
+    };
     signals_step("starting workers", "");
-    rc = feedd_pool_new(cfg.threads, &elim, cfg.max_jpeg_bytes, cache, cfg.task_samples, &pool);
+    rc = feedd_pool_new(cfg.threads, &elim, cfg.max_jpeg_bytes, cache, cfg.task_samples, &flim,
+                        &pool);
     if (rc < 0) {
         FEED_LOGE("worker pool: %s", feed_strerror(rc));
         goto out;

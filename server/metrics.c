@@ -237,6 +237,10 @@ char *feedd_metrics_render(size_t *len)
             rs.readahead_hits);
     counter(&t, "feedd_remote_readahead_dropped_total",
             "Read-ahead hints dropped: no room under --remote-readahead.", rs.readahead_dropped);
+    counter(&t, "feedd_remote_late_samples_total",
+            "Remote samples failed because their store had not delivered them within "
+            "--remote-batch-deadline-ms.",
+            ld(&m->remote_late));
     gauge(&t, "feedd_queue_depth", "Samples waiting for a worker.", ldg(&m->queue_depth));
     gauge(&t, "feedd_active_streams", "Open Stream calls.", ldg(&m->active_streams));
     gauge(&t, "feedd_inflight_batches", "Accepted batches not yet handed to gRPC.",

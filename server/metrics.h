@@ -43,6 +43,7 @@ typedef struct feedd_metrics {
     atomic_uint_fast64_t cache_stale; /* hits dropped: the sample's file changed on disk */
     atomic_int_fast64_t cache_bytes;  /* charged to the decoded-sample cache */
     atomic_int_fast64_t cache_budget; /* its --cache-bytes while it exists */
+    atomic_uint_fast64_t remote_late; /* remote samples failed: not fetched by the batch deadline */
     atomic_int_fast64_t queue_depth;      /* samples waiting for a worker */
     atomic_int_fast64_t active_streams;   /* open Stream calls */
     atomic_int_fast64_t inflight_batches; /* accepted, not yet handed to gRPC */

@@ -5,7 +5,8 @@
  * last queue is followed by its first); `cursor` points at the queue to
  * serve next. A worker takes up to `task` samples from the head job of the
  * cursor's queue and moves the cursor on by one queue, so every stream with
- * work gets a turn per round whatever its depth.
+ * work gets a turn per round whatever its depth. A job with remote samples
+ * enters the ring only once the fetch stage (fetch.c) calls fetched().
  */
 #include "pool.h"
 
@@ -19,6 +20,7 @@
 #include "feed/crc32c.h"
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "feed/strutil.h"
 #include "feed/timeutil.h"
 #include "metrics.h"
 
@@ -41,6 +43,7 @@ struct feedd_pool {
     uint32_t n_workers;
     uint32_t task;
     feedd_cache *cache;
+    feedd_fetch *fetch;
     worker *workers;
 };
 
@@ -81,20 +84,42 @@ static uint32_t task_size(const feedd_pool *p, uint32_t n)
     return t < 1 ? 1 : t > 8 ? 8 : t;
 }
 
-/* Read a sample's bytes; on failure set its status and message (out zeroed). */
+/*
+ * A sample's bytes: those the fetch stage fetched, else read here (local
+ * bytes; or a remote sample the fetch stage skipped as cached and the cache
+ * dropped since, the one case a worker reads the network). On failure set its
+ * status and message (out zeroed).
+ */
 static int read_sample(worker *w, feedd_job *job, uint32_t pos, const uint8_t **jpeg, size_t *len,
                        feed_sample_status *st)
 {
-    uint64_t t0 = feed_now_ns();
-    int rc = feed_dataset_read(job->ds, job->indices[pos], &w->scratch, jpeg, len);
-    feedd_count(&feedd_m.stage_ns[FEEDD_STAGE_READ], feed_now_ns() - t0);
-    feedd_count(&feedd_m.stage_count[FEEDD_STAGE_READ], 1);
+    char why[FEEDD_SAMPLE_MSG_MAX + 1] = "";
+    const char *cause = NULL;
+    int rc = feedd_fetch_bytes(job, pos, jpeg, len, &cause);
+    if (rc == 0 && job->fetch_rc < 0 && feed_dataset_sample_object(job->ds, job->indices[pos]))
+        rc = job->fetch_rc;
+    if (rc == 0) {
+        uint64_t t0 = feed_now_ns();
+        rc = feed_dataset_read_why(job->ds, job->indices[pos], &w->scratch, jpeg, len, why,
+                                   sizeof why);
+        feedd_count(&feedd_m.stage_ns[FEEDD_STAGE_READ], feed_now_ns() - t0);
+        feedd_count(&feedd_m.stage_count[FEEDD_STAGE_READ], 1);
+        cause = why;
+    } else if (rc == 1) {
+        rc = 0;
+    }
     if (rc < 0) {
         *st = rc == FEED_ETOOBIG ? FEED_SAMPLE_TOO_LARGE : FEED_SAMPLE_IO_ERROR;
         memset(job->data + (size_t)pos * job->sample_bytes, 0, job->sample_bytes);
-        snprintf(job->errors[pos], sizeof job->errors[pos], "read: %s",
-                 rc == FEED_ENOTFOUND ? "the file is gone (ENOENT): removed since the open"
-                                      : feed_strerror(rc));
+        /* The cause (a remote shard's HTTP status, timeout...) after the code, cut to fit. */
+        if (rc == FEED_ETIMEDOUT && job->fetch)
+            feedd_fetch_late_message(w->pool->fetch, job, pos, job->errors[pos],
+                                     sizeof job->errors[pos]);
+        else
+            feed_set_err(job->errors[pos], sizeof job->errors[pos], "read: %s%s%s",
+                         rc == FEED_ENOTFOUND ? "the file is gone (ENOENT): removed since the open"
+                                              : feed_strerror(rc),
+                         cause && cause[0] ? ": " : "", cause ? cause : "");
     }
     return rc;
 }
@@ -186,12 +211,14 @@ static bool cache_serves(const feed_transform *t, uint32_t side)
 
 /* A failed sample's message, prefixed with where its bytes are (feed_dataset_sample_where, at
  * most half the message), the reason cut to what is left. After an I/O error the dataset is not
- * read again for it (a tar member's name): that read would fail or wait out the same retries. */
+ * read again for it (a tar member's name): that read would fail or wait out the same retries;
+ * nor is a remote object ever, which would put the network in a worker's way. */
 static void name_failed_sample(feedd_job *job, uint32_t pos, feed_sample_status st)
 {
     char where[FEEDD_SAMPLE_MSG_MAX / 2 + 1], why[FEEDD_SAMPLE_MSG_MAX + 1];
-    feed_dataset_sample_where(job->ds, job->indices[pos], st != FEED_SAMPLE_IO_ERROR, where,
-                              sizeof where);
+    int may_read =
+        st != FEED_SAMPLE_IO_ERROR && !feed_dataset_sample_object(job->ds, job->indices[pos]);
+    feed_dataset_sample_where(job->ds, job->indices[pos], may_read, where, sizeof where);
     if (where[0]) {
         memcpy(why, job->errors[pos], sizeof why);
         if (snprintf(job->errors[pos], sizeof job->errors[pos], "%s: %s", where, why) < 0)
@@ -294,6 +321,7 @@ static void *worker_main(void *arg)
                 feed_list_remove(&job->queue->running, &job->qlink);
             job->queue = NULL;
             pthread_mutex_unlock(&p->mu);
+            feedd_fetch_release(p->fetch, job);
             if (!atomic_load_explicit(&job->cancelled, memory_order_relaxed))
                 job->crc = batch_crc(w, job);
             job->done(job);
@@ -304,15 +332,51 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/*
+ * The fetch stage's ready: job's remote bytes are in memory (or late), so it
+ * joins its queue's jobs; a job cancelled meanwhile is finished here instead.
+ */
+static void fetched(void *arg, feedd_job *job)
+{
+    feedd_pool *p = arg;
+    bool cancelled;
+    pthread_mutex_lock(&p->mu);
+    feedd_queue *q = job->queue;
+    feed_list_remove(&q->fetching, &job->qlink);
+    job->queue = NULL;
+    cancelled = atomic_load(&job->cancelled);
+    if (!cancelled) {
+        feed_list_push_back(&q->jobs, &job->qlink);
+        ring_link(p, q);
+        pthread_cond_signal(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (cancelled) {
+        feedd_gauge(&feedd_m.queue_depth, -(int64_t)job->n);
+        feedd_fetch_release(p->fetch, job);
+        job->done(job);
+    }
+}
+
+/* The fetch stage's skip: a sample the decoded-sample cache holds needs no bytes. */
+static bool cached(void *arg, const feedd_job *job, uint32_t pos)
+{
+    const feedd_pool *p = arg;
+    return cache_serves(job->tf, feedd_cache_side(p->cache, job->ds_id)) &&
+           feedd_cache_has(p->cache, job->ds_id, job->indices[pos]);
+}
+
 uint32_t feedd_pool_cache_side(const feedd_pool *p, uint32_t ds)
 {
     return feedd_cache_side(p->cache, ds);
 }
 
 int feedd_pool_new(uint32_t threads, const feed_engine_limits *lim, uint64_t max_jpeg_bytes,
-                   feedd_cache *cache, uint32_t task_samples, feedd_pool **out)
+                   feedd_cache *cache, uint32_t task_samples, const feedd_fetch_limits *fetch,
+                   feedd_pool **out)
 {
     int rc = FEED_ENOMEM;
+    feedd_fetch_limits fl;
     feedd_pool *p = calloc(1, sizeof *p);
     if (!p)
         return FEED_ENOMEM;
@@ -323,6 +387,15 @@ int feedd_pool_new(uint32_t threads, const feed_engine_limits *lim, uint64_t max
     p->cache = cache;
     p->workers = calloc(p->n_workers, sizeof *p->workers);
     if (!p->workers)
+        goto fail;
+    if (fetch) {
+        fl = *fetch;
+    } else {
+        feedd_fetch_limits_default(&fl);
+        fl.max_sample_bytes = max_jpeg_bytes;
+    }
+    rc = feedd_fetch_new(&fl, fetched, cached, p, &p->fetch);
+    if (rc < 0)
         goto fail;
     for (uint32_t i = 0; i < p->n_workers; i++) {
         worker *w = &p->workers[i];
@@ -359,6 +432,8 @@ void feedd_pool_free(feedd_pool *p)
         feed_engine_free(w->engine);
         feed_buf_free(&w->scratch);
     }
+    /* After the workers, which may still be making samples of fetched bytes. */
+    feedd_fetch_free(p->fetch);
     free(p->workers);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
@@ -373,7 +448,20 @@ void feedd_pool_submit(feedd_pool *p, feedd_queue *q, feedd_job *job)
     atomic_init(&job->cancelled, false);
     atomic_init(&job->busy_ns, 0);
     feedd_gauge(&feedd_m.queue_depth, job->n);
-    /* Outside the lock: tar shards start fetching the job's bytes while it waits its turn. */
+    job->fetch = NULL;
+    job->fetch_rc = 0;
+    if (feedd_fetch_wants(job)) {
+        /* Linked before the stage has it: its ready call may come before submit returns. */
+        pthread_mutex_lock(&p->mu);
+        job->queue = q;
+        feed_list_push_back(&q->fetching, &job->qlink);
+        pthread_mutex_unlock(&p->mu);
+        job->fetch_rc = feedd_fetch_submit(p->fetch, job);
+        if (job->fetch_rc < 0)
+            fetched(p, job);
+        return;
+    }
+    /* Outside the lock: local tar shards have the kernel read the job's bytes ahead. */
     feed_dataset_prefetch(job->ds, job->indices, job->n);
     pthread_mutex_lock(&p->mu);
     feed_list_push_back(&q->jobs, &job->qlink);
@@ -391,13 +479,27 @@ void feedd_pool_cancel(feedd_pool *p, feedd_queue *q, feed_list *finished)
     /* Their samples are all claimed: the workers that hold them finish them (done). */
     for (feed_list_node *n = q->running.first; n; n = n->next)
         atomic_store(&FEED_LIST_ENTRY(n, feedd_job, qlink)->cancelled, true);
+    /* Those the fetch stage gives back are finished here; the others' ready call is under way
+     * and finishes them (fetched), as a worker would. */
+    for (feed_list_node *n = q->fetching.first; n;) {
+        feedd_job *job = FEED_LIST_ENTRY(n, feedd_job, qlink);
+        n = n->next;
+        atomic_store(&job->cancelled, true);
+        if (feedd_fetch_cancel(p->fetch, job)) {
+            feed_list_remove(&q->fetching, &job->qlink);
+            job->queue = NULL;
+            feed_list_push_back(&jobs, &job->qlink);
+        }
+    }
     pthread_mutex_unlock(&p->mu);
     while (!feed_list_empty(&jobs)) {
         feedd_job *job = FEED_LIST_ENTRY(feed_list_pop_front(&jobs), feedd_job, qlink);
         uint32_t unclaimed = job->n - job->next_claim;
         atomic_store(&job->cancelled, true);
         feedd_gauge(&feedd_m.queue_depth, -(int64_t)unclaimed);
-        if (atomic_fetch_sub(&job->remaining, unclaimed) == unclaimed)
+        if (atomic_fetch_sub(&job->remaining, unclaimed) == unclaimed) {
+            feedd_fetch_release(p->fetch, job);
             feed_list_push_back(finished, &job->qlink);
+        }
     }
 }

@@ -8,10 +8,15 @@
  * that made it; the worker that finishes a job's last sample combines those
  * into job->crc and calls job->done on its own thread.
  *
+ * A job with samples held in remote objects first goes through the fetch
+ * stage (fetch.h): it waits in its queue's `fetching` list until their bytes
+ * are in memory (or their batch deadline has passed) and only then joins the
+ * queue's jobs, so a worker never waits on the network.
+ *
  * Lock: pool->mu guards every queue's links and every queued job's
  * next_claim/qlink. Callers may hold their own locks when calling submit and
  * cancel (the pool never calls out while holding mu, and done is called with
- * no pool lock held).
+ * no pool lock held). Lock order: pool->mu, then the fetch stage's.
  */
 #ifndef FEED_SERVER_POOL_H
 #define FEED_SERVER_POOL_H
@@ -26,6 +31,7 @@
 #include "feed/dataset.h"
 #include "feed/list.h"
 #include "feed/transform.h"
+#include "fetch.h"
 
 typedef struct feedd_pool feedd_pool;
 typedef struct feedd_job feedd_job;
@@ -57,7 +63,9 @@ struct feedd_job {
     uint32_t next_claim;       /* guarded by pool mu */
     feed_list_node qlink;      /* in its queue's jobs or running (guarded by pool mu), or the list
                                   cancel hands back */
-    struct feedd_queue *queue; /* its queue while in running; guarded by pool mu */
+    struct feedd_queue *queue; /* its queue while in running or fetching; guarded by pool mu */
+    struct feedd_fetch_job *fetch; /* its fetched bytes (fetch.c); NULL: none */
+    int fetch_rc;                  /* FEED_ENOMEM: its remote samples could not be fetched */
     atomic_uint remaining;
     atomic_bool cancelled;
     atomic_uint_fast64_t busy_ns;
@@ -65,20 +73,23 @@ struct feedd_job {
 
 /* A stream's queue of jobs; zero-initialise it. Fields are the pool's (guarded by pool mu). */
 typedef struct feedd_queue {
-    feed_list jobs;    /* of feedd_job, by qlink, in submission order */
-    feed_list running; /* of feedd_job, by qlink: all samples claimed, some still being made */
-    feed_list_node rr; /* in the pool's ring while linked */
-    bool linked;       /* it has unclaimed samples */
+    feed_list jobs;     /* of feedd_job, by qlink, in submission order */
+    feed_list running;  /* of feedd_job, by qlink: all samples claimed, some still being made */
+    feed_list fetching; /* of feedd_job, by qlink: in the fetch stage */
+    feed_list_node rr;  /* in the pool's ring while linked */
+    bool linked;        /* it has unclaimed samples */
 } feedd_queue;
 
 /*
- * Start `threads` workers. cache may be NULL (no dataset cached); a dataset
- * the cache has (feedd_cache_side) is served from it when the transform
- * asks for no more than the cached size (see pool.c). task_samples 0 = auto.
- * 0, FEED_ENOMEM or FEED_EINVAL (an engine could not be made).
+ * Start `threads` workers and the fetch stage (fetch: NULL = its defaults).
+ * cache may be NULL (no dataset cached); a dataset the cache has
+ * (feedd_cache_side) is served from it when the transform asks for no more
+ * than the cached size (see pool.c). task_samples 0 = auto. 0, FEED_ENOMEM
+ * or FEED_EINVAL (an engine could not be made).
  */
 int feedd_pool_new(uint32_t threads, const feed_engine_limits *lim, uint64_t max_jpeg_bytes,
-                   feedd_cache *cache, uint32_t task_samples, feedd_pool **out);
+                   feedd_cache *cache, uint32_t task_samples, const feedd_fetch_limits *fetch,
+                   feedd_pool **out);
 /* The decoded-sample cache's shorter side for dataset ds; 0 = not cached. Any thread. */
 uint32_t feedd_pool_cache_side(const feedd_pool *p, uint32_t ds);
 /* Stop and join the workers; queued work is dropped without done calls. Accepts NULL. */

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "dataset_impl.h"
+#include "feed/blob.h"
 #include "feed/errors.h"
 #include "feed/strutil.h"
 
@@ -61,8 +62,9 @@ static const feed_dataset_ops *const formats[] = {
     &feed_dataset_pack_ops,
 };
 
-/* The fingerprint of an opened dataset (feed/fingerprint.h), into ds->fingerprint. */
-static int take_fingerprint(struct feed_dataset *ds, const char *path, char *err, size_t err_cap)
+/* The fingerprint of an opened dataset (feed/fingerprint.h), into ds->fingerprint; where names
+ * it in the message (redacted). */
+static int take_fingerprint(struct feed_dataset *ds, const char *where, char *err, size_t err_cap)
 {
     feed_fingerprint_writer w;
     int rc = feed_fingerprint_begin(&w, ds->count, ds->num_classes);
@@ -74,7 +76,7 @@ static int take_fingerprint(struct feed_dataset *ds, const char *path, char *err
     if (!rc)
         rc = fin;
     if (rc)
-        feed_set_err(err, err_cap, "%s: cannot compute the dataset fingerprint (%s)", path,
+        feed_set_err(err, err_cap, "%s: cannot compute the dataset fingerprint (%s)", where,
                      feed_err_name(rc));
     return rc;
 }
@@ -99,6 +101,7 @@ int feed_dataset_open(const char *path, const feed_dataset_limits *lim, feed_dat
     struct stat st;
     const struct stat *stp = NULL;
     int stat_errno = 0;
+    char where[4096]; /* path for messages (a URL without credentials or query) */
     *out = NULL;
     feed_set_err(err, err_cap, "%s", "");
     if (!path || !*path) {
@@ -117,27 +120,28 @@ int feed_dataset_open(const char *path, const feed_dataset_limits *lim, feed_dat
     for (size_t f = 0; f < sizeof(formats) / sizeof(formats[0]) && !ops; f++)
         if (formats[f]->claims(path, stp))
             ops = formats[f];
+    feed_location_redact(path, where, sizeof where);
     if (!ops && !stp) {
         rc = stat_errno == ENOENT ? FEED_ENOTFOUND : FEED_EIO;
-        feed_set_err(err, err_cap, "%s: %s", path, strerror(stat_errno));
+        feed_set_err(err, err_cap, "%s: %s", where, strerror(stat_errno));
         goto out;
     }
     if (!ops) {
         rc = FEED_EINVAL;
-        feed_set_err(err, err_cap, "%s: neither a directory nor a regular file", path);
+        feed_set_err(err, err_cap, "%s: neither a directory nor a regular file", where);
         goto out;
     }
     ds = calloc(1, sizeof(*ds));
     if (!ds) {
         rc = FEED_ENOMEM;
-        feed_set_err(err, err_cap, "%s: out of memory", path);
+        feed_set_err(err, err_cap, "%s: out of memory", where);
         goto out;
     }
     ds->ops = ops;
     ds->max_sample_bytes = lim->max_sample_bytes;
     rc = ops->open(ds, path, lim, err, err_cap);
     if (!rc)
-        rc = take_fingerprint(ds, path, err, err_cap);
+        rc = take_fingerprint(ds, where, err, err_cap);
 out:
     if (rc) {
         feed_dataset_close(ds);
@@ -209,6 +213,11 @@ uint32_t feed_dataset_bad_shards(const feed_dataset *ds)
     return ds->bad_shards;
 }
 
+const char *feed_dataset_sample_object(const feed_dataset *ds, uint64_t i)
+{
+    return ds->ops->object && i < ds->count ? ds->ops->object(ds, i) : NULL;
+}
+
 void feed_dataset_prefetch(const feed_dataset *ds, const uint64_t *indices, size_t n)
 {
     if (ds->ops->prefetch && n)
@@ -223,4 +232,16 @@ int feed_dataset_read(const feed_dataset *ds, uint64_t i, feed_buf *scratch, con
     if (i >= ds->count)
         return FEED_EINVAL;
     return ds->ops->read(ds, i, scratch, data, len);
+}
+
+int feed_dataset_read_why(const feed_dataset *ds, uint64_t i, feed_buf *scratch,
+                          const uint8_t **data, size_t *len, char *why, size_t why_cap)
+{
+    if (why_cap > 0)
+        why[0] = '\0';
+    if (!ds->ops->read_why || i >= ds->count)
+        return feed_dataset_read(ds, i, scratch, data, len);
+    *data = NULL;
+    *len = 0;
+    return ds->ops->read_why(ds, i, scratch, data, len, why, why_cap);
 }

@@ -44,9 +44,18 @@ typedef struct feed_dataset_ops {
     const char *(*sample_path)(const struct feed_dataset *ds, uint64_t i);
     /* NULL: nothing to say (feed_dataset_sample_where). */
     void (*where)(const struct feed_dataset *ds, uint64_t i, int may_read, char *buf, size_t cap);
+    /* NULL: every sample is local. i < count; the contract of feed_dataset_sample_object. */
+    const char *(*object)(const struct feed_dataset *ds, uint64_t i);
     /* i < count, checked by the caller; the contract of feed_dataset_read. */
     int (*read)(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch, const uint8_t **data,
                 size_t *len);
+    /*
+     * NULL: read says all there is. Else read, and on failure the cause in
+     * why (feed_dataset_read_why's contract); read calls it with a buffer
+     * of its own.
+     */
+    int (*read_why)(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch,
+                    const uint8_t **data, size_t *len, char *why, size_t why_cap);
     /*
      * NULL: the bytes are fixed at open (a pack's mapping), every stamp the
      * same. Else the contract of feed_dataset_sample_stamp; i < count.

@@ -49,8 +49,9 @@ static int remote_read(feed_blob *base, uint64_t offset, size_t len, uint8_t *ds
         feed_set_err(err, err_cap, "%s: bytes %llu..%llu are outside the object (%llu bytes)",
                      base->name, (unsigned long long)offset, (unsigned long long)(offset + len),
                      (unsigned long long)base->size);
-    } else if (len > 0 && !remote_ra_take(b, offset, len, dst)) {
-        rc = remote_fetch(b, offset, len, dst, NULL, err, err_cap);
+    } else if (len > 0) {
+        rc = remote_ra_take(b, offset, len, dst, err, err_cap);
+        rc = rc == 0 ? remote_fetch(b, offset, len, dst, NULL, err, err_cap) : rc < 0 ? rc : 0;
     }
     return rc;
 }
@@ -129,6 +130,7 @@ int feed_remote_blob_open(const char *location, const feed_blob_options *opts, f
     b->max_read = o->max_read_bytes;
     b->timeout_ms = o->remote.timeout_ms ? o->remote.timeout_ms : 30000;
     b->retries = o->remote.retries;
+    b->redirects = o->remote.redirects;
     if (b->t.s3) {
         rc = feed_remote_creds_load(&b->creds, err, err_cap);
         if (rc < 0)

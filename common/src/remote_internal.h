@@ -23,6 +23,7 @@
 
 #define REMOTE_MAX_CONNECTIONS 256u /* cap on options.remote.connections */
 #define REMOTE_MAX_WORKERS 64u      /* read-ahead threads, at most */
+#define REMOTE_MAX_REDIRECTS 3u     /* hops of one request, when redirects are allowed */
 
 typedef struct remote_blob {
     feed_blob base;
@@ -33,13 +34,15 @@ typedef struct remote_blob {
     uint64_t max_read;
     uint32_t timeout_ms;
     uint32_t retries;
+    int redirects; /* FEED_REMOTE_REDIRECTS_NONE or _SAME_HOST (plain URLs only) */
 } remote_blob;
 
 /* What one request learned besides the body. */
 typedef struct remote_resp {
     long status;
     uint64_t total; /* object size: Content-Range's total, or Content-Length of a 200 */
-    int have_total;
+    int have_total; /* 2: from a whole Content-Range (with range_first/last), 1: Content-Length */
+    uint64_t range_first, range_last; /* Content-Range's bytes, when have_total is 2 */
     char etag[256];
     char last_modified[64];
 } remote_resp;
@@ -55,7 +58,9 @@ extern remote_counters remote_stats;
  * HEAD (dst NULL) or a ranged GET of exactly len bytes at offset into dst,
  * with retries and backoff on 5xx, 429, timeouts and cut connections. A GET
  * checks the response against what the open saw (size, ETag, Last-Modified)
- * and refuses a body longer than len. Returns 0 or a FEED_E code with a
+ * and the range asked for (Content-Range), and refuses a body longer than
+ * len. A redirect is followed only as b->redirects allows (at most
+ * REMOTE_MAX_REDIRECTS hops). Returns 0 or a FEED_E code with a
  * message naming b's object; resp (may be NULL) gets the last response's
  * headers. Blocks while the pool has no free connection. Any thread.
  */
@@ -73,10 +78,12 @@ void remote_ra_stop(void);
 void remote_ra_hint(remote_blob *b, const feed_blob_range *ranges, size_t n);
 /*
  * Serves a read from a hinted range that matches exactly: waits while it is
- * in flight. Returns 1 with the bytes in dst, or 0 when the range was not
- * fetched ahead (or its fetch failed): the caller reads it itself.
+ * in flight. Returns 1 with the bytes in dst; 0 when the range was not
+ * fetched ahead: the caller reads it itself; or the negative FEED_E code its
+ * fetch failed with after the retries, its message in err: the read fails so.
  */
-int remote_ra_take(remote_blob *b, uint64_t offset, size_t len, uint8_t *dst);
+int remote_ra_take(remote_blob *b, uint64_t offset, size_t len, uint8_t *dst, char *err,
+                   size_t err_cap);
 /* Drops b's hints, waiting for its fetches in flight; before b is freed. */
 void remote_ra_forget(remote_blob *b);
 

@@ -5,13 +5,15 @@
  * feed_remote_target, and reads AWS credentials from the environment or the
  * shared credentials file. Runs in the thread that opens a blob; no state.
  *
- * Messages name the location as s3://bucket/key or scheme://host/path and
- * name variables and files, never a value read from them.
+ * Messages name the location as s3://bucket/key or scheme://host/path
+ * (feed_location_redact, the one function every printer of a location
+ * uses) and name variables and files, never a value read from them.
  */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "feed/errors.h"
 #include "feed/remote.h"
@@ -84,6 +86,21 @@ out:
     return rc;
 }
 
+/*
+ * The host[:port] of the authority that starts at hs: after its last '@' (a
+ * password may hold an unencoded '@'). *end: where the path, query or
+ * fragment starts.
+ */
+static const char *host_of(const char *hs, const char **end)
+{
+    const char *host;
+    *end = hs + strcspn(hs, "/?#");
+    host = *end;
+    while (host > hs && host[-1] != '@')
+        host--;
+    return host;
+}
+
 static int resolve_s3(const char *location, const feed_blob_remote_options *o,
                       feed_remote_target *t, char *err, size_t err_cap)
 {
@@ -97,12 +114,13 @@ static int resolve_s3(const char *location, const feed_blob_remote_options *o,
     int n;
     int rc = FEED_EINVAL;
 
+    feed_location_redact(location, t->name, sizeof t->name); /* "s3://bucket/key" */
     if (!slash || !bucket_ok(b, (size_t)(slash - b)) || slash[1] == '\0' ||
         strlen(slash + 1) > 1024) {
         feed_set_err(err, err_cap,
                      "%.200s: not an S3 location (want s3://bucket/key: a bucket of 3-63 "
                      "characters a-z 0-9 . -, and a key of 1-1024 bytes)",
-                     location);
+                     t->name);
         goto out;
     }
     memcpy(bucket, b, (size_t)(slash - b));
@@ -118,7 +136,7 @@ static int resolve_s3(const char *location, const feed_blob_remote_options *o,
     if (!region)
         region = "us-east-1";
     if (copy_str(t->region, sizeof t->region, region, strlen(region)) < 0) {
-        feed_set_err(err, err_cap, "%.200s: the region name is longer than %zu bytes", location,
+        feed_set_err(err, err_cap, "%.200s: the region name is longer than %zu bytes", t->name,
                      sizeof t->region - 1);
         goto out;
     }
@@ -131,7 +149,7 @@ static int resolve_s3(const char *location, const feed_blob_remote_options *o,
             feed_set_err(err, err_cap,
                          "%.200s: the S3 endpoint is not an http:// or https:// URL without "
                          "credentials, query or fragment (at most 255 bytes of host)",
-                         location);
+                         t->name);
             goto out;
         }
     } else {
@@ -162,12 +180,11 @@ static int resolve_s3(const char *location, const feed_blob_remote_options *o,
         rc = n < 0 || (size_t)n >= sizeof t->url ? FEED_ETOOBIG : 0;
     }
     if (rc < 0) {
-        feed_set_err(err, err_cap, "%.200s: the request URL would be over %u bytes", location,
+        feed_set_err(err, err_cap, "%.200s: the request URL would be over %u bytes", t->name,
                      FEED_REMOTE_MAX_URL);
         rc = FEED_EINVAL;
         goto out;
     }
-    snprintf(t->name, sizeof t->name, "s3://%s/%s", bucket, slash + 1);
     t->s3 = 1;
 out:
     return rc;
@@ -175,34 +192,45 @@ out:
 
 static int resolve_http(const char *location, feed_remote_target *t, char *err, size_t err_cap)
 {
-    const char *hs = strstr(location, "://") + 3;
-    const char *end = hs + strcspn(hs, "/?#");
-    const char *at = memchr(hs, '@', (size_t)(end - hs));
-    const char *host = at ? at + 1 : hs;
-    size_t scheme_len = (size_t)(hs - location);
-    size_t path_len = strcspn(end, "?#");
+    size_t scheme_len = (size_t)(strstr(location, "://") + 3 - location);
     size_t url_len = strcspn(location, "#");
+    size_t name_len = feed_location_redact(location, t->name, sizeof t->name);
     int rc = FEED_EINVAL;
 
-    if (host == end) {
+    if (t->name[scheme_len] == '\0' || t->name[scheme_len] == '/') {
         feed_set_err(err, err_cap, "%.*s...: a URL without a host", (int)scheme_len, location);
         goto out;
     }
-    if (scheme_len + (size_t)(end - host) + path_len >= sizeof t->name ||
-        url_len >= sizeof t->url) {
-        feed_set_err(err, err_cap, "%.*s%.*s: the URL is longer than %u bytes", (int)scheme_len,
-                     location, (int)(end - host > 200 ? 200 : end - host), host,
+    if (url_len >= sizeof t->url || name_len >= sizeof t->name) {
+        feed_set_err(err, err_cap, "%.200s: the URL is longer than %u bytes", t->name,
                      FEED_REMOTE_MAX_URL - 1);
         goto out;
     }
-    snprintf(t->name, sizeof t->name, "%.*s%.*s%.*s", (int)scheme_len, location, (int)(end - host),
-             host, (int)path_len, end);
     memcpy(t->url, location, url_len);
     t->url[url_len] = '\0';
     t->s3 = 0;
     rc = 0;
 out:
     return rc;
+}
+
+size_t feed_location_redact(const char *location, char *out, size_t cap)
+{
+    const char *sep = strstr(location, "://");
+    const char *hs, *end, *host;
+    size_t path_len;
+    int n;
+    if (!sep) {
+        n = snprintf(out, cap, "%s", location);
+        goto out;
+    }
+    hs = sep + 3;
+    host = host_of(hs, &end);
+    path_len = strcspn(end, "?#");
+    n = snprintf(out, cap, "%.*s%.*s%.*s", (int)(hs - location), location, (int)(end - host), host,
+                 (int)path_len, end);
+out:
+    return n < 0 ? cap : (size_t)n;
 }
 
 int feed_remote_target_resolve(const char *location, const feed_blob_remote_options *o,
@@ -227,6 +255,30 @@ int feed_remote_target_resolve(const char *location, const feed_blob_remote_opti
         feed_set_err(err, err_cap, "not a remote location (s3://, http://, https://)");
 out:
     return rc;
+}
+
+/* A URL's scheme (ends at *scheme_end) and host[:port] without userinfo (*host, *host_len). */
+static int origin(const char *url, const char **scheme_end, const char **host, size_t *host_len)
+{
+    const char *sep = strstr(url, "://");
+    const char *hs, *end;
+    if (!sep || strcspn(url, "/?#") < (size_t)(sep - url))
+        return -1;
+    hs = sep + 3;
+    *host = host_of(hs, &end);
+    *scheme_end = sep;
+    *host_len = (size_t)(end - *host);
+    return *host_len > 0 ? 0 : -1;
+}
+
+int feed_remote_redirect_allowed(const char *from, const char *to)
+{
+    const char *fs, *fh, *ts, *th;
+    size_t fl, tl;
+    if (origin(from, &fs, &fh, &fl) < 0 || origin(to, &ts, &th, &tl) < 0)
+        return 0;
+    return fs - from == ts - to && strncasecmp(from, to, (size_t)(fs - from)) == 0 && fl == tl &&
+           strncasecmp(fh, th, fl) == 0;
 }
 
 /* Trims spaces at both ends in place; returns the start. */

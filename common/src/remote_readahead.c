@@ -4,7 +4,10 @@
  * read of exactly such a range takes its bytes (waiting while the fetch is in
  * flight) instead of asking the network again. A range hinted again before it
  * was read (two batches or a batch and its hedge want the same sample) is
- * fetched once and serves as many reads as it was hinted.
+ * fetched once and serves as many reads as it was hinted. A fetch that failed
+ * after its retries hands its failure and message to the reads it was for:
+ * asking the store again would double the requests and the wait for a dead
+ * range.
  *
  * Process-wide and bounded: the bytes of every hinted range not yet read,
  * queued or fetched, stay under the largest readahead_bytes an open asked for.
@@ -22,6 +25,7 @@
  * transfer.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -40,6 +44,7 @@ typedef struct ra_entry {
     size_t len;
     enum ra_state state;
     int rc;
+    char err[256];    /* the failed fetch's message */
     uint32_t wanted;  /* hints not yet read; the entry leaves the list at 0 */
     uint32_t users;   /* readers waiting for it or copying it: not pushed out, not freed */
     uint64_t done_ns; /* CLOCK_MONOTONIC when the fetch finished */
@@ -103,8 +108,9 @@ static void *worker(void *arg)
         e->state = RA_FETCHING;
         pthread_mutex_unlock(&ra_lock);
         e->buf = malloc(e->len ? e->len : 1);
-        e->rc =
-            e->buf ? remote_fetch(e->blob, e->offset, e->len, e->buf, NULL, NULL, 0) : FEED_ENOMEM;
+        e->rc = e->buf
+                    ? remote_fetch(e->blob, e->offset, e->len, e->buf, NULL, e->err, sizeof e->err)
+                    : FEED_ENOMEM;
         pthread_mutex_lock(&ra_lock);
         e->state = RA_DONE;
         e->done_ns = now_ns();
@@ -213,7 +219,8 @@ void remote_ra_hint(remote_blob *b, const feed_blob_range *ranges, size_t n)
     pthread_mutex_unlock(&ra_lock);
 }
 
-int remote_ra_take(remote_blob *b, uint64_t offset, size_t len, uint8_t *dst)
+int remote_ra_take(remote_blob *b, uint64_t offset, size_t len, uint8_t *dst, char *err,
+                   size_t err_cap)
 {
     ra_entry *e;
     int served = 0, last = 0;
@@ -249,6 +256,10 @@ int remote_ra_take(remote_blob *b, uint64_t offset, size_t len, uint8_t *dst)
             memcpy(dst, e->buf, len);
             served = 1;
             atomic_fetch_add(&remote_stats.readahead_hits, 1);
+        } else {
+            served = e->rc;
+            if (err && err_cap)
+                snprintf(err, err_cap, "%s", e->err[0] ? e->err : feed_strerror(e->rc));
         }
         pthread_mutex_lock(&ra_lock);
         last = --e->users == 0 && e->wanted == 0;

@@ -11,11 +11,14 @@
  * A request: HEAD at open, or a ranged GET of exactly the bytes asked for.
  * S3 requests are signed with SigV4 (remote_sigv4.c). The body goes straight
  * into the caller's buffer and a body longer than the range is refused as it
- * arrives; an error body is kept up to 1 KiB, only for S3's <Code>. 5xx,
- * 408, 429, timeouts, refused and cut connections are retried with
- * exponential backoff and jitter. Runs in the calling thread (an engine
- * worker or a read-ahead worker). No message holds a credential, a signature
- * or a query string: they name b->base.name.
+ * arrives; of an error body only the first 1 KiB is read (for S3's <Code>),
+ * then the connection is closed. A 206 must carry the Content-Range asked
+ * for. 5xx, 408, 429, timeouts, refused and cut connections are retried with
+ * exponential backoff and jitter. curl follows no redirect: a 30x fails the
+ * request unless the blob allows same-host redirects and it is one.
+ * Runs in the calling thread (an engine worker or a read-ahead worker). No
+ * message holds a credential, a signature or a query string: they name
+ * b->base.name, and a redirect's target through feed_location_redact.
  */
 #include <curl/curl.h>
 #include <pthread.h>
@@ -123,9 +126,11 @@ typedef struct attempt {
     size_t cap;
     size_t got;
     int overflow;
+    int errbody_cut; /* an error body ran past ERRBODY_CAP: the rest was not read */
     char errbody[ERRBODY_CAP];
     size_t errlen;
     remote_resp resp;
+    char redirect[FEED_REMOTE_MAX_URL]; /* a 30x's Location, resolved; "" when none */
 } attempt;
 
 static void header_value(const char *line, size_t n, size_t name_len, char *out, size_t cap)
@@ -142,6 +147,36 @@ static void header_value(const char *line, size_t n, size_t name_len, char *out,
     out[len] = '\0';
 }
 
+/* "bytes FIRST-LAST/TOTAL" (RFC 9110 14.4) into r; -1 when it is not that. */
+static int parse_content_range(const char *v, remote_resp *r)
+{
+    char first[24], last[24];
+    const char *dash, *slash;
+    size_t fl, ll;
+    int rc = -1;
+    if (strncasecmp(v, "bytes ", 6) != 0)
+        goto out;
+    v += 6;
+    dash = strchr(v, '-');
+    slash = dash ? strchr(dash, '/') : NULL;
+    if (!slash)
+        goto out;
+    fl = (size_t)(dash - v);
+    ll = (size_t)(slash - dash - 1);
+    if (fl == 0 || fl >= sizeof first || ll == 0 || ll >= sizeof last)
+        goto out;
+    memcpy(first, v, fl);
+    first[fl] = '\0';
+    memcpy(last, dash + 1, ll);
+    last[ll] = '\0';
+    if (feed_parse_u64(first, 0, UINT64_MAX, &r->range_first) == 0 &&
+        feed_parse_u64(last, 0, UINT64_MAX, &r->range_last) == 0 &&
+        feed_parse_u64(slash + 1, 0, UINT64_MAX, &r->total) == 0 && r->range_first <= r->range_last)
+        rc = 0;
+out:
+    return rc;
+}
+
 static size_t on_header(char *line, size_t size, size_t nmemb, void *arg)
 {
     attempt *a = arg;
@@ -154,10 +189,8 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *arg)
     } else if (n > 14 && strncasecmp(line, "last-modified:", 14) == 0) {
         header_value(line, n, 14, a->resp.last_modified, sizeof a->resp.last_modified);
     } else if (n > 14 && strncasecmp(line, "content-range:", 14) == 0) {
-        const char *slash;
         header_value(line, n, 14, v, sizeof v);
-        slash = strrchr(v, '/');
-        if (slash && feed_parse_u64(slash + 1, 0, UINT64_MAX, &a->resp.total) == 0)
+        if (parse_content_range(v, &a->resp) == 0)
             a->resp.have_total = 2; /* 2: from Content-Range (a 206) */
     } else if (n > 15 && strncasecmp(line, "content-length:", 15) == 0 && a->resp.have_total != 2) {
         header_value(line, n, 15, v, sizeof v);
@@ -175,11 +208,17 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
     size_t ret = n;
     curl_easy_getinfo(a->h, CURLINFO_RESPONSE_CODE, &status);
     if (status < 200 || status >= 300) {
+        /* Only a prefix, for S3's <Code>: a body without end is not read to its end. */
         size_t room = sizeof a->errbody - 1 - a->errlen;
         size_t k = n < room ? n : room;
         memcpy(a->errbody + a->errlen, data, k);
         a->errlen += k;
         a->errbody[a->errlen] = '\0';
+        if (k < n) {
+            a->errbody_cut = 1;
+            ret = 0; /* curl stops: CURLE_WRITE_ERROR; the connection is closed */
+            n = k;
+        }
     } else if (!a->dst || n > a->cap - a->got) {
         a->overflow = 1;
         ret = 0; /* curl stops: CURLE_WRITE_ERROR */
@@ -271,11 +310,39 @@ static int build_headers(const remote_blob *b, int head, const char *range, head
     return rc;
 }
 
-enum verdict { V_DONE, V_RETRY };
+enum verdict { V_DONE, V_RETRY, V_REDIRECT };
 
-/* Runs one attempt; sets *rc and returns whether to retry. */
-static enum verdict attempt_once(remote_blob *b, uint64_t offset, size_t len, uint8_t *dst,
-                                 attempt *a, int *rc, char *err, size_t err_cap)
+/* What to do with a 30x: a->redirect holds its target, or "" when it is refused. */
+static void judge_redirect(remote_blob *b, const char *url, attempt *a, int *rc, char *err,
+                           size_t err_cap)
+{
+    char *loc = NULL;
+    char shown[512];
+    curl_easy_getinfo(a->h, CURLINFO_REDIRECT_URL, &loc);
+    feed_location_redact(loc ? loc : "", shown, sizeof shown);
+    *rc = FEED_EIO;
+    a->redirect[0] = '\0';
+    if (!loc || b->t.s3 || b->redirects != FEED_REMOTE_REDIRECTS_SAME_HOST) {
+        feed_set_err(err, err_cap, "%s: redirected (HTTP %ld) to %.200s; not followed (%s)",
+                     b->base.name, a->resp.status, loc ? shown : "nowhere",
+                     b->t.s3 ? "s3:// requests follow none"
+                             : "--remote-redirects same-host follows one to the same scheme "
+                               "and host");
+    } else if (!feed_remote_redirect_allowed(url, loc)) {
+        feed_set_err(err, err_cap,
+                     "%s: redirected (HTTP %ld) to %.200s, another scheme or host; not followed",
+                     b->base.name, a->resp.status, shown);
+    } else if (strlen(loc) >= sizeof a->redirect) {
+        feed_set_err(err, err_cap, "%s: redirected (HTTP %ld) to a URL over %u bytes", b->base.name,
+                     a->resp.status, FEED_REMOTE_MAX_URL - 1);
+    } else {
+        strcpy(a->redirect, loc);
+    }
+}
+
+/* Runs one attempt at url; sets *rc and returns whether to retry or redirect. */
+static enum verdict attempt_once(remote_blob *b, const char *url, uint64_t offset, size_t len,
+                                 uint8_t *dst, attempt *a, int *rc, char *err, size_t err_cap)
 {
     char range[64] = "";
     header_set hs = {NULL, 0};
@@ -299,7 +366,7 @@ static enum verdict attempt_once(remote_blob *b, uint64_t offset, size_t len, ui
                      feed_strerror(*rc));
         goto out;
     }
-    curl_easy_setopt(a->h, CURLOPT_URL, b->t.url);
+    curl_easy_setopt(a->h, CURLOPT_URL, url);
     curl_easy_setopt(a->h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(a->h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(a->h, CURLOPT_HTTPHEADER, hs.list);
@@ -310,12 +377,7 @@ static enum verdict attempt_once(remote_blob *b, uint64_t offset, size_t len, ui
     curl_easy_setopt(a->h, CURLOPT_HEADERDATA, a);
     curl_easy_setopt(a->h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(a->h, CURLOPT_WRITEDATA, a);
-    if (!b->t.s3) {
-        /* Plain URLs may redirect (mirrors, CDNs); S3 requests never do. */
-        curl_easy_setopt(a->h, CURLOPT_FOLLOWLOCATION, 1L);
-        curl_easy_setopt(a->h, CURLOPT_MAXREDIRS, 3L);
-        curl_easy_setopt(a->h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-    }
+    /* curl follows no redirect (its default): judge_redirect decides each one. */
     a->dst = dst;
     a->cap = len;
     atomic_fetch_add(&remote_stats.requests, 1);
@@ -330,7 +392,9 @@ static enum verdict attempt_once(remote_blob *b, uint64_t offset, size_t len, ui
                      b->base.name, len, (unsigned long long)offset);
         goto out;
     }
-    if (cc != CURLE_OK) {
+    if (a->errbody_cut)
+        keep = 0; /* the rest of the error body is still on the connection */
+    if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && a->errbody_cut)) {
         keep = 0;
         *rc = FEED_EIO;
         feed_set_err(err, err_cap, "%s: %s", b->base.name, curl_easy_strerror(cc));
@@ -358,6 +422,10 @@ static enum verdict attempt_once(remote_blob *b, uint64_t offset, size_t len, ui
         v = V_RETRY;
         feed_set_err(err, err_cap, "%s: HTTP %ld%s%s", b->base.name, a->resp.status,
                      code[0] ? " " : "", code);
+    } else if (a->resp.status >= 300 && a->resp.status < 400) {
+        judge_redirect(b, url, a, rc, err, err_cap);
+        if (a->redirect[0])
+            v = V_REDIRECT;
     } else if (a->resp.status < 200 || a->resp.status >= 300) {
         *rc = FEED_EIO;
         feed_set_err(err, err_cap, "%s: unexpected HTTP %ld", b->base.name, a->resp.status);
@@ -377,7 +445,7 @@ out:
     return v;
 }
 
-/* A GET's response against the object the open saw. */
+/* A GET's response against the object the open saw and the range asked for. */
 static int check_same_object(remote_blob *b, const attempt *a, uint64_t offset, size_t len,
                              char *err, size_t err_cap)
 {
@@ -385,6 +453,21 @@ static int check_same_object(remote_blob *b, const attempt *a, uint64_t offset, 
     if (a->resp.status == 200 && (offset != 0 || len != b->base.size)) {
         rc = FEED_EPROTO;
         feed_set_err(err, err_cap, "%s: the server ignored the Range header", b->base.name);
+    } else if (a->resp.status == 206 && a->resp.have_total != 2) {
+        rc = FEED_EPROTO;
+        feed_set_err(err, err_cap,
+                     "%s: the server answered 206 without a valid Content-Range (a protocol "
+                     "error of the server)",
+                     b->base.name);
+    } else if (a->resp.status == 206 &&
+               (a->resp.range_first != offset || a->resp.range_last != offset + len - 1)) {
+        rc = FEED_EPROTO;
+        feed_set_err(err, err_cap,
+                     "%s: the server sent bytes %llu-%llu for a request of bytes %llu-%llu "
+                     "(refused)",
+                     b->base.name, (unsigned long long)a->resp.range_first,
+                     (unsigned long long)a->resp.range_last, (unsigned long long)offset,
+                     (unsigned long long)(offset + len - 1));
     } else if ((a->resp.have_total && a->resp.total != b->base.size) ||
                (b->etag[0] && a->resp.etag[0] && strcmp(b->etag, a->resp.etag) != 0) ||
                (b->last_modified[0] && a->resp.last_modified[0] &&
@@ -413,24 +496,43 @@ int remote_fetch(remote_blob *b, uint64_t offset, size_t len, uint8_t *dst, remo
                  char *err, size_t err_cap)
 {
     attempt *a = malloc(sizeof *a);
+    char *url = malloc(FEED_REMOTE_MAX_URL);
     unsigned seed = (unsigned)(uintptr_t)&seed ^ (unsigned)time(NULL);
+    uint32_t hops = 0;
+    enum verdict v;
     int rc = FEED_ENOMEM;
-    if (!a) {
+    if (!a || !url) {
         feed_set_err(err, err_cap, "%s: out of memory", b->base.name);
         goto out;
     }
-    for (uint32_t i = 0;; i++) {
+    snprintf(url, FEED_REMOTE_MAX_URL, "%s", b->t.url);
+    for (uint32_t i = 0;;) {
         memset(a, 0, sizeof *a);
-        if (attempt_once(b, offset, len, dst, a, &rc, err, err_cap) == V_DONE || i >= b->retries)
+        v = attempt_once(b, url, offset, len, dst, a, &rc, err, err_cap);
+        if (v == V_REDIRECT && hops < REMOTE_MAX_REDIRECTS) {
+            hops++;
+            memcpy(url, a->redirect, sizeof a->redirect);
+            continue;
+        }
+        if (v == V_REDIRECT) {
+            rc = FEED_EIO;
+            feed_set_err(err, err_cap, "%s: more than %u redirects", b->base.name,
+                         REMOTE_MAX_REDIRECTS);
+        }
+        if (v != V_RETRY || i >= b->retries)
             break;
+        i++;
         atomic_fetch_add(&remote_stats.retries, 1);
-        backoff(i, &seed);
+        backoff(i - 1, &seed);
     }
     if (rc == 0 && dst)
         rc = check_same_object(b, a, offset, len, err, err_cap);
     if (resp)
         *resp = a->resp;
 out:
+    if (url)
+        explicit_bzero(url, FEED_REMOTE_MAX_URL); /* a presigned URL's signature */
+    free(url);
     free(a);
     return rc;
 }

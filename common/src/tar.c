@@ -157,10 +157,12 @@ static int expand(const char *done, const char *pat, shard_list *out, const char
 int feed_tar_shard_names(const char *location, char ***out, size_t *n, char *err, size_t err_cap)
 {
     shard_list l = {0};
-    int rc = expand("", location, &l, location, err, err_cap);
+    char where[4096];
+    feed_location_redact(location, where, sizeof where);
+    int rc = expand("", location, &l, where, err, err_cap);
     if (rc) {
         if (rc == FEED_ENOMEM)
-            feed_set_err(err, err_cap, "%s: out of memory", location);
+            feed_set_err(err, err_cap, "%s: out of memory", where);
         shard_list_free(&l);
     }
     *out = rc ? NULL : l.v;
@@ -224,6 +226,20 @@ static int idx_still_fits(const char *shard, feed_blob *b, const tar_index *ix, 
 }
 
 /*
+ * Where SHARD.idx is: beside a local shard; for a URL, ".idx" goes on the
+ * path, before the query (so a store that takes a token in the query gets
+ * it for the index too). NULL when out of memory.
+ */
+static char *idx_location(const char *shard)
+{
+    size_t at = feed_blob_is_remote(shard) ? strcspn(shard, "?#") : strlen(shard);
+    char *path = NULL;
+    if (asprintf(&path, "%.*s.idx%s", (int)at, shard, shard + at) < 0)
+        path = NULL;
+    return path;
+}
+
+/*
  * The shard's index from SHARD.idx when it has a usable one; 1 when it has none. b NULL: the
  * shard could not be opened, and the index is taken as it is (no size or header to check).
  */
@@ -234,10 +250,9 @@ static int load_idx(const char *shard, feed_blob *b, const feed_blob_options *bo
     char *path = NULL, err[512] = "";
     feed_blob *ib = NULL;
     uint8_t *buf = NULL;
-    if (asprintf(&path, "%s.idx", shard) < 0) {
-        path = NULL;
+    path = idx_location(shard);
+    if (!path)
         goto out;
-    }
     feed_blob_options idx_opts = *bo;
     idx_opts.max_read_bytes = TAR_IDX_MAX_BYTES;
     int e = feed_blob_open(path, &idx_opts, &ib, err, sizeof(err));
@@ -245,7 +260,7 @@ static int load_idx(const char *shard, feed_blob *b, const feed_blob_options *bo
         goto out;
     if (!e && ib->size > TAR_IDX_MAX_BYTES) {
         e = FEED_ETOOBIG;
-        feed_set_err(err, sizeof(err), "%s: %llu bytes, over %u", path,
+        feed_set_err(err, sizeof(err), "%s: %llu bytes, over %u", ib->name,
                      (unsigned long long)ib->size, TAR_IDX_MAX_BYTES);
     }
     if (!e && !(buf = malloc(ib->size ? (size_t)ib->size : 1)))
@@ -253,16 +268,19 @@ static int load_idx(const char *shard, feed_blob *b, const feed_blob_options *bo
     if (!e)
         e = feed_blob_read(ib, 0, (size_t)ib->size, buf, err, sizeof(err));
     if (!e)
-        e = tar_idx_parse(buf, (size_t)ib->size, b ? b->size : TAR_IDX_ANY_SIZE, max_samples, path,
-                          ix, err, sizeof(err));
-    if (!e && b && (e = idx_still_fits(shard, b, ix, path, err, sizeof(err))) != 0)
+        e = tar_idx_parse(buf, (size_t)ib->size, b ? b->size : TAR_IDX_ANY_SIZE, max_samples,
+                          ib->name, ix, err, sizeof(err));
+    if (!e && b && (e = idx_still_fits(shard, b, ix, ib->name, err, sizeof(err))) != 0)
         tar_index_free(ix);
-    if (e && b)
+    if (e && b) {
         FEED_LOGW("dataset: ignoring the shard index: %s (%s); scanning %s instead", err,
                   feed_err_name(e), b->name);
-    else if (e)
-        FEED_LOGW("dataset: the shard index %s is unusable too: %s (%s)", path, err,
+    } else if (e) {
+        char shown[4096];
+        feed_location_redact(path, shown, sizeof shown);
+        FEED_LOGW("dataset: the shard index %s is unusable too: %s (%s)", shown, err,
                   feed_err_name(e));
+    }
     rc = e ? 1 : 0;
 out:
     free(buf);
@@ -344,14 +362,17 @@ static int tar_open(struct feed_dataset *ds, const char *location, const feed_da
     tar_index ix = {0};
     char *classes = NULL;
     size_t cap = 0;
+    char where[4096]; /* location for messages: no credentials, no query */
+    char shown[4096]; /* the shard being opened, so */
     tar_ds *t = calloc(1, sizeof(*t));
+    feed_location_redact(location, where, sizeof where);
     if (!t) {
         rc = FEED_ENOMEM;
         goto out;
     }
     ds->impl = t;
     atomic_init(&t->errors_logged, 0);
-    rc = expand("", location, &shards, location, err, err_cap);
+    rc = expand("", location, &shards, where, err, err_cap);
     if (rc)
         goto out;
     if (!(t->shards = calloc(shards.n, sizeof(*t->shards)))) {
@@ -371,8 +392,10 @@ static int tar_open(struct feed_dataset *ds, const char *location, const feed_da
     }
     ds->unstamped = feed_blob_is_remote(shards.v[0]);
     for (size_t s = 0; s < shards.n; s++) {
-        const char *slash = strrchr(shards.v[s], '/');
-        if (!(t->where[s] = strdup(slash ? slash + 1 : shards.v[s]))) {
+        /* Messages name the shard redacted: a query's signature stays out of them. */
+        feed_location_redact(shards.v[s], shown, sizeof shown);
+        const char *slash = strrchr(shown, '/');
+        if (!(t->where[s] = strdup(slash ? slash + 1 : shown))) {
             rc = FEED_ENOMEM;
             goto out;
         }
@@ -405,7 +428,7 @@ static int tar_open(struct feed_dataset *ds, const char *location, const feed_da
                 goto out;
         }
         if (ix.n == 0)
-            FEED_LOGW("dataset: shard %s has no samples", shards.v[s]);
+            FEED_LOGW("dataset: shard %s has no samples", shown);
         if (ds->count + ix.n > cap) {
             size_t ncap = cap ? cap * 2 : 1024;
             if (ncap < ds->count + ix.n)
@@ -434,13 +457,13 @@ static int tar_open(struct feed_dataset *ds, const char *location, const feed_da
         feed_set_err(err, err_cap,
                      "%s: no samples in %zu shard(s) (expected KEY.jpg and "
                      "KEY.cls members)",
-                     location, shards.n);
+                     where, shards.n);
         goto out;
     }
-    rc = make_names(ds, t, classes, location, err, err_cap);
+    rc = make_names(ds, t, classes, where, err, err_cap);
 out:
     if (rc == FEED_ENOMEM)
-        feed_set_err(err, err_cap, "%s: out of memory indexing the shards", location);
+        feed_set_err(err, err_cap, "%s: out of memory indexing the shards", where);
     tar_index_free(&ix);
     free(classes);
     shard_list_free(&shards);
@@ -463,8 +486,17 @@ static uint64_t tar_sample_length(const struct feed_dataset *ds, uint64_t i)
     return t->v[i].length;
 }
 
-static int tar_read(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch,
-                    const uint8_t **data, size_t *len)
+/* The blob's message without its leading "NAME: " (the caller names the sample's shard). */
+static void cause_of(const char *err, const char *name, char *why, size_t why_cap)
+{
+    size_t n = strlen(name);
+    if (strncmp(err, name, n) == 0 && strncmp(err + n, ": ", 2) == 0)
+        err += n + 2;
+    snprintf(why, why_cap, "%s", err);
+}
+
+static int tar_read_why(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch,
+                        const uint8_t **data, size_t *len, char *why, size_t why_cap)
 {
     tar_ds *t = ds->impl;
     const tar_entry *e = &t->v[i];
@@ -485,6 +517,7 @@ static int tar_read(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch
             FEED_LOGW("dataset: sample %llu (%llu bytes at offset %llu of shard %s): %s",
                       (unsigned long long)i, (unsigned long long)e->length,
                       (unsigned long long)e->offset, t->where[e->shard], err);
+        cause_of(err, b ? b->name : "", why, why_cap);
         /* A remote shard's refusal (FEED_EAUTH: 401/403) keeps its code. */
         return rc == FEED_ENOTFOUND || rc == FEED_ETOOBIG || rc == FEED_ENOMEM || rc == FEED_EAUTH
                    ? rc
@@ -494,6 +527,13 @@ static int tar_read(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch
     *data = scratch->data;
     *len = scratch->len;
     return 0;
+}
+
+static int tar_read(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch,
+                    const uint8_t **data, size_t *len)
+{
+    char why[512];
+    return tar_read_why(ds, i, scratch, data, len, why, sizeof why);
 }
 
 /* The shard's stamp; 1 for a bad shard (its reads fail, and nothing is made from them). */
@@ -529,6 +569,14 @@ static void tar_where(const struct feed_dataset *ds, uint64_t i, int may_read, c
             return;
     }
     snprintf(buf, cap, "%s, member at byte %llu", shard, at);
+}
+
+/* A bad shard's samples are no object's: their reads fail at once, without I/O. */
+static const char *tar_object(const struct feed_dataset *ds, uint64_t i)
+{
+    const tar_ds *t = ds->impl;
+    const feed_blob *b = t->shards[t->v[i].shard];
+    return b && feed_blob_is_remote(b->name) ? b->name : NULL;
 }
 
 static void tar_prefetch(const struct feed_dataset *ds, const uint64_t *indices, size_t n)
@@ -579,7 +627,9 @@ const feed_dataset_ops feed_dataset_tar_ops = {
     .label = tar_label,
     .sample_path = NULL,
     .where = tar_where,
+    .object = tar_object,
     .read = tar_read,
+    .read_why = tar_read_why,
     .stamp = tar_stamp,
     .sample_length = tar_sample_length,
     .prefetch = tar_prefetch,

@@ -56,6 +56,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "feed/blob.h"
 #include "feed/buf.h"
 #include "feed/dataset.h"
 #include "feed/errors.h"
@@ -306,8 +307,10 @@ static int run_pack(const char *src, const char *dst, const pack_opts *o)
         goto out;
     }
     double secs = now_s() - t0;
-    printf("feed-pack: %s -> %s: %llu samples, %u classes, %u threads, %.2f s\n", src, sink.written,
-           (unsigned long long)count, classes, o->threads, secs);
+    char shown[4096]; /* a URL source without its credentials or query */
+    feed_location_redact(src, shown, sizeof shown);
+    printf("feed-pack: %s -> %s: %llu samples, %u classes, %u threads, %.2f s\n", shown,
+           sink.written, (unsigned long long)count, classes, o->threads, secs);
     printf("  re-encoded %llu, unchanged %llu, kept as-is (undecodable) %llu\n",
            (unsigned long long)n_recoded, (unsigned long long)n_unchanged,
            (unsigned long long)n_bad);

@@ -10,7 +10,11 @@
  *    --data;
  *  - a fault proxy in front of each, which forwards requests unchanged and,
  *    on command, answers with a status, cuts a response half-way, appends
- *    bytes to a body, delays, stalls, or refuses one object;
+ *    bytes to a body, delays, stalls, or refuses one object; redirects to
+ *    another port or to itself; answers 500 with a body that never ends;
+ *    drops a 206's Content-Range; serves a ranged GET from one byte
+ *    before the range asked for (with an honest Content-Range); or
+ *    drip-feeds one object's GET bodies at a byte a second (a slow store);
  *  - with --latency-ms N, a TCP proxy in front of the S3 server that delays
  *    every chunk N/2 ms each way (N ms per round trip), for the benchmark; it
  *    runs in a child process of its own, so it does not queue behind the S3
@@ -80,8 +84,30 @@ function request(port, method, key, body) {
 
 /* What the fault proxies do next; shared by both. */
 const fault = { status: 0, statusLeft: 0, cutLeft: 0, overlongLeft: 0, stallLeft: 0,
-                delayMs: 0, denied: new Set(), requests: 0, connections: 0 };
+                delayMs: 0, denied: new Set(), dripped: new Set(), requests: 0, connections: 0,
+                redirectPort: 0, redirectLeft: 0, endlessLeft: 0, endlessBytes: 0,
+                noRangeLeft: 0, shiftLeft: 0, perKey: new Map() };
 const stalled = new Set();
+const dripping = new Set(); /* responses being drip-fed */
+
+/* Sends body a byte a second after the headers; ends when done or when the client leaves. */
+function drip(res, status, headers, body) {
+  res.writeHead(status, headers);
+  let at = 0;
+  dripping.add(res);
+  const timer = setInterval(() => {
+    if (at < body.length) res.write(body.subarray(at, ++at));
+    if (at >= body.length) {
+      clearInterval(timer);
+      dripping.delete(res);
+      res.end();
+    }
+  }, 1000);
+  res.on('close', () => {
+    clearInterval(timer);
+    dripping.delete(res);
+  });
+}
 
 function takeOne(field) {
   if (fault[field] > 0) {
@@ -96,6 +122,9 @@ function makeFaultProxy(upstreamPort) {
   const server = http.createServer((req, res) => {
     fault.requests++;
     const key = decodeURIComponent(req.url.split('?')[0]);
+    const base = key.slice(key.lastIndexOf('/') + 1);
+    fault.perKey.set(base, (fault.perKey.get(base) || 0) + 1);
+    const dripped = req.method === 'GET' && fault.dripped.has(base);
     if ([...fault.denied].some((d) => key.endsWith('/' + d))) {
       res.writeHead(403, { 'content-type': 'application/xml' });
       res.end('<?xml version="1.0"?><Error><Code>AccessDenied</Code></Error>');
@@ -110,6 +139,29 @@ function makeFaultProxy(upstreamPort) {
       stalled.add(res);
       return;
     }
+    if (takeOne('redirectLeft')) {
+      const port = fault.redirectPort || server.address().port; /* 0: this proxy itself */
+      res.writeHead(302, { location: `http://127.0.0.1:${port}${req.url}`, 'content-length': '0' });
+      res.end();
+      return;
+    }
+    if (takeOne('endlessLeft')) {
+      /* A 500 whose body never ends: written while the client reads, until it hangs up. */
+      res.writeHead(500, { 'content-type': 'text/plain' });
+      const chunk = Buffer.alloc(64 * 1024, 0x41);
+      const pump = () => {
+        while (!res.destroyed && res.write(chunk)) fault.endlessBytes += chunk.length;
+        if (!res.destroyed) res.once('drain', pump);
+      };
+      res.on('close', () => res.removeAllListeners('drain'));
+      pump();
+      return;
+    }
+    const noRange = takeOne('noRangeLeft');
+    const m = /^bytes=(\d+)-(\d+)$/.exec(req.headers.range || '');
+    if (m && Number(m[1]) > 0 && takeOne('shiftLeft')) {
+      req.headers.range = `bytes=${Number(m[1]) - 1}-${Number(m[2]) - 1}`;
+    }
     const cut = takeOne('cutLeft');
     const overlong = takeOne('overlongLeft');
     const forward = () => {
@@ -121,7 +173,12 @@ function makeFaultProxy(upstreamPort) {
           let body = Buffer.concat(chunks);
           const headers = { ...ures.headers };
           if (overlong) body = Buffer.concat([body, Buffer.alloc(16, 0x55)]);
+          if (noRange) delete headers['content-range'];
           if (req.method !== 'HEAD') headers['content-length'] = String(body.length);
+          if (dripped) {
+            drip(res, ures.statusCode, headers, body);
+            return;
+          }
           res.writeHead(ures.statusCode, headers);
           if (cut && body.length > 1) {
             res.write(body.subarray(0, body.length >> 1), () => res.socket.destroy());
@@ -205,8 +262,26 @@ async function main() {
       else if (cmd === 'overlong') fault.overlongLeft = Number(a);
       else if (cmd === 'stall') fault.stallLeft = Number(a);
       else if (cmd === 'delay') fault.delayMs = Number(a);
+      else if (cmd === 'redirect') Object.assign(fault, { redirectPort: Number(a), redirectLeft: Number(b) });
+      else if (cmd === 'endless') fault.endlessLeft = Number(a);
+      else if (cmd === 'norange') fault.noRangeLeft = Number(a);
+      else if (cmd === 'shift') fault.shiftLeft = Number(a);
       else if (cmd === 'deny') fault.denied.add(a);
       else if (cmd === 'allow') fault.denied.delete(a);
+      else if (cmd === 'drip') fault.dripped.add(a);
+      else if (cmd === 'undrip') {
+        /* Stops dripping a's new requests and cuts the responses being dripped. */
+        fault.dripped.delete(a);
+        for (const r of dripping) r.socket && r.socket.destroy();
+      } else if (cmd === 'dripping') {
+        /* ok requests=<responses being dripped now> */
+        console.log(`ok requests=${dripping.size} connections=${fault.connections}`);
+        return;
+      } else if (cmd === 'hits') {
+        /* ok requests=<requests so far for objects named a> */
+        console.log(`ok requests=${fault.perKey.get(a) || 0} connections=${fault.connections}`);
+        return;
+      }
       else if (cmd === 'delete') {
         await request(s3port, 'DELETE', a);
         fs.rmSync(path.join(httpRoot, a), { force: true });
@@ -217,7 +292,8 @@ async function main() {
         await request(s3port, 'PUT', a, body);
         fs.writeFileSync(path.join(httpRoot, a), body);
       } else if (cmd !== 'stats') throw new Error(`unknown command ${cmd}`);
-      console.log(`ok requests=${fault.requests} connections=${fault.connections}`);
+      console.log(`ok requests=${fault.requests} connections=${fault.connections} ` +
+                  `endless_bytes=${fault.endlessBytes}`);
     } catch (e) {
       console.log(`error ${e.message}`);
     }
@@ -225,6 +301,7 @@ async function main() {
   rl.on('close', () => {
     if (lat.child) lat.child.disconnect();
     for (const r of stalled) r.socket && r.socket.destroy();
+    for (const r of dripping) r.socket && r.socket.destroy();
     fs.rmSync(tmp, { recursive: true, force: true });
     process.exit(0);
   });

@@ -280,6 +280,104 @@ static void test_faults_retried(void **state)
     feed_blob_close(b);
 }
 
+/*
+ * A 30x is not followed by default (the object server could send feedd
+ * anywhere its network reaches); with same-host redirects, one to the same
+ * scheme and host:port is, one to another port is not.
+ */
+static void test_redirects(void **state)
+{
+    feed_blob_options o;
+    char ep[128], err[512] = "", url[256], cmd[64];
+    static uint8_t buf[5000];
+    feed_blob *b = NULL;
+    (void)state;
+    options(&o, ep, sizeof ep, g_srv.s3);
+    o.remote.retries = 0;
+    snprintf(url, sizeof url, "http://user:hunter2@127.0.0.1:%d/copy3.bin?token=hunter2",
+             g_srv.httpproxy);
+    snprintf(cmd, sizeof cmd, "redirect %d 1", g_srv.http); /* another port: another server */
+    assert_int_equal(remote_servers_cmd(&g_srv, cmd, NULL, NULL), 0);
+    assert_int_equal(feed_remote_blob_open(url, &o, &b, err, sizeof err), FEED_EIO);
+    assert_null(b);
+    if (!strstr(err, "/copy3.bin: redirected (HTTP 302)") || !strstr(err, "not followed"))
+        fail_msg("%s", err);
+    assert_null(strstr(err, "hunter2"));
+
+    /* Opened, then redirected on a read: the read fails the same way. */
+    b = open_ok(url, &o);
+    assert_int_equal(remote_servers_cmd(&g_srv, "redirect 0 1", NULL, NULL), 0); /* itself */
+    assert_int_equal(feed_blob_read(b, 10, sizeof buf, buf, err, sizeof err), FEED_EIO);
+    assert_non_null(strstr(err, "redirected (HTTP 302)"));
+    feed_blob_close(b);
+
+    /* same-host: followed to the same host:port, refused to another port. */
+    o.remote.redirects = FEED_REMOTE_REDIRECTS_SAME_HOST;
+    b = open_ok(url, &o);
+    assert_int_equal(remote_servers_cmd(&g_srv, "redirect 0 1", NULL, NULL), 0);
+    assert_int_equal(feed_blob_read(b, 10, sizeof buf, buf, err, sizeof err), 0);
+    assert_memory_equal(buf, g_obj + 10, sizeof buf);
+    assert_int_equal(remote_servers_cmd(&g_srv, cmd, NULL, NULL), 0);
+    assert_int_equal(feed_blob_read(b, 10, sizeof buf, buf, err, sizeof err), FEED_EIO);
+    if (!strstr(err, "another scheme or host; not followed"))
+        fail_msg("%s", err);
+    assert_null(strstr(err, "hunter2"));
+    feed_blob_close(b);
+}
+
+/* A 500 whose body never ends: a small prefix is read, then the connection is closed. */
+static void test_endless_error_body(void **state)
+{
+    feed_blob_options o;
+    char ep[128], err[512] = "", url[256];
+    uint8_t buf[100];
+    feed_remote_stats before, after;
+    (void)state;
+    options(&o, ep, sizeof ep, g_srv.s3);
+    o.remote.retries = 0;
+    o.remote.timeout_ms = 3000; /* a hang guard: the request should end long before */
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/copy4.bin", g_srv.httpproxy);
+    feed_blob *b = open_ok(url, &o);
+    feed_remote_stats_get(&before);
+    assert_int_equal(remote_servers_cmd(&g_srv, "endless 1", NULL, NULL), 0);
+    assert_int_equal(feed_blob_read(b, 0, sizeof buf, buf, err, sizeof err), FEED_EIO);
+    feed_remote_stats_get(&after);
+    if (!strstr(err, "copy4.bin: HTTP 500"))
+        fail_msg("%s", err);
+    if (after.bytes - before.bytes > 64 * 1024)
+        fail_msg("%llu bytes of the error body read",
+                 (unsigned long long)(after.bytes - before.bytes));
+    /* The next request is served (on a new connection). */
+    assert_int_equal(feed_blob_read(b, 0, sizeof buf, buf, err, sizeof err), 0);
+    assert_memory_equal(buf, g_obj, sizeof buf);
+    feed_blob_close(b);
+}
+
+/* A 206 must say, in Content-Range, the range that was asked for. */
+static void test_range_protocol_errors(void **state)
+{
+    feed_blob_options o;
+    char ep[128], err[512] = "", url[256];
+    uint8_t buf[64];
+    (void)state;
+    options(&o, ep, sizeof ep, g_srv.s3);
+    o.remote.retries = 0;
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/obj.bin", g_srv.httpproxy);
+    feed_blob *b = open_ok(url, &o);
+    assert_int_equal(remote_servers_cmd(&g_srv, "norange 1", NULL, NULL), 0);
+    assert_int_equal(feed_blob_read(b, 100, sizeof buf, buf, err, sizeof err), FEED_EPROTO);
+    if (!strstr(err, "206 without a valid Content-Range") || strstr(err, "changed"))
+        fail_msg("%s", err);
+    /* Bytes 99-162 with an honest Content-Range, for 100-163: refused. */
+    assert_int_equal(remote_servers_cmd(&g_srv, "shift 1", NULL, NULL), 0);
+    assert_int_equal(feed_blob_read(b, 100, sizeof buf, buf, err, sizeof err), FEED_EPROTO);
+    if (!strstr(err, "sent bytes 99-162 for a request of bytes 100-163"))
+        fail_msg("%s", err);
+    assert_int_equal(feed_blob_read(b, 100, sizeof buf, buf, err, sizeof err), 0);
+    assert_memory_equal(buf, g_obj + 100, sizeof buf);
+    feed_blob_close(b);
+}
+
 static void test_read_cap(void **state)
 {
     feed_blob_options o;
@@ -372,6 +470,34 @@ static void test_readahead_shared(void **state)
     feed_blob_close(b);
 }
 
+/* A hinted range whose fetch failed after its retries hands that failure to the read, which
+ * does not ask the store again: R+1 requests for a dead range. Before, the read started over
+ * and the store saw 2(R+1). */
+static void test_readahead_failure_handed_to_read(void **state)
+{
+    feed_blob_options o;
+    char ep[128], err[512] = "";
+    uint8_t buf[4096];
+    feed_remote_stats before, now;
+    (void)state;
+    set_creds(REMOTE_TEST_SECRET);
+    options(&o, ep, sizeof ep, g_srv.s3proxy);
+    o.remote.retries = 2;
+    feed_blob *b = open_ok("s3://" REMOTE_TEST_BUCKET "/copy4.bin", &o);
+    feed_blob_range r = {12345, sizeof buf};
+    feed_remote_stats_get(&before);
+    assert_int_equal(remote_servers_cmd(&g_srv, "status 500 1000", NULL, NULL), 0);
+    feed_blob_prefetch(b, &r, 1);
+    assert_int_equal(feed_blob_read(b, r.offset, sizeof buf, buf, err, sizeof err), FEED_EIO);
+    assert_int_equal(remote_servers_cmd(&g_srv, "status 500 0", NULL, NULL), 0);
+    assert_non_null(strstr(err, "s3://" REMOTE_TEST_BUCKET "/copy4.bin"));
+    assert_non_null(strstr(err, "500"));
+    feed_remote_stats_get(&now);
+    assert_int_equal(now.readahead_done - before.readahead_done, 1);
+    assert_int_equal(now.requests - before.requests, o.remote.retries + 1);
+    feed_blob_close(b);
+}
+
 typedef struct reader_arg {
     feed_blob *b;
     int index;
@@ -432,11 +558,19 @@ static void test_connection_pool(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_s3_ranged_reads),   cmocka_unit_test(test_http_ranged_reads),
-        cmocka_unit_test(test_wrong_credentials), cmocka_unit_test(test_not_found),
-        cmocka_unit_test(test_changed_object),    cmocka_unit_test(test_faults_retried),
-        cmocka_unit_test(test_read_cap),          cmocka_unit_test(test_readahead),
+        cmocka_unit_test(test_s3_ranged_reads),
+        cmocka_unit_test(test_http_ranged_reads),
+        cmocka_unit_test(test_wrong_credentials),
+        cmocka_unit_test(test_not_found),
+        cmocka_unit_test(test_changed_object),
+        cmocka_unit_test(test_faults_retried),
+        cmocka_unit_test(test_redirects),
+        cmocka_unit_test(test_endless_error_body),
+        cmocka_unit_test(test_range_protocol_errors),
+        cmocka_unit_test(test_read_cap),
+        cmocka_unit_test(test_readahead),
         cmocka_unit_test(test_readahead_shared),
+        cmocka_unit_test(test_readahead_failure_handed_to_read),
         cmocka_unit_test(test_connection_pool),
     };
     if (argc < 3) {

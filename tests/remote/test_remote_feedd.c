@@ -5,9 +5,13 @@
  * batch bytes and the same dataset fingerprint; a shard refused (403) or
  * deleted mid-epoch gives per-sample errors naming it while the other
  * samples of the batch still come, and feedd stays up; the secret key never
- * shows in feedd's log, metrics or per-sample messages; cache=SIDE on remote
- * shards is not used, so a replaced object is never served from a cache.
- * Shards are made by feed-pack from real JPEGs.
+ * shows in feedd's log, metrics or per-sample messages. Every location kind
+ * carries planted secrets (a URL's password, a presigned query's signature
+ * and credential, the S3 keys from the environment): none shows in feedd's
+ * log (start, dataset errors, index warnings, config errors), /metrics,
+ * Describe or the per-sample messages, which carry the cause (the HTTP
+ * status). cache=SIDE on remote shards is not used, so a replaced object is
+ * never served from a cache. Shards are made by feed-pack from real JPEGs.
  *
  * usage: test_remote_feedd NODE SERVERS_JS (FEED_BUILD_DIR names the build)
  */
@@ -29,12 +33,20 @@
 
 #define N_SAMPLES 24u /* 3 classes x 8, 8 a shard */
 #define SHARDS "shard-{000000..000002}.tar"
+#define PLANTED_PASSWORD "planted-Passw0rd"
+#define PLANTED_SIG "p1anted5ignature"
+#define PLANTED_CRED "PLANTEDCRED-20260101"
+#define PRESIGN "?X-Amz-Credential=" PLANTED_CRED "&X-Amz-Signature=" PLANTED_SIG
+
+static const char *const g_secrets[] = {REMOTE_TEST_SECRET, REMOTE_TEST_KEY, PLANTED_PASSWORD,
+                                        PLANTED_SIG, PLANTED_CRED};
 
 static const char *g_node, *g_script;
 static remote_servers g_srv;
 static feed_test_server g_feedd;
 static grpc_channel *g_chan;
 static char g_tmp[256], g_log[400];
+static int g_httpproxy;
 
 static int run(const char *cmd)
 {
@@ -46,7 +58,8 @@ static int run(const char *cmd)
 
 static int setup(void **state)
 {
-    char cmd[2048], data[300], s3[512], http[512], local[512], ep[128];
+    char cmd[2048], data[300], s3[512], http[512], local[512], ep[128], presigned[512];
+    char badidx[512], lost[512], lostidx[512];
     const char *build = getenv("FEED_BUILD_DIR");
     feed_test_server_opts opts = {0};
     (void)state;
@@ -58,6 +71,19 @@ static int setup(void **state)
              ">/dev/null && mkdir '%s' && '%s/server/tools/feed-pack' '%s/tree' '%s/shard' "
              "--format tar --shard-samples 8 >/dev/null",
              build, g_tmp, data, build, g_tmp, data);
+    if (run(cmd) != 0)
+        return -1;
+    /*
+     * bad-000000.tar: shard 0 with its index damaged (one byte), so the index is ignored.
+     * lost-000000.tar: no shard, shard 0's index (a bad shard, its samples known from the
+     * index); lostidx-000000.tar: no shard, an index that is none (a dataset not served).
+     */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && cp shard-000000.tar bad-000000.tar && cp shard-000000.tar.idx "
+             "bad-000000.tar.idx && printf '\\377' | dd of=bad-000000.tar.idx bs=1 seek=40 "
+             "conv=notrunc 2>/dev/null && cp shard-000000.tar.idx lost-000000.tar.idx && "
+             "printf 'no index' >lostidx-000000.tar.idx",
+             data);
     if (run(cmd) != 0 || remote_servers_start(&g_srv, g_node, g_script, data, 0) != 0)
         return -1;
     unsetenv("AWS_SHARED_CREDENTIALS_FILE");
@@ -66,15 +92,30 @@ static int setup(void **state)
     unsetenv("AWS_ENDPOINT_URL");
     setenv("AWS_ACCESS_KEY_ID", REMOTE_TEST_KEY, 1);
     setenv("AWS_SECRET_ACCESS_KEY", REMOTE_TEST_SECRET, 1); /* feedd inherits them */
+    g_httpproxy = g_srv.httpproxy;
     snprintf(local, sizeof local, "local=%s/" SHARDS, data);
     snprintf(s3, sizeof s3, "s3=s3://" REMOTE_TEST_BUCKET "/" SHARDS);
-    snprintf(http, sizeof http, "http=http://127.0.0.1:%d/" SHARDS, g_srv.httpproxy);
+    snprintf(http, sizeof http, "http=http://user:" PLANTED_PASSWORD "@127.0.0.1:%d/" SHARDS,
+             g_srv.httpproxy);
+    snprintf(presigned, sizeof presigned, "presigned=http://127.0.0.1:%d/shard-000000.tar" PRESIGN,
+             g_srv.httpproxy);
+    snprintf(badidx, sizeof badidx,
+             "badidx=http://user:" PLANTED_PASSWORD "@127.0.0.1:%d/bad-000000.tar" PRESIGN,
+             g_srv.httpproxy);
+    snprintf(lost, sizeof lost,
+             "lost=http://user:" PLANTED_PASSWORD "@127.0.0.1:%d/lost-000000.tar" PRESIGN,
+             g_srv.httpproxy);
+    snprintf(lostidx, sizeof lostidx,
+             "lostidx=http://user:" PLANTED_PASSWORD "@127.0.0.1:%d/lostidx-000000.tar" PRESIGN,
+             g_srv.httpproxy);
     snprintf(ep, sizeof ep, "http://127.0.0.1:%d", g_srv.s3proxy);
     snprintf(g_log, sizeof g_log, "%s/feedd.log", g_tmp);
     opts.log_path = g_log;
-    const char *args[] = {"--dataset",     local,   "--dataset", s3,  "--dataset",        http,
-                          "--s3-endpoint", ep,      "--threads", "2", "--remote-retries", "1",
-                          "--log-level",   "debug", NULL};
+    const char *args[] = {
+        "--dataset",        local,     "--dataset",     s3,      "--dataset", http,
+        "--dataset",        presigned, "--dataset",     badidx,  "--dataset", lost,
+        "--dataset",        lostidx,   "--s3-endpoint", ep,      "--threads", "2",
+        "--remote-retries", "1",       "--log-level",   "debug", NULL};
     if (feed_test_server_start_with(&opts, args, &g_feedd) != 0)
         return -1;
     g_chan = feedtest_channel(g_feedd.target);
@@ -138,6 +179,29 @@ static size_t sample_bytes(const Feed__V1__Batch *b)
     return (size_t)b->height * b->width * b->channels;
 }
 
+/* text (from where) holds none of the planted secrets. */
+static void expect_no_secret(const char *text, const char *where)
+{
+    for (size_t i = 0; i < sizeof g_secrets / sizeof g_secrets[0]; i++)
+        if (strstr(text, g_secrets[i]))
+            fail_msg("%s holds the planted secret '%s'", where, g_secrets[i]);
+    if (strstr(text, "Signature=") || strstr(text, "X-Amz-"))
+        fail_msg("%s holds a signature or a presigned query", where);
+}
+
+/* The whole of a file, NUL-terminated, in a static buffer (1 MiB at most). */
+static const char *slurp(const char *path)
+{
+    static char text[1 << 20];
+    FILE *f = fopen(path, "r");
+    size_t n;
+    assert_non_null(f);
+    n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    return text;
+}
+
 /* Samples [lo, hi) failed with IO_ERROR saying why; the others equal ref's. */
 static void expect_failed_range(const Feed__V1__Batch *b, const Feed__V1__Batch *ref, size_t lo,
                                 size_t hi, const char *why)
@@ -155,24 +219,17 @@ static void expect_failed_range(const Feed__V1__Batch *b, const Feed__V1__Batch 
     for (size_t e = 0; e < b->n_errors; e++) {
         if (!strstr(b->errors[e]->message, why))
             fail_msg("want '%s' in: %s", why, b->errors[e]->message);
-        assert_null(strstr(b->errors[e]->message, REMOTE_TEST_SECRET));
+        expect_no_secret(b->errors[e]->message, "a per-sample message");
     }
 }
 
 /* feedd's log so far holds needle (it names the shard and the cause). */
 static void expect_log(const char *needle)
 {
-    static char log[1 << 20];
-    FILE *f = fopen(g_log, "r");
-    size_t n;
-    assert_non_null(f);
-    n = fread(log, 1, sizeof log - 1, f);
-    fclose(f);
-    log[n] = '\0';
+    const char *log = slurp(g_log);
     if (!strstr(log, needle))
         fail_msg("feedd's log lacks '%s'", needle);
-    assert_null(strstr(log, REMOTE_TEST_SECRET));
-    assert_null(strstr(log, "Signature="));
+    expect_no_secret(log, "feedd's log");
 }
 
 /* feedd_cache_hits_total of s. */
@@ -233,7 +290,9 @@ static void test_shard_refused_then_deleted(void **state)
     expect_log("s3://" REMOTE_TEST_BUCKET
                "/shard-000001.tar: access refused (HTTP 403 AccessDenied)");
     b = fetch_all("http");
-    expect_failed_range(b, ref, 8, 16, "credentials refused");
+    /* The client sees the cause, not only the code. */
+    expect_failed_range(b, ref, 8, 16,
+                        "credentials refused by the server: access refused (HTTP 403");
     feed__v1__batch__free_unpacked(b, NULL);
     assert_int_equal(remote_servers_cmd(&g_srv, "allow shard-000001.tar", NULL, NULL), 0);
 
@@ -243,21 +302,135 @@ static void test_shard_refused_then_deleted(void **state)
     feed__v1__batch__free_unpacked(b, NULL);
     expect_log("s3://" REMOTE_TEST_BUCKET "/shard-000002.tar: not found (HTTP 404 NoSuchKey)");
     b = fetch_all("http");
-    expect_failed_range(b, ref, 16, 24, "gone");
+    expect_failed_range(b, ref, 16, 24,
+                        "gone (ENOENT): removed since the open: not found (HTTP 404)");
     feed__v1__batch__free_unpacked(b, NULL);
     feed__v1__batch__free_unpacked(ref, NULL);
+}
+
+/* No line of text holds both a and b. */
+static void expect_no_line_with(const char *text, const char *a, const char *b)
+{
+    for (const char *p = text; *p;) {
+        size_t n = strcspn(p, "\n");
+        const char *hit = strstr(p, a);
+        if (hit && hit < p + n) {
+            const char *hb = strstr(p, b);
+            if (hb && hb < p + n)
+                fail_msg("a line holds '%s' and '%s': %.*s", a, b, (int)n, p);
+        }
+        p += n + (p[n] == '\n');
+    }
+}
+
+/*
+ * A presigned shard's index is SHARD.idx with the shard's query (".idx" on
+ * the path, not after the query): found and used, so no warning for it.
+ */
+static void test_presigned_shard_index(void **state)
+{
+    (void)state;
+    Feed__V1__Batch *ref = fetch_all("local");
+    expect_no_line_with(slurp(g_log), "ignoring the shard index", "shard-000000");
+    expect_log("dataset presigned: tar, 8 samples");
+    feed__v1__batch__free_unpacked(ref, NULL);
+}
+
+/*
+ * A shard gone from the store whose index is there (a bad shard: served, each of its samples
+ * failing) and a dataset not served (its only shard gone, its index none): the warnings, the
+ * refusal and the per-sample messages name the objects redacted.
+ */
+static void test_bad_shard_and_refused_dataset_redacted(void **state)
+{
+    char line[400];
+    (void)state;
+    Feed__V1__Batch *b = fetch_n("lost", 8);
+    assert_int_equal(b->n_errors, 8);
+    for (size_t e = 0; e < b->n_errors; e++) {
+        if (!strstr(b->errors[e]->message, "lost-000000.tar, member at byte"))
+            fail_msg("want the shard named in: %s", b->errors[e]->message);
+        expect_no_secret(b->errors[e]->message, "a per-sample message");
+    }
+    feed__v1__batch__free_unpacked(b, NULL);
+    snprintf(line, sizeof line,
+             "dataset: bad shard: http://127.0.0.1:%d/lost-000000.tar: ", g_httpproxy);
+    expect_log(line);
+    expect_log("of shard lost-000000.tar): the shard could not be read at open");
+    snprintf(
+        line, sizeof line,
+        "dataset lostidx is not served: http://127.0.0.1:%d/lostidx-000000.tar: ", g_httpproxy);
+    expect_log(line);
+    snprintf(line, sizeof line,
+             "the shard index http://127.0.0.1:%d/lostidx-000000.tar.idx is unusable too",
+             g_httpproxy);
+    expect_log(line);
+}
+
+/* feedd run to fail at start with args; its stderr appended to g_tmp/fail.log. */
+static void run_failing_feedd(const char *args)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s/server/feedd' --listen 127.0.0.1:0 %s >>'%s/fail.log' 2>&1",
+             getenv("FEED_BUILD_DIR"), args, g_tmp);
+    assert_int_not_equal(system(cmd), 0);
 }
 
 static void test_no_secret_in_log_or_metrics(void **state)
 {
     int status = 0;
-    char *body = NULL;
+    char *body = NULL, path[400], args[1024];
+    grpc_status_code code;
     (void)state;
     assert_int_equal(feed_test_http_get(g_feedd.metrics_port, "/metrics", &status, &body), 0);
     assert_int_equal(status, 200);
-    assert_null(strstr(body, REMOTE_TEST_SECRET));
+    expect_no_secret(body, "/metrics");
     free(body);
+    Feed__V1__DescribeResponse *d = feedtest_describe(g_chan, "", &code);
+    assert_non_null(d);
+    size_t n = feed__v1__describe_response__get_packed_size(d);
+    uint8_t *packed = malloc(n + 1);
+    assert_non_null(packed);
+    feed__v1__describe_response__pack(d, packed);
+    packed[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (packed[i] == '\0')
+            packed[i] = ' ';
+    expect_no_secret((const char *)packed, "Describe");
+    free(packed);
+    feed__v1__describe_response__free_unpacked(d, NULL);
     expect_log("s3://" REMOTE_TEST_BUCKET); /* the log names objects, never the secret */
+    /* The start's line for each dataset, and the warning for the damaged index. */
+    snprintf(path, sizeof path, "(http://127.0.0.1:%d/" SHARDS ")", g_httpproxy);
+    expect_log(path);
+    snprintf(path, sizeof path, "(http://127.0.0.1:%d/shard-000000.tar)", g_httpproxy);
+    expect_log(path);
+    snprintf(path, sizeof path, "ignoring the shard index: http://127.0.0.1:%d/bad-000000.tar.idx",
+             g_httpproxy);
+    expect_log(path);
+
+    /* Errors at start: a dataset that cannot open, a bad pattern, a bad --dataset. */
+    snprintf(args, sizeof args,
+             "--dataset 'gone=http://u:" PLANTED_PASSWORD "@127.0.0.1:%d/missing-{0..1}.tar" PRESIGN
+             "'",
+             g_httpproxy);
+    run_failing_feedd(args);
+    snprintf(args, sizeof args,
+             "--dataset 'pat=http://u:" PLANTED_PASSWORD "@127.0.0.1:%d/x-{1..a}.tar" PRESIGN "'",
+             g_httpproxy);
+    run_failing_feedd(args);
+    run_failing_feedd("--dataset 'https://u:" PLANTED_PASSWORD "@h.example/x.tar'");
+    run_failing_feedd("--dataset 'https://u:" PLANTED_PASSWORD "@h.example/y.tar" PRESIGN "'");
+    run_failing_feedd("'https://u:" PLANTED_PASSWORD "@h.example/x.tar" PRESIGN "'");
+    snprintf(path, sizeof path, "%s/fail.log", g_tmp);
+    const char *fail = slurp(path);
+    if (!strstr(fail, "missing-0.tar: not found (HTTP 404)") ||
+        !strstr(fail, "/x-{1..a}.tar: range {1..a} is not") ||
+        !strstr(fail, "got 'https://h.example/x.tar'") ||
+        !strstr(fail, "a name holds no ':' or '/' (NAME=PATH), got 'https://h.example/y.tar'") ||
+        !strstr(fail, "unexpected argument 'https://h.example/x.tar'"))
+        fail_msg("feedd's start errors are not the ones expected:\n%s", fail);
+    expect_no_secret(fail, "feedd's start errors");
     /* feedd is still up: the local dataset serves whole batches. */
     Feed__V1__Batch *b = fetch_all("local");
     feed__v1__batch__free_unpacked(b, NULL);
@@ -324,6 +497,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_batches),
         cmocka_unit_test(test_shard_refused_then_deleted),
+        cmocka_unit_test(test_presigned_shard_index),
+        cmocka_unit_test(test_bad_shard_and_refused_dataset_redacted),
         cmocka_unit_test(test_no_secret_in_log_or_metrics),
         cmocka_unit_test(test_remote_cache_never_outlives_its_object),
     };

@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "feed/blob.h"
 #include "feed/errors.h"
 #include "feed/remote.h"
 
@@ -176,6 +177,50 @@ static void test_resolve_http(void **state)
                      FEED_EINVAL);
 }
 
+/* Every location kind as messages show it: no userinfo, no query, no fragment. */
+static void test_location_redact(void **state)
+{
+    static const char *const cases[][2] = {
+        {"http://user:PASS@host:8080/d/shard.tar", "http://host:8080/d/shard.tar"},
+        {"https://u:p@ss@cdn.example/x.tar?X-Amz-Signature=abc&X-Amz-Credential=AKIA%2F",
+         "https://cdn.example/x.tar"},
+        {"https://h/s-{000000..000002}.tar?token=T#frag", "https://h/s-{000000..000002}.tar"},
+        {"http://@h/a", "http://h/a"},
+        {"http://u:p@h?q=SECRET", "http://h"},
+        {"s3://bucket/key.tar", "s3://bucket/key.tar"},
+        {"s3://user:pw@bucket/key", "s3://bucket/key"},
+        {"imagenet=http://u:PASS@h/a.tar", "imagenet=http://h/a.tar"},
+        {"/data/train.pack", "/data/train.pack"},
+        {"dir/shard-{0..3}.tar", "dir/shard-{0..3}.tar"},
+    };
+    char out[256];
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = feed_location_redact(cases[i][0], out, sizeof out);
+        assert_string_equal(out, cases[i][1]);
+        assert_int_equal(n, strlen(cases[i][1]));
+    }
+    /* Cut to the buffer, still terminated, and the length says so. */
+    assert_int_equal(feed_location_redact("http://u:p@host/abcdef", out, 8), 18);
+    assert_string_equal(out, "http://");
+}
+
+static void test_redirect_allowed(void **state)
+{
+    (void)state;
+    assert_true(feed_remote_redirect_allowed("http://h:81/a.tar?x=1", "http://h:81/mirror/a.tar"));
+    assert_true(feed_remote_redirect_allowed("https://u:p@H.example/a", "HTTPS://h.example/b"));
+    assert_false(feed_remote_redirect_allowed("https://h/a", "http://h/a")); /* downgrade */
+    assert_false(feed_remote_redirect_allowed("http://h/a", "https://h/a")); /* another scheme */
+    assert_false(feed_remote_redirect_allowed("http://h:81/a", "http://h:82/a")); /* port */
+    assert_false(feed_remote_redirect_allowed("http://h/a", "http://h:80/a"));
+    assert_false(feed_remote_redirect_allowed("http://h/a", "http://evil/a"));
+    assert_false(feed_remote_redirect_allowed("http://h/a", "http://h@evil/a"));
+    assert_false(feed_remote_redirect_allowed("http://h/a", "http://hh/a"));
+    assert_false(feed_remote_redirect_allowed("http://h/a", "/relative"));
+    assert_false(feed_remote_redirect_allowed("http://h/a", "file:///etc/passwd"));
+}
+
 static void test_creds(void **state)
 {
     (void)state;
@@ -230,6 +275,8 @@ int main(void)
         cmocka_unit_test(test_uri_encode),
         cmocka_unit_test(test_resolve_s3),
         cmocka_unit_test(test_resolve_http),
+        cmocka_unit_test(test_location_redact),
+        cmocka_unit_test(test_redirect_allowed),
         cmocka_unit_test(test_creds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -78,7 +78,17 @@ typedef struct feed_blob_remote_options {
     uint64_t readahead_bytes; /* cap on bytes fetched ahead and not yet read */
     uint32_t timeout_ms;      /* one request's limit */
     uint32_t retries;         /* on 5xx, timeouts and cut connections, with backoff */
+    int redirects;            /* FEED_REMOTE_REDIRECTS_*: which 30x a plain URL follows */
 } feed_blob_remote_options;
+
+/*
+ * Redirects of http(s):// objects: none (a 30x fails the request, naming the
+ * object and the status), or only to the same scheme and host:port (a
+ * mirror path on the same server), at most 3 hops. Never another host, never
+ * https to http. s3:// requests never follow one.
+ */
+#define FEED_REMOTE_REDIRECTS_NONE 0
+#define FEED_REMOTE_REDIRECTS_SAME_HOST 1
 
 typedef struct feed_blob_options {
     uint64_t max_read_bytes; /* cap on one read (a sample or an index chunk) */
@@ -86,6 +96,15 @@ typedef struct feed_blob_options {
 } feed_blob_options;
 
 void feed_blob_options_default(feed_blob_options *o);
+
+/*
+ * location as every message, log line and metric names it: a URL (anything
+ * with "://") without its userinfo, query and fragment, where a password, a
+ * presigned URL's signature or a token lives; any other location as it is.
+ * Writes at most cap bytes, NUL-terminated when cap > 0, and returns the
+ * length the whole text needs (>= cap: it was cut).
+ */
+size_t feed_location_redact(const char *location, char *out, size_t cap);
 
 /* 1 when location names a remote object (http://, https://, s3://), else 0. */
 int feed_blob_is_remote(const char *location);

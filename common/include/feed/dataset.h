@@ -95,6 +95,15 @@ void feed_dataset_sample_where(const feed_dataset *ds, uint64_t i, int may_read,
                                size_t cap);
 
 /*
+ * The remote object holding sample i's bytes, by its name for messages
+ * (scheme://host[:port]/path: never userinfo nor a query), or NULL when they
+ * are local (a tree, a pack, a local shard) or i is out of range. Valid while
+ * ds is open; never does I/O. feedd fetches the samples that have one on
+ * threads of their own (server/fetch.c).
+ */
+const char *feed_dataset_sample_object(const feed_dataset *ds, uint64_t i);
+
+/*
  * The JPEG bytes of sample i. For a pack, *data points into the mapping and
  * scratch is untouched; for a tree the file, for tar shards the image member,
  * is read into scratch (bounded by both scratch->limit and max_sample_bytes).
@@ -105,6 +114,16 @@ void feed_dataset_sample_where(const feed_dataset *ds, uint64_t i, int may_read,
  */
 int feed_dataset_read(const feed_dataset *ds, uint64_t i, feed_buf *scratch, const uint8_t **data,
                       size_t *len);
+
+/*
+ * feed_dataset_read, and on failure the cause in why (why_cap bytes, always
+ * NUL-terminated when why_cap > 0; "" when the code says all): for a remote
+ * shard the HTTP status, a timeout, a refused redirect or a changed object,
+ * naming no object (the caller says where the sample is) and never a
+ * credential, a signature or a query.
+ */
+int feed_dataset_read_why(const feed_dataset *ds, uint64_t i, feed_buf *scratch,
+                          const uint8_t **data, size_t *len, char *why, size_t why_cap);
 
 /*
  * A stamp of sample i's bytes as they are now (i < count), for caches of

@@ -51,6 +51,14 @@ int feed_remote_target_resolve(const char *location, const feed_blob_remote_opti
                                feed_remote_target *t, char *err, size_t err_cap);
 
 /*
+ * 1 when a redirect from URL from to URL to stays on the same scheme and
+ * host[:port] (letter case aside, userinfo ignored; an absent port differs
+ * from a written one), else 0. FEED_REMOTE_REDIRECTS_SAME_HOST follows only
+ * these.
+ */
+int feed_remote_redirect_allowed(const char *from, const char *to);
+
+/*
  * Credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
  * AWS_SESSION_TOKEN, else the [AWS_PROFILE or default] section of
  * AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials. None found: empty
