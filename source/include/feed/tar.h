@@ -1,6 +1,6 @@
 /*
  * Writing tar shards in the WebDataset convention that feed_dataset_open()
- * reads (see common/src/tar.c and tar_format.h): each sample is KEY.jpg and
+ * reads (see source/src/tar.c and tar_format.h): each sample is KEY.jpg and
  * KEY.cls (its decimal label); the first member, __classes__.txt, holds the
  * class names one a line. A writer is owned by one thread; it writes
  * PATH.tmp.<pid>, renames it onto PATH when finished, then writes the shard's
@@ -39,7 +39,7 @@ void feed_tar_writer_abort(feed_tar_writer *w);
 
 /*
  * The shards a location names: itself, or each name of a brace pattern
- * (`dir/shard-{000000..000146}.tar`; see common/src/tar.c). *out is an array
+ * (`dir/shard-{000000..000146}.tar`; see source/src/tar.c). *out is an array
  * of *n malloc'd strings; free with feed_tar_shard_names_free. 0, FEED_EINVAL
  * (a brace that is not a decimal range), FEED_ETOOBIG (too many shards) or
  * FEED_ENOMEM, with err.

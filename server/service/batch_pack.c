@@ -4,7 +4,7 @@
  * without them and the data field's key and length are written here, so the
  * pixels go to gRPC as a slice over the buffer the workers wrote, whose
  * destructor gives the memory back to the caps (memory.h). The client's
- * reader (client/src/wire.c) takes that field straight into its slot.
+ * reader (client/src/net/wire.c) takes that field straight into its slot.
  *
  * Runs on whichever thread starts the send (a completion-queue thread or a
  * pool worker), under the stream's lock; it touches only the job it is given.

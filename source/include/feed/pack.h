@@ -1,7 +1,7 @@
 /*
  * Writing packs: the single-file dataset format feed-pack produces and
  * feed_dataset_open() maps (the layout is documented at the top of
- * common/src/pack.c; the offsets below are part of it). A writer is owned by
+ * source/src/pack.c; the offsets below are part of it). A writer is owned by
  * one thread; it writes to PATH.tmp.<pid> and renames onto PATH only when
  * finished, so a reader never sees a half-written pack.
  */

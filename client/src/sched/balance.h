@@ -1,5 +1,5 @@
 /*
- * The scheduler's balancing (client/src/balance.c): per-server service-time
+ * The scheduler's balancing (client/src/sched/balance.c): per-server service-time
  * estimates from replies, the server expected to finish a new batch first,
  * stragglers, and the batch to hedge. Called by sched.c with the loader's mu
  * held; the time is passed in.
