@@ -37,6 +37,7 @@
 
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "feed/thread.h"
 #include "feed/timeutil.h"
 #include "metrics.h"
 
@@ -445,16 +446,9 @@ static void *guard_main(void *arg)
 {
     feedd_guard *g = arg;
     for (;;) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += GUARD_TICK_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
         pthread_mutex_lock(&g->mu);
         if (!g->stop)
-            pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+            feed_cond_timedwait(&g->cv, &g->mu, GUARD_TICK_MS * 1000000ull);
         bool stop = g->stop;
         pthread_mutex_unlock(&g->mu);
         if (stop)
@@ -496,11 +490,7 @@ int feedd_guard_start(uint64_t rss_limit, uint64_t burst, feedd_guard **out)
         FEED_LOGW("transport guard: /proc/self/statm gives no reading; until it does, memory "
                   "counts as under the limit");
     pthread_mutex_init(&g->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    feed_cond_init(&g->cv);
     atomic_store_explicit(&feedd_m.rss_limit, (int64_t)rss_limit, memory_order_relaxed);
     if (pthread_create(&g->thread, NULL, guard_main, g) != 0) {
         pthread_cond_destroy(&g->cv);

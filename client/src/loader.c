@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <grpc/grpc.h>
 
@@ -18,6 +17,7 @@
 #include "feed/client.h"
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "feed/thread.h"
 #include "feed/timeutil.h"
 #include "normalize.h"
 
@@ -108,22 +108,6 @@ static char *dup_str(const char *s)
     return d;
 }
 
-static void timespec_after_ns(struct timespec *ts, uint64_t ns)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    uint64_t t = (uint64_t)ts->tv_nsec + ns;
-    ts->tv_sec += (time_t)(t / 1000000000u);
-    ts->tv_nsec = (long)(t % 1000000000u);
-}
-
-/* Waits on cond for at most ns (monotonic clock). mu held. */
-static void wait_ns(loader *l, uint64_t ns)
-{
-    struct timespec ts;
-    timespec_after_ns(&ts, ns);
-    pthread_cond_timedwait(&l->cond, &l->mu, &ts);
-}
-
 /* Waits for the first Describe that knows the dataset. mu held. */
 static int wait_dataset(loader *l)
 {
@@ -147,7 +131,7 @@ static int wait_dataset(loader *l)
         if (now >= deadline)
             return l->notfound_seen ? FEED_ENOTFOUND : FEED_EUNAVAILABLE;
         uint64_t step = deadline - now;
-        wait_ns(l, step < 50000000u ? step : 50000000u);
+        feed_cond_timedwait(&l->cond, &l->mu, step < 50000000u ? step : 50000000u);
     }
 }
 
@@ -206,13 +190,9 @@ int feed_loader_open(const feed_loader_config *caller_cfg, feed_loader **out)
     l->transport = &conn_transport;
     pthread_mutex_init(&l->mu, NULL);
     pthread_mutex_init(&l->dns_mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&l->cond, &ca);
-    pthread_cond_init(&l->dns_cond, &ca);
-    pthread_cond_init(&l->dispatch_cond, &ca);
-    pthread_condattr_destroy(&ca);
+    feed_cond_init(&l->cond);
+    feed_cond_init(&l->dns_cond);
+    feed_cond_init(&l->dispatch_cond);
     grpc_init();
     rc = logq_start(l);
     if (rc)
@@ -350,7 +330,7 @@ static int next_batch(loader *l, feed_batch **out, uint64_t timeout_ns)
         }
         if (wait > 100000000u)
             wait = 100000000u;
-        wait_ns(l, wait < end - now ? wait : end - now);
+        feed_cond_timedwait(&l->cond, &l->mu, wait < end - now ? wait : end - now);
         now = feed_now_ns();
     }
     if (rc != FEED_ETIMEDOUT)
@@ -428,7 +408,7 @@ void loader_install_epoch(loader *l, uint32_t epoch, uint64_t start_batch, bool 
         }
         if (!landing)
             break;
-        wait_ns(l, 10000000u);
+        feed_cond_timedwait(&l->cond, &l->mu, 10000000u);
     }
     sched_reset_epoch(l, epoch, start_batch, keep, plan, ahead);
     resume_chain_free(l->chain);

@@ -54,6 +54,9 @@ static int read_capped(const char *path, const char *what, size_t max, char **ou
         rc = 0;
     }
 out:
+    /* A refused file's bytes may be a key. */
+    if (buf)
+        explicit_bzero(buf, n);
     free(buf);
     if (f)
         fclose(f);
@@ -99,7 +102,7 @@ out:
 void feedd_token_free(feedd_token *t)
 {
     if (t->expect) {
-        memset(t->expect, 0, t->expect_len);
+        explicit_bzero(t->expect, t->expect_len);
         free(t->expect);
     }
     memset(t, 0, sizeof *t);
@@ -165,7 +168,7 @@ int feedd_tls_server_credentials(const char *cert, const char *key, const char *
     rc = *out ? 0 : FEED_ENOMEM;
 out:
     if (key_pem)
-        memset(key_pem, 0, strlen(key_pem));
+        explicit_bzero(key_pem, strlen(key_pem));
     free(cert_pem);
     free(key_pem);
     free(ca_pem);

@@ -12,16 +12,15 @@
  * neither held (loader_impl.h).
  */
 #include <arpa/inet.h>
-#include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "feed/thread.h"
 #include "feed/timeutil.h"
 #include "loader_impl.h"
 
@@ -146,14 +145,10 @@ static void *dns_main(void *arg)
     loader *l = arg;
     pthread_mutex_lock(&l->dns_mu);
     while (!l->dns_stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)l->cfg.resolve_interval_ms * 1000000u;
-        ts.tv_sec += (time_t)(ns / 1000000000u);
-        ts.tv_nsec = (long)(ns % 1000000000u);
+        uint64_t until = feed_now_ns() + (uint64_t)l->cfg.resolve_interval_ms * 1000000u;
         int rc = 0;
-        while (!l->dns_stop && rc != ETIMEDOUT)
-            rc = pthread_cond_timedwait(&l->dns_cond, &l->dns_mu, &ts);
+        while (!l->dns_stop && rc != FEED_ETIMEDOUT)
+            rc = feed_cond_wait_until(&l->dns_cond, &l->dns_mu, until);
         if (l->dns_stop)
             break;
         pthread_mutex_unlock(&l->dns_mu);

@@ -28,6 +28,9 @@ static char *read_pem(loader *l, const char *what, const char *path)
                    : !buf        ? "out of memory"
                    : n > PEM_MAX ? "larger than 1 MiB"
                                  : "unreadable, empty or not text");
+        /* What was read may be part of a key. */
+        if (buf)
+            explicit_bzero(buf, n);
         free(buf);
         buf = NULL;
     } else {
@@ -73,7 +76,7 @@ static int make_credentials(loader *l)
     rc = l->creds ? 0 : FEED_ENOMEM;
 out:
     if (key)
-        memset(key, 0, strlen(key));
+        explicit_bzero(key, strlen(key));
     free(ca);
     free(cert);
     free(key);
@@ -101,7 +104,7 @@ static int make_auth(loader *l)
     snprintf(value, sizeof(value), "Bearer %s", token);
     l->auth_md.key = grpc_slice_from_static_string("authorization");
     l->auth_md.value = grpc_slice_from_copied_string(value);
-    memset(value, 0, sizeof(value));
+    explicit_bzero(value, sizeof(value));
     l->auth_md_count = 1;
     if (!l->cfg.tls_ca_file)
         client_log(l, FEED_LOG_WARN, "the bearer token goes to the servers without TLS");
