@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "feed/client.h"
-#include "loader_impl.h"
+#include "client_impl.h"
 
 #define SIDE 8u
 #define SAMPLE_BYTES ((size_t)SIDE * SIDE * 3)

@@ -27,7 +27,7 @@
 
 #include "feed/client.h"
 #include "feed/errors.h"
-#include "loader_impl.h"
+#include "client_impl.h"
 #include "plan.h"
 #include "sched_impl.h"
 #include "sched_script.h"

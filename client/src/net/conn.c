@@ -1,15 +1,13 @@
 /*
  * gRPC for the loader: one channel and one bidi Stream call per server, a
- * unary Describe before each stream, all on one completion queue that 2 to 4
- * receiver threads run (one can poll gRPC while others copy pixels). A call
- * context is freed by the receiver that finishes its last op in flight (an
- * op counts until its handler returns), so a late tag never touches freed
- * memory. A context is detached (srv = NULL)
+ * unary Describe before each stream, all on one completion queue that the
+ * receiver threads (io.c) run, handing each finished op here
+ * (conn_complete). A call context is freed by the receiver that finishes its
+ * last op in flight (an op counts until its handler returns), so a late tag
+ * never touches freed memory. A context is detached (srv = NULL)
  * when its server is failed; whatever it still delivers is dropped, which is
- * what makes re-issued batches exactly-once. The dispatch thread sends what
- * the training thread's calls made room for (conn_dispatch_soon), so that
- * thread never starts a gRPC operation. Locks: the loader's mu only
- * (loader_impl.h); its gRPC calls under it (start_batch, cancel) do not
+ * what makes re-issued batches exactly-once. Locks: the loader's mu only
+ * (client_impl.h); its gRPC calls under it (start_batch, cancel) do not
  * block.
  */
 #include <stdio.h>
@@ -24,7 +22,7 @@
 #include "feed/errors.h"
 #include "feed/log.h"
 #include "feed/timeutil.h"
-#include "loader_impl.h"
+#include "client_impl.h"
 #include "policy.h"
 #include "trust.h"
 
@@ -324,40 +322,6 @@ static void drop_server(loader *l, server *s)
 const sched_transport conn_transport = {
     .send_request = send_request, .drop_server = drop_server, .connect = start_describe};
 
-/* Whether anything may still use s: a piece in flight to it or being landed from it (the
- * receiver landing uses s when it retakes mu), or a call still attached to it. */
-static bool server_in_use(const loader *l, const server *s)
-{
-    return sched_server_in_use(l, s) || s->describe || s->stream || s->channel;
-}
-
-int conn_add_server(loader *l, const char *target, int dns_index)
-{
-    if (strlen(target) > CLIENT_TARGET_MAX)
-        return FEED_ETOOBIG;
-    server *s = NULL;
-    if (l->num_servers < CLIENT_MAX_SERVERS) {
-        s = &l->servers[l->num_servers++];
-    } else {
-        /* Full: take an entry whose address left DNS. sched_fail_server detached its calls
-         * (their tags carry the call, whose srv is NULL) and re-issued its batches. */
-        for (uint32_t i = 0; i < l->num_servers && !s; i++) {
-            if (l->servers[i].removed && !server_in_use(l, &l->servers[i]))
-                s = &l->servers[i];
-        }
-        if (!s)
-            return FEED_ETOOBIG;
-        sched_forget_server(l, s); /* stale, on a landed or handed out batch */
-    }
-    memset(s, 0, sizeof(*s));
-    snprintf(s->target, sizeof(s->target), "%s", target);
-    s->dns_target = dns_index;
-    s->state = SRV_DOWN;
-    s->backoff_ms = CLIENT_BACKOFF_FIRST_MS;
-    s->retry_at_ns = 0;
-    return (int)(s - l->servers);
-}
-
 /* The statuses that mean "not with these credentials": feedd answers UNAUTHENTICATED to a
  * missing or wrong token; PERMISSION_DENIED is what a proxy in front of it may say. A failed TLS
  * handshake is not among them: gRPC reports it as UNAVAILABLE, like a refused connection, with
@@ -593,151 +557,14 @@ static void on_stream_tag(receiver *rx, call_tag *t, bool ok)
     }
 }
 
-/* Timers: DNS results, then the scheduler's clock (deadlines, retries, availability). */
-static void tick(loader *l, uint64_t now)
+void conn_complete(receiver *rx, call_tag *t, bool ok)
 {
-    resolve_apply(l);
-    sched_tick(l, now);
-}
-
-static void *io_main(void *arg)
-{
-    receiver *rx = arg;
-    loader *l = rx->l;
-    if (l->gpu)
-        client_gpu_bind_thread(l->gpu);
-    pthread_mutex_lock(&l->mu);
-    for (;;) {
-        if (l->stop) {
-            for (uint32_t i = 0; i < l->num_servers; i++) {
-                server *s = &l->servers[i];
-                if (s->describe)
-                    conn_abandon(s->describe);
-                if (s->stream)
-                    conn_abandon(s->stream);
-                s->describe = s->stream = NULL;
-                s->state = SRV_DOWN;
-            }
-            if (l->live_calls == 0)
-                break;
-        }
-        pthread_mutex_unlock(&l->mu);
-        grpc_event ev = grpc_completion_queue_next(l->cq, ms_from_now(CLIENT_TICK_MS), NULL);
-        pthread_mutex_lock(&l->mu);
-        if (ev.type == GRPC_OP_COMPLETE) {
-            call_tag *t = ev.tag;
-            call_ctx *c = t->call;
-            /* The op counts as in flight until handled: another receiver must not free c
-             * while this one lands a batch from it with mu dropped. */
-            if (c->kind == CALL_DESCRIBE)
-                on_describe(l, c, ev.success != 0);
-            else
-                on_stream_tag(rx, t, ev.success != 0);
-            c->ops--;
-            if (c->ops == 0 && (!c->srv || c->kind == CALL_DESCRIBE))
-                call_free(c);
-        }
-        uint64_t now = feed_now_ns();
-        if (now - l->last_tick_ns >= CLIENT_TICK_MS * 1000000ull) {
-            l->last_tick_ns = now;
-            tick(l, now);
-        }
-        sched_dispatch(l, true, now);
-        pthread_cond_broadcast(&l->cond);
-    }
-    pthread_cond_broadcast(&l->cond);
-    pthread_mutex_unlock(&l->mu);
-    return NULL;
-}
-
-void conn_dispatch_soon(loader *l)
-{
-    l->dispatch_due = true;
-    pthread_cond_signal(&l->dispatch_cond);
-}
-
-/* The dispatch thread: sends what next(), release() and set_epoch() made room for. */
-static void *dispatch_main(void *arg)
-{
-    loader *l = arg;
-    if (l->gpu)
-        client_gpu_bind_thread(l->gpu);
-    pthread_mutex_lock(&l->mu);
-    while (!l->stop) {
-        if (!l->dispatch_due) {
-            pthread_cond_wait(&l->dispatch_cond, &l->mu);
-            continue;
-        }
-        l->dispatch_due = false;
-        sched_dispatch(l, true, feed_now_ns());
-        pthread_cond_broadcast(&l->cond);
-    }
-    pthread_mutex_unlock(&l->mu);
-    return NULL;
-}
-
-int conn_start(loader *l)
-{
-    int trc = client_trust_open(l);
-    if (trc)
-        return trc;
-    l->cq = grpc_completion_queue_create_for_next(NULL);
-    if (!l->cq)
-        return FEED_ENOMEM;
-    uint32_t n = l->num_servers + 1;
-    n = n < CLIENT_MIN_RECEIVERS ? CLIENT_MIN_RECEIVERS : n;
-    n = n > CLIENT_MAX_RECEIVERS ? CLIENT_MAX_RECEIVERS : n;
-    for (uint32_t i = 0; i < n; i++) {
-        receiver *rx = &l->receivers[i];
-        rx->l = l;
-        feed_buf_init(&rx->rbuf, l->max_message);
-        l->num_receivers++;
-        int rc = wire_arena_init(&rx->arena, 65536 + (size_t)l->cfg.batch_size * 1024);
-        if (rc)
-            return rc;
-        if (pthread_create(&rx->thread, NULL, io_main, rx))
-            return FEED_ENOMEM;
-        rx->started = true;
-    }
-    if (pthread_create(&l->dispatch_thread, NULL, dispatch_main, l))
-        return FEED_ENOMEM;
-    l->dispatch_started = true;
-    return 0;
-}
-
-void conn_stop(loader *l)
-{
-    pthread_mutex_lock(&l->mu);
-    l->stop = true;
-    pthread_cond_signal(&l->dispatch_cond);
-    pthread_mutex_unlock(&l->mu);
-    if (l->dispatch_started)
-        pthread_join(l->dispatch_thread, NULL);
-    l->dispatch_started = false;
-    for (uint32_t i = 0; i < l->num_receivers; i++) {
-        receiver *rx = &l->receivers[i];
-        if (rx->started)
-            pthread_join(rx->thread, NULL);
-        rx->started = false;
-        wire_arena_free(&rx->arena);
-        feed_buf_free(&rx->rbuf);
-    }
-    l->num_receivers = 0;
-    for (uint32_t i = 0; i < l->num_servers; i++) {
-        if (l->servers[i].channel)
-            grpc_channel_destroy(l->servers[i].channel);
-        l->servers[i].channel = NULL;
-    }
-    if (l->cq) {
-        grpc_completion_queue_shutdown(l->cq);
-        for (;;) {
-            grpc_event ev =
-                grpc_completion_queue_next(l->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-            if (ev.type == GRPC_QUEUE_SHUTDOWN)
-                break;
-        }
-        grpc_completion_queue_destroy(l->cq);
-        l->cq = NULL;
-    }
-    client_trust_close(l);
+    call_ctx *c = t->call;
+    if (c->kind == CALL_DESCRIBE)
+        on_describe(rx->l, c, ok);
+    else
+        on_stream_tag(rx, t, ok);
+    c->ops--;
+    if (c->ops == 0 && (!c->srv || c->kind == CALL_DESCRIBE))
+        call_free(c);
 }

@@ -1,15 +1,13 @@
 /*
  * DNS targets ("dns:///name:port"): a resolver thread calls getaddrinfo for
  * each every resolve_interval_ms and posts the address list under mu; a
- * receiver thread applies it (resolve_apply): new addresses become servers,
- * addresses that vanished are failed (their batches re-issued) and marked
- * removed; once the table is full, a removed entry nothing refers to any more
- * is reused (conn_add_server). A failed lookup keeps the previous list: a DNS
- * hiccup must not drop every server of a running job.
+ * receiver thread applies it to the server table (servers.c). A failed lookup
+ * keeps the previous list: a DNS hiccup must not drop every server of a
+ * running job.
  *
  * Locks: the loader's mu (posting a list) and dns_mu (the resolver's timed
  * wait and its stop flag) are never held together, and getaddrinfo runs with
- * neither held (loader_impl.h).
+ * neither held (client_impl.h).
  */
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -22,7 +20,7 @@
 #include "feed/log.h"
 #include "feed/thread.h"
 #include "feed/timeutil.h"
-#include "loader_impl.h"
+#include "client_impl.h"
 
 int resolve_parse(const char *target, char *host, size_t host_cap, char *port, size_t port_cap)
 {
@@ -190,51 +188,3 @@ void resolve_free(loader *l)
     l->num_dns = 0;
 }
 
-void resolve_apply(loader *l)
-{
-    bool is_new[CLIENT_MAX_SERVERS];
-    for (uint32_t i = 0; i < l->num_dns; i++) {
-        dns_target *d = &l->dns[i];
-        if (d->gen == d->applied_gen)
-            continue;
-        d->applied_gen = d->gen;
-        for (uint32_t k = 0; k < l->num_servers; k++)
-            l->servers[k].seen = false;
-        for (uint32_t a = 0; a < d->num_addrs; a++) {
-            server *found = NULL;
-            for (uint32_t k = 0; k < l->num_servers && !found; k++) {
-                if (l->servers[k].dns_target == d->cfg_index &&
-                    strcmp(l->servers[k].target, d->addrs[a]) == 0)
-                    found = &l->servers[k];
-            }
-            is_new[a] = !found;
-            if (!found)
-                continue;
-            if (found->removed)
-                client_log(l, FEED_LOG_INFO, "%s is back in DNS", found->target);
-            found->removed = false;
-            found->seen = true;
-        }
-        /* Removals first: with the table full, a new address takes a vanished one's entry. */
-        for (uint32_t k = 0; k < l->num_servers; k++) {
-            server *s = &l->servers[k];
-            if (s->dns_target != d->cfg_index || s->seen || s->removed)
-                continue;
-            sched_fail_server(l, s, "address left DNS", feed_now_ns());
-            s->removed = true;
-            client_log(l, FEED_LOG_INFO, "server %s removed (no longer in DNS)", s->target);
-        }
-        for (uint32_t a = 0; a < d->num_addrs; a++) {
-            if (!is_new[a])
-                continue;
-            int idx = conn_add_server(l, d->addrs[a], d->cfg_index);
-            if (idx < 0) {
-                client_log(l, FEED_LOG_WARN, "server table full; ignoring %s", d->addrs[a]);
-                continue;
-            }
-            l->servers[idx].seen = true;
-            client_log(l, FEED_LOG_INFO, "new server %s from %s", d->addrs[a],
-                       l->targets[d->cfg_index]);
-        }
-    }
-}

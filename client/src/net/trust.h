@@ -8,7 +8,7 @@
 #ifndef FEED_CLIENT_TRUST_H
 #define FEED_CLIENT_TRUST_H
 
-#include "loader_impl.h"
+#include "client_impl.h"
 
 /* Fills l->creds and l->auth_md; clears the config's trust strings. 0, FEED_EINVAL (logged) or
  * FEED_ENOMEM. */

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "loader_impl.h"
+#include "client_impl.h"
 
 /* Whether s can be sent requests now (up or connecting, with a stream). */
 bool balance_takes_requests(const server *s);

@@ -1,16 +1,18 @@
 /*
  * Scheduling: delivery slots, which batch goes to which server, failover,
- * retries, and landing a received batch into its slot. Four files: this one
- * (slots, epochs, delivery to next()), sched_dispatch.c (sending, balancing,
- * hedging, failover, the clock), sched_route.c (owner routing) and
- * sched_land.c (a Batch arriving and landing in its slot); sched_impl.h holds
- * what they share. No I/O and no clock:
+ * retries, and landing a received batch into its slot. Five files: this one
+ * (slots, epochs, delivery to next()), sched_dispatch.c (which server gets a
+ * piece: balancing, hedging, probes), sched_route.c (owner routing),
+ * sched_server.c (sending to a server, failover, the clock) and sched_land.c
+ * (a Batch arriving and landing in its slot); sched_impl.h holds what they
+ * share. Each calls only down that list's order of use: dispatch and route
+ * send through sched_server.c, all of them use the slots here. No I/O and no clock:
  * its inputs are calls (a Batch arrived, as a wire.c reader; a server failed;
  * a clock tick; next() and release(); set_epoch), each with the time passed
  * in, and requests go out, connections are retried and failed
  * servers' calls are dropped through l->transport (conn.c's gRPC one, or
  * tests/client/test_client_sched.c's scripted one). Everything here runs with
- * the loader's mu held (see loader_impl.h), except sched_land, which a
+ * the loader's mu held (see client_impl.h), except sched_land, which a
  * receiver thread runs unlocked on a piece in PIECE_LANDING, and the plan
  * building of set_epoch (training thread, sched_build_plans).
  *
@@ -18,7 +20,7 @@
  * releases it; a re-issued batch keeps its slot, so the memory bound is
  * prefetch + window_per_server x servers up (at least one), capped at
  * max_slots (default CLIENT_MAX_SLOTS) and, once an allocation has failed, at
- * the slots there are. A batch is asked as pieces (loader_impl.h): one, the
+ * the slots there are. A batch is asked as pieces (client_impl.h): one, the
  * whole batch, unless owner routing (sched_route.c) splits it by the servers
  * its samples go to; the slot is READY when every piece has landed. Each
  * request gets a fresh batch_id; a reply is accepted only if its batch_id is
@@ -48,12 +50,38 @@
 
 #include "feed/errors.h"
 #include "feed/log.h"
-#include "loader_impl.h"
+#include "client_impl.h"
 #include "sched_impl.h"
 
 size_t sched_sample_bytes(const loader *l)
 {
     return (size_t)l->cfg.transform.out_h * l->cfg.transform.out_w * 3;
+}
+
+bool sched_slot_active(const slot *sl)
+{
+    return sl->state == SLOT_PENDING || sl->state == SLOT_INFLIGHT || sl->state == SLOT_LANDING;
+}
+
+void sched_slot_sync(slot *sl)
+{
+    bool landing = false, inflight = false;
+    for (uint32_t k = 0; k < sl->num_pieces; k++) {
+        landing = landing || sl->pieces[k].state == PIECE_LANDING;
+        inflight = inflight || sl->pieces[k].state == PIECE_INFLIGHT;
+    }
+    if (sched_slot_active(sl))
+        sl->state = landing ? SLOT_LANDING : inflight ? SLOT_INFLIGHT : SLOT_PENDING;
+}
+
+piece *sched_pending_piece(slot *sl)
+{
+    piece *found = NULL;
+    for (uint32_t k = 0; k < sl->num_pieces && !found && sched_slot_active(sl); k++) {
+        if (sl->pieces[k].state == PIECE_PENDING)
+            found = &sl->pieces[k];
+    }
+    return found;
 }
 
 /* routed: room for CLIENT_MAX_PIECES pieces (owner routing), else one. */

@@ -1,5 +1,5 @@
 /*
- * What the scheduler's files (sched.c, sched_dispatch.c, sched_land.c) share
+ * What the scheduler's files (sched*.c) share
  * and nobody else uses. The loader's mu held unless said.
  */
 #ifndef FEED_CLIENT_SCHED_IMPL_H
@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "loader_impl.h"
+#include "client_impl.h"
 
 /* Bytes of one sample as received: out_h x out_w x 3. Any thread. */
 size_t sched_sample_bytes(const loader *l);
@@ -23,13 +23,14 @@ bool sched_fill(loader *l, bool may_grow);
 #define SCHED_OWNER FEED__V1__CACHE_OWNERSHIP__CACHE_OWNERSHIP_OWNER
 #define SCHED_NOT_OWNER FEED__V1__CACHE_OWNERSHIP__CACHE_OWNERSHIP_NOT_OWNER
 
-/* sched_dispatch.c */
 /* Whether sl carries a batch not yet landed (PENDING, INFLIGHT or LANDING). */
 bool sched_slot_active(const slot *sl);
 /* Sets an active slot's state from its pieces' (see slot.state). */
 void sched_slot_sync(slot *sl);
 /* An active slot's first PENDING piece, or NULL. */
 piece *sched_pending_piece(slot *sl);
+
+/* sched_server.c */
 /* Sends pc to s as a new request (second: a hedge or probe beside its live one) with
  * BatchRequest.ownership; its batch_id, or 0 if the transport refused it (s is then failed,
  * which puts pc back as it was before the call). */

@@ -15,7 +15,7 @@
 
 #include "feed/errors.h"
 #include "feed/log.h"
-#include "loader_impl.h"
+#include "client_impl.h"
 #include "normalize.h"
 #include "policy.h"
 #include "sched_impl.h"

@@ -24,7 +24,7 @@
 #include "balance.h"
 
 #include "feed/log.h"
-#include "loader_impl.h"
+#include "client_impl.h"
 #include "sched_impl.h"
 
 /* splitmix64's finaliser: a bijection that spreads every input bit. */

@@ -1,11 +1,14 @@
 /*
- * The loader's internal state, shared by loader.c (public API, training
- * thread), sched*.c (slots, dispatch, owner routing, failover, landing), conn.c (gRPC calls
- * and the receiver threads) and resolve.c (the DNS thread).
+ * What the client library's parts share: the limits, the loader's state and
+ * each part's entry points. loader.c and state.c (public API, training
+ * thread) over sched/ (sched*.c: slots, dispatch, owner routing, failover,
+ * landing), net/ (conn.c gRPC calls, io.c the receiver and dispatch threads,
+ * servers.c the server table, resolve.c the DNS thread) and logq.c (the log
+ * thread). Not the header of any one of them: each includes it, none owns it.
  *
  * Threads: the training thread (next/release/set_epoch/stats), receiver
  * threads (2 to CLIENT_MAX_RECEIVERS) that all run the one completion queue,
- * the dispatch thread (conn.c), and a resolver thread when a target is
+ * the dispatch thread (io.c), and a resolver thread when a target is
  * "dns:///...". One mutex, `mu`,
  * guards everything marked [mu]. A receiver drops `mu` only while it lands a
  * piece of a batch in state PIECE_LANDING (its slot SLOT_LANDING), whose samples' places
@@ -24,8 +27,8 @@
  * and the dispatcher's gRPC calls under mu are grpc_call_start_batch and
  * grpc_call_cancel, which do not block.
  */
-#ifndef FEED_CLIENT_LOADER_IMPL_H
-#define FEED_CLIENT_LOADER_IMPL_H
+#ifndef FEED_CLIENT_CLIENT_IMPL_H
+#define FEED_CLIENT_CLIENT_IMPL_H
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -110,6 +113,7 @@ typedef struct log_queue {
     uint64_t dropped;                /* [mu] since the last delivered drop count */
     bool stop;                       /* [mu] */
     bool self_close;                 /* [mu] close() ran inside log_fn: the log thread frees */
+    void (*free_loader)(loader *l);  /* set with self_close: what the log thread ends with */
     bool initialised, started;       /* open/close only */
     pthread_t thread;
 } log_queue;
@@ -277,7 +281,7 @@ struct feed_loader {
     char *dataset;
     char *augment; /* cfg.augment copied; NULL: none */
     char **targets;
-    /* conn.c's, from conn_start to conn_stop, then read-only: what every channel and call
+    /* The transport's (net/), from conn_start to conn_stop, then read-only: what every channel and call
      * carries (cfg's token and TLS files are read there and not kept). */
     grpc_channel_credentials *creds;
     grpc_metadata auth_md; /* "authorization: Bearer TOKEN" */
@@ -286,7 +290,7 @@ struct feed_loader {
     pthread_mutex_t mu;
     pthread_cond_t cond; /* [mu] any slot/server change */
     bool stop;           /* [mu] */
-    /* The dispatch thread (conn.c): it runs sched_dispatch whenever dispatch_due is set. */
+    /* The dispatch thread (io.c): it runs sched_dispatch whenever dispatch_due is set. */
     pthread_cond_t dispatch_cond; /* [mu] dispatch_due or stop */
     bool dispatch_due;            /* [mu] */
     pthread_t dispatch_thread;
@@ -364,9 +368,9 @@ int logq_start(loader *l); /* before any other thread; 0 or FEED_ENOMEM */
 void logq_stop(loader *l); /* delivers what is queued, joins the log thread; after every other */
 bool logq_on_log_thread(const loader *l); /* whether the caller is l's log thread (in log_fn) */
 /* close() inside log_fn: nothing more is delivered and, once log_fn returns, the log thread
- * ends by calling loader_free(l). */
-void logq_close_from_log_thread(loader *l);
-void loader_free(loader *l); /* the last of close(), once no thread of l runs */
+ * ends by calling free_loader(l) (loader.c's last step of close: the queue knows nothing of
+ * what else a loader holds). */
+void logq_close_from_log_thread(loader *l, void (*free_loader)(loader *l));
 
 /* sched.c — with mu held, except where said; `now` is feed_now_ns() as the caller read it. */
 /* Whether a live server's last answer refused the loader's credentials and no other can serve
@@ -427,9 +431,9 @@ typedef struct resume_chain {
     uint64_t *counts;
 } resume_chain;
 void resume_chain_free(resume_chain *c);
-/* Makes epoch current from start_batch with these plans (taken over, as sched_reset_epoch takes
- * them) and chain (taken over; NULL for a normal plan): set_epoch and feed_loader_resume.
- * Training thread, mu not held. */
+/* state.c: makes epoch current from start_batch with these plans (taken over, as
+ * sched_reset_epoch takes them) and chain (taken over; NULL for a normal plan): set_epoch and
+ * feed_loader_resume. Training thread, mu not held. */
 void loader_install_epoch(loader *l, uint32_t epoch, uint64_t start_batch, bool keep,
                           client_plan *plan, client_plan *ahead, resume_chain *chain);
 
@@ -451,13 +455,17 @@ void sched_reset_epoch(loader *l, uint32_t epoch, uint64_t start_batch, bool kee
 
 /* conn.c */
 extern const sched_transport conn_transport;
+/* A finished op of one of the loader's calls, on receiver rx, mu held: its handler runs (mu
+ * dropped while a batch lands) and the call is freed after its last op. The op counts as in
+ * flight until then: another receiver must not free the call meanwhile. */
+void conn_complete(receiver *rx, call_tag *t, bool ok);
+/* io.c: the transport's threads */
 int conn_start(loader *l); /* starts the receiver threads and the dispatch thread */
 void conn_stop(loader *l); /* stops them, cancels and frees every call */
 /* Wakes the dispatch thread to run sched_dispatch: what the training thread calls instead of
  * sending itself. mu held. */
 void conn_dispatch_soon(loader *l);
-int conn_add_server(loader *l, const char *target, int dns_index); /* mu held; index or <0 */
-bool conn_send(loader *l, server *s, grpc_byte_buffer *bb);        /* mu held; takes bb */
+bool conn_send(loader *l, server *s, grpc_byte_buffer *bb); /* mu held; takes bb */
 /* Detach c from its server and cancel it; its remaining tags free it. mu held. */
 void conn_abandon(call_ctx *c);
 
@@ -466,8 +474,13 @@ int resolve_init(loader *l); /* parses dns targets, resolves once */
 int resolve_start(loader *l);
 void resolve_stop(loader *l);
 void resolve_free(loader *l);
-void resolve_apply(loader *l); /* a receiver thread, mu held */
 /* "dns:///host:port" → host, port. 0 or FEED_EINVAL. */
 int resolve_parse(const char *target, char *host, size_t host_cap, char *port, size_t port_cap);
+
+/* servers.c, mu held */
+int servers_add(loader *l, const char *target, int dns_index); /* index or <0 */
+/* The DNS lists resolve.c posted since the last call, applied to the table: a receiver thread
+ * on its tick, and open. */
+void servers_apply_dns(loader *l);
 
 #endif
