@@ -2,7 +2,9 @@
  * Blobs (see feed/blob.h): feed_blob_open chooses by the location's scheme;
  * a local path becomes a local-file blob read with pread, so any number of
  * threads read one descriptor at once without sharing a file position.
- * Remote locations go to feed_remote_blob_open (remote_blob.c).
+ * Remote locations go to feed_remote_blob_open (remote/remote_blob.c). The
+ * options' defaults and which locations are remote are blob_options.c's,
+ * which both kinds use.
  *
  * A local blob is the file it was opened on: its device, inode, size and
  * modification time then. Every read stat()s the path first and fails with
@@ -33,27 +35,6 @@
 
 #include "feed/errors.h"
 #include "feed/strutil.h"
-
-#define DEFAULT_MAX_READ_BYTES (64u << 20)
-
-void feed_blob_options_default(feed_blob_options *o)
-{
-    memset(o, 0, sizeof(*o));
-    o->max_read_bytes = DEFAULT_MAX_READ_BYTES;
-    o->remote.endpoint = NULL;
-    o->remote.region = NULL;
-    o->remote.path_style = -1;
-    o->remote.connections = 8;
-    o->remote.readahead_bytes = 64u << 20;
-    o->remote.timeout_ms = 30000;
-    o->remote.retries = 4;
-}
-
-int feed_blob_is_remote(const char *location)
-{
-    return strncmp(location, "http://", 7) == 0 || strncmp(location, "https://", 8) == 0 ||
-           strncmp(location, "s3://", 5) == 0;
-}
 
 #define DEFAULT_OPEN_FILES 256u
 

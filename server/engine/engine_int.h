@@ -1,12 +1,14 @@
 /*
- * The engine's insides, shared by its units and by no one else (tests of a
- * unit may include it): the engine struct, and what decode.c (libjpeg, errors,
- * limits, the whole-image decode), crop.c (crop and resize planning, the
- * resize pipeline) and engine.c (a sample's run into the caller's buffer)
- * call across. One thread uses an engine at a time, as engine.h says.
+ * The engine library's insides, shared by its units and by no one else
+ * (tests of a unit may include it), the way curl's lib/vtls/vtls_int.h sits
+ * at its folder's door: the engine struct, and what decode.c (libjpeg,
+ * errors, limits, the whole-image decode, the engine's scratch), crop.c (crop
+ * and resize planning, the resize pipeline) and engine.c (a sample's run into
+ * the caller's buffer) call across; none of them owns it. One thread uses an
+ * engine at a time, as engine.h says.
  */
-#ifndef FEED_SERVER_ENGINE_ENGINE_INTERNAL_H
-#define FEED_SERVER_ENGINE_ENGINE_INTERNAL_H
+#ifndef FEED_SERVER_ENGINE_ENGINE_INT_H
+#define FEED_SERVER_ENGINE_ENGINE_INT_H
 
 #include <setjmp.h>
 #include <stdbool.h>
