@@ -1,6 +1,6 @@
 /*
  * Tar shards inside: the index of one shard, built by scanning its headers
- * (tar_scan.c) or read from its index file (tar_scan.c), and used by the
+ * (tar_scan.c) or read from its index file (tar_index.c), and used by the
  * dataset format (tar.c), the writer (tar_write.c) and the fuzz target. Not
  * installed. Each function is called by one thread on its own index.
  *
@@ -60,6 +60,8 @@ typedef struct tar_index {
 } tar_index;
 
 void tar_index_free(tar_index *ix);
+/* Appends a sample (its image member's bytes and its label). 0 or FEED_ENOMEM. */
+int tar_index_push(tar_index *ix, uint64_t offset, uint64_t length, uint32_t label);
 
 /*
  * Index the shard in b by reading its headers in chunks of TAR_SCAN_MIN to TAR_SCAN_CHUNK
