@@ -43,7 +43,9 @@ static void *io_main(void *arg)
                 break;
         }
         pthread_mutex_unlock(&l->mu);
-        grpc_event ev = grpc_completion_queue_next(l->cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(CLIENT_TICK_MS, GPR_TIMESPAN)), NULL);
+        gpr_timespec until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                          gpr_time_from_millis(CLIENT_TICK_MS, GPR_TIMESPAN));
+        grpc_event ev = grpc_completion_queue_next(l->cq, until, NULL);
         pthread_mutex_lock(&l->mu);
         if (ev.type == GRPC_OP_COMPLETE)
             conn_complete(rx, ev.tag, ev.success != 0);
