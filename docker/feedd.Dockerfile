@@ -12,6 +12,7 @@ WORKDIR /src
 COPY CMakeLists.txt ./
 COPY proto proto
 COPY common common
+COPY source source
 COPY server server
 RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DFEED_CUDA=OFF -DFEED_BUILD_TESTS=OFF \
     && cmake --build /build -j"$(nproc)" --target feedd feed-pack feed-gen-dataset

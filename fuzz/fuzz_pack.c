@@ -1,6 +1,6 @@
 /*
  * Fuzz target: opening a pack (feed_dataset_open on a file; the reader is
- * common/src/pack.c), then reading every class name, label and sample byte.
+ * source/src/pack.c), then reading every class name, label and sample byte.
  * The input is the pack file. It goes into a memfd that is opened through
  * /proc/self/fd, so the reader maps it exactly as it maps a file on disk.
  * Before that the header CRC is recomputed over [0, data_offset) whenever the

@@ -1,5 +1,5 @@
 /*
- * Fuzz target: feedd's request parsing (server/request.h), the first code
+ * Fuzz target: feedd's request parsing (server/service/request.h), the first code
  * that sees a client's bytes once gRPC has framed them. The first input byte
  * picks the method: odd, the rest is one DescribeRequest; even, the rest is
  * one Stream call, a sequence of BatchRequests each framed as a 16-bit

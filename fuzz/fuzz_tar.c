@@ -1,5 +1,5 @@
 /*
- * Fuzz target: indexing a tar shard (common/src/tar_scan.c). Byte 0 even: the
+ * Fuzz target: indexing a tar shard (source/src/tar_scan.c, tar_index.c). Byte 0 even: the
  * rest is a shard, scanned through an in-memory blob (tar_scan), and what it
  * accepts must lie inside the shard and survive a round trip through the
  * index file. Byte 0 odd: the rest is a shard index file (tar_idx_parse) for a

@@ -1,8 +1,8 @@
 /*
- * Fuzz target: the client's reading of a Batch (client/src/wire.h), which
+ * Fuzz target: the client's reading of a Batch (client/src/net/wire.h), which
  * is what a server, or anything posing as one, sends. The steps are those of
  * a receiver (conn.c's receive_batch: sched_batch_arrived, then sched_land in
- * client/src/sched.c), minus the locking: read up to
+ * client/src/sched/sched.c), minus the locking: read up to
  * batch_id from the byte buffer's slices, read the rest with the pixels going
  * straight into the slot, unpack what is left into the bump arena (whose
  * target is the slot when the pixels did not go there), check it against the

@@ -62,7 +62,7 @@
 /*
  * Describe lists every class name of a dataset; libfeedclient takes a reply
  * of up to 20 MiB whatever its batch size (CLIENT_MAX_DESCRIBE_BYTES in
- * client/src/conn.c), so a dataset whose names pass this is refused at
+ * client/src/net/conn.c), so a dataset whose names pass this is refused at
  * start. Names and their framing (3 bytes at most for a name of up to 255
  * bytes) count.
  */

@@ -3,7 +3,7 @@
 
 Writes a pack whose index lists every sample of IN R times, all pointing at
 the one copy of its JPEG bytes (the pack format allows entries to share
-bytes; see common/src/pack.c for the layout). Each repeat is a distinct
+bytes; see source/src/pack.c for the layout). Each repeat is a distinct
 sample index, so it gets its own random crop and flip, and the file grows by
 16 bytes per entry only.
 
@@ -16,7 +16,7 @@ import argparse
 import struct
 import sys
 
-HEADER = struct.Struct("<8sIIQII QQQQQQ")  # 80 bytes, see common/src/pack.c
+HEADER = struct.Struct("<8sIIQII QQQQQQ")  # 80 bytes, see source/src/pack.c
 ENTRY = struct.Struct("<QII")
 
 

@@ -14,7 +14,7 @@
  * timing so the page cache is warm, as it is for the torchvision run.
  *
  * --decoded-cache BYTES adds the cached mode in the same run: the server's
- * decoded-sample cache (server/cache.c) at --cache-side, filled by one
+ * decoded-sample cache (server/work/cache.c) at --cache-side, filled by one
  * untimed pass over the data set, then timed on 1 and N threads doing what
  * a server worker does for a cached dataset: look up; on a hit crop, resize
  * and flip from the cached pixels; on a miss read, decode the whole image
@@ -82,7 +82,7 @@ typedef struct worker {
     int fail;
 } worker;
 
-/* One sample the way feedd's worker makes it for a cached dataset (server/pool.c). */
+/* One sample the way feedd's worker makes it for a cached dataset (server/work/pool.c). */
 static feed_sample_status run_cached(worker *w, feed_engine *e, feed_buf *scratch, uint64_t i,
                                      uint32_t epoch, uint8_t *out)
 {

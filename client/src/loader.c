@@ -1,8 +1,8 @@
 /*
  * libfeedclient's public API (feed/client.h): configuration, open/close, and
  * the training thread's side of delivery (next/release/set_epoch/stats). The
- * receiver threads and the dispatch thread (conn.c) and the scheduler
- * (sched.c) do the rest. Locks (loader_impl.h): mu, then the log queue's mu
+ * receiver threads and the dispatch thread (net/io.c) and the scheduler
+ * (sched.c) do the rest. Locks (client_impl.h): mu, then the log queue's mu
  * (client_log, a leaf); dns_mu never with mu. The training thread's calls
  * start no gRPC operation: they wake the dispatch thread (conn_dispatch_soon).
  */
@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <grpc/grpc.h>
 
@@ -18,10 +17,11 @@
 #include "feed/client.h"
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "feed/thread.h"
 #include "feed/timeutil.h"
 #include "normalize.h"
 
-#include "loader_impl.h"
+#include "client_impl.h"
 
 /* The first layouts that carry their size (0.3): every later one only adds fields at the end. */
 #define CONFIG_MIN_SIZE (offsetof(feed_loader_config, log_user) + sizeof(void *))
@@ -108,22 +108,6 @@ static char *dup_str(const char *s)
     return d;
 }
 
-static void timespec_after_ns(struct timespec *ts, uint64_t ns)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    uint64_t t = (uint64_t)ts->tv_nsec + ns;
-    ts->tv_sec += (time_t)(t / 1000000000u);
-    ts->tv_nsec = (long)(t % 1000000000u);
-}
-
-/* Waits on cond for at most ns (monotonic clock). mu held. */
-static void wait_ns(loader *l, uint64_t ns)
-{
-    struct timespec ts;
-    timespec_after_ns(&ts, ns);
-    pthread_cond_timedwait(&l->cond, &l->mu, &ts);
-}
-
 /* Waits for the first Describe that knows the dataset. mu held. */
 static int wait_dataset(loader *l)
 {
@@ -147,7 +131,7 @@ static int wait_dataset(loader *l)
         if (now >= deadline)
             return l->notfound_seen ? FEED_ENOTFOUND : FEED_EUNAVAILABLE;
         uint64_t step = deadline - now;
-        wait_ns(l, step < 50000000u ? step : 50000000u);
+        feed_cond_timedwait(&l->cond, &l->mu, step < 50000000u ? step : 50000000u);
     }
 }
 
@@ -159,11 +143,11 @@ static int open_servers(loader *l)
     for (size_t i = 0; i < l->cfg.num_targets; i++) {
         if (strncmp(l->targets[i], "dns:///", 7) == 0)
             continue;
-        rc = conn_add_server(l, l->targets[i], -1);
+        rc = servers_add(l, l->targets[i], -1);
         if (rc < 0)
             return rc;
     }
-    resolve_apply(l);
+    servers_apply_dns(l);
     return 0;
 }
 
@@ -206,13 +190,9 @@ int feed_loader_open(const feed_loader_config *caller_cfg, feed_loader **out)
     l->transport = &conn_transport;
     pthread_mutex_init(&l->mu, NULL);
     pthread_mutex_init(&l->dns_mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&l->cond, &ca);
-    pthread_cond_init(&l->dns_cond, &ca);
-    pthread_cond_init(&l->dispatch_cond, &ca);
-    pthread_condattr_destroy(&ca);
+    feed_cond_init(&l->cond);
+    feed_cond_init(&l->dns_cond);
+    feed_cond_init(&l->dispatch_cond);
     grpc_init();
     rc = logq_start(l);
     if (rc)
@@ -281,6 +261,20 @@ out:
     return rc;
 }
 
+/* The last of close(), once no thread of l runs but perhaps the log thread, which runs it
+ * when close() was called inside log_fn. */
+static void loader_free(loader *l)
+{
+    logq_stop(l);
+    pthread_cond_destroy(&l->cond);
+    pthread_cond_destroy(&l->dns_cond);
+    pthread_cond_destroy(&l->dispatch_cond);
+    pthread_mutex_destroy(&l->mu);
+    pthread_mutex_destroy(&l->dns_mu);
+    grpc_shutdown();
+    free(l);
+}
+
 void feed_loader_close(feed_loader *l)
 {
     if (!l)
@@ -307,22 +301,10 @@ void feed_loader_close(feed_loader *l)
     free(l->augment);
     /* Inside log_fn the log thread cannot join itself: it frees l once log_fn returns. */
     if (logq_on_log_thread(l)) {
-        logq_close_from_log_thread(l);
+        logq_close_from_log_thread(l, loader_free);
         return;
     }
     loader_free(l);
-}
-
-void loader_free(loader *l)
-{
-    logq_stop(l);
-    pthread_cond_destroy(&l->cond);
-    pthread_cond_destroy(&l->dns_cond);
-    pthread_cond_destroy(&l->dispatch_cond);
-    pthread_mutex_destroy(&l->mu);
-    pthread_mutex_destroy(&l->dns_mu);
-    grpc_shutdown();
-    free(l);
 }
 
 /* next() and next_timed(): waits at most timeout_ns (UINT64_MAX: until sched_next decides). A
@@ -350,7 +332,7 @@ static int next_batch(loader *l, feed_batch **out, uint64_t timeout_ns)
         }
         if (wait > 100000000u)
             wait = 100000000u;
-        wait_ns(l, wait < end - now ? wait : end - now);
+        feed_cond_timedwait(&l->cond, &l->mu, wait < end - now ? wait : end - now);
         now = feed_now_ns();
     }
     if (rc != FEED_ETIMEDOUT)
@@ -414,35 +396,11 @@ int feed_loader_stream_wait(feed_loader *l, const feed_batch *b, void *stream)
     return rc;
 }
 
-void loader_install_epoch(loader *l, uint32_t epoch, uint64_t start_batch, bool keep,
-                          client_plan *plan, client_plan *ahead, resume_chain *chain)
-{
-    pthread_mutex_lock(&l->mu);
-    /* A batch being written unlocked must not turn READY after its epoch is
-     * dropped; prefetched batches that are kept may go on landing. */
-    for (;;) {
-        bool landing = false;
-        for (uint32_t i = 0; i < l->num_slots; i++) {
-            const slot *sl = &l->slots[i];
-            landing = landing || (sl->state == SLOT_LANDING && sched_drops_slot(sl, epoch, keep));
-        }
-        if (!landing)
-            break;
-        wait_ns(l, 10000000u);
-    }
-    sched_reset_epoch(l, epoch, start_batch, keep, plan, ahead);
-    resume_chain_free(l->chain);
-    l->chain = chain;
-    l->next_since_ns = 0;
-    conn_dispatch_soon(l);
-    pthread_mutex_unlock(&l->mu);
-}
-
 int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch)
 {
     if (!l)
         return FEED_EINVAL;
-    /* Only this thread changes the epoch and the plans (loader_impl.h), so the
+    /* Only this thread changes the epoch and the plans (client_impl.h), so the
      * permutations are drawn without mu: receivers keep landing meanwhile. */
     bool keep = sched_keeps_ahead(l, epoch, start_batch);
     client_plan plan, ahead;

@@ -12,7 +12,7 @@
  * room. close() delivers what is queued before it returns. close() called
  * inside log_fn (on the log thread, which cannot join itself) delivers
  * nothing more: the log thread, detached, frees the loader once log_fn
- * returns (loader_free).
+ * returns, with the function close() handed it.
  *
  * Threads: client_log() from any thread, mu held or not (lock order: mu,
  * then q->mu; q->mu is a leaf); the log thread takes only q->mu.
@@ -23,7 +23,7 @@
 
 #include "feed/errors.h"
 #include "feed/log.h"
-#include "loader_impl.h"
+#include "client_impl.h"
 
 static void *log_main(void *arg)
 {
@@ -55,10 +55,10 @@ static void *log_main(void *arg)
         if (q->self_close)
             break;
     }
-    bool self_close = q->self_close;
+    void (*free_loader)(loader *) = q->self_close ? q->free_loader : NULL;
     pthread_mutex_unlock(&q->mu);
-    if (self_close)
-        loader_free(l);
+    if (free_loader)
+        free_loader(l);
     return NULL;
 }
 
@@ -81,11 +81,12 @@ bool logq_on_log_thread(const loader *l)
     return l->logq.started && pthread_equal(pthread_self(), l->logq.thread);
 }
 
-void logq_close_from_log_thread(loader *l)
+void logq_close_from_log_thread(loader *l, void (*free_loader)(loader *l))
 {
     log_queue *q = &l->logq;
     pthread_mutex_lock(&q->mu);
     q->stop = q->self_close = true;
+    q->free_loader = free_loader;
     pthread_mutex_unlock(&q->mu);
     pthread_detach(q->thread);
     q->started = false;

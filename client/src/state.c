@@ -1,9 +1,10 @@
 /*
  * Elastic resume (feed/client.h "Elastic resume"; README "Resume at another world size"): the
- * state byte strings, joining the rank states of one world, and installing the rest of an epoch
- * in a loader. The codec, feed_state_combine, feed_state_epoch and feed_resume_plan are pure
- * functions (any thread, no loader). feed_loader_state reads the loader's epoch under mu; feed_loader_resume
- * runs on the training thread, like set_epoch (loader_install_epoch takes mu).
+ * state byte strings, joining the rank states of one world, and installing an epoch in a
+ * loader, resumed or set (loader_install_epoch, for feed_loader_resume here and set_epoch in
+ * loader.c). The codec, feed_state_combine, feed_state_epoch and feed_resume_plan are pure
+ * functions (any thread, no loader). feed_loader_state reads the loader's epoch under mu;
+ * feed_loader_resume runs on the training thread, like set_epoch (loader_install_epoch takes mu).
  *
  * Layout, little-endian, no padding:
  *   header (56 bytes): u32 magic "FDST", u16 version 1, u16 kind (1 rank, 2 combined),
@@ -22,8 +23,9 @@
 #include "feed/client.h"
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "feed/thread.h"
 
-#include "loader_impl.h"
+#include "client_impl.h"
 
 #define STATE_MAGIC 0x54534446u /* "FDST" */
 #define STATE_VERSION 1u
@@ -125,6 +127,30 @@ void resume_chain_free(resume_chain *c)
         return;
     free(c->counts);
     free(c);
+}
+
+void loader_install_epoch(loader *l, uint32_t epoch, uint64_t start_batch, bool keep,
+                          client_plan *plan, client_plan *ahead, resume_chain *chain)
+{
+    pthread_mutex_lock(&l->mu);
+    /* A batch being written unlocked must not turn READY after its epoch is
+     * dropped; prefetched batches that are kept may go on landing. */
+    for (;;) {
+        bool landing = false;
+        for (uint32_t i = 0; i < l->num_slots; i++) {
+            const slot *sl = &l->slots[i];
+            landing = landing || (sl->state == SLOT_LANDING && sched_drops_slot(sl, epoch, keep));
+        }
+        if (!landing)
+            break;
+        feed_cond_timedwait(&l->cond, &l->mu, 10000000u);
+    }
+    sched_reset_epoch(l, epoch, start_batch, keep, plan, ahead);
+    resume_chain_free(l->chain);
+    l->chain = chain;
+    l->next_since_ns = 0;
+    conn_dispatch_soon(l);
+    pthread_mutex_unlock(&l->mu);
 }
 
 static size_t chain_bytes(const resume_chain *c)

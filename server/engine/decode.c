@@ -48,7 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_internal.h"
+#include "engine_int.h"
 
 /* ---- errors ---------------------------------------------------------------------------- */
 

@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_internal.h"
+#include "engine_int.h"
 #include "feed/timeutil.h"
 
 /* Decode, crop, resize, flip: the body of feed_engine_run, under its setjmp. */

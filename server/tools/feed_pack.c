@@ -6,8 +6,8 @@
  * feed-pack --index SHARD_OR_PATTERN
  * feed-pack --help
  *
- * Writes a pack (layout in common/src/pack.c), tar shards (OUT-000000.tar,
- * ..., each with its index OUT-000000.tar.idx; see common/src/tar.c) or an
+ * Writes a pack (layout in source/src/pack.c), tar shards (OUT-000000.tar,
+ * ..., each with its index OUT-000000.tar.idx; see source/src/tar.c) or an
  * ImageFolder tree (OUT/<class>/<index>.jpg) from any dataset feedd reads (a
  * tree, a pack, tar shards), optionally re-encoding each image: decode with libjpeg
  * (using its DCT scaling to get close to the target cheaply), shrink so the

@@ -1,5 +1,5 @@
 /*
- * The scripted world test_client_sched plays the scheduler (client/src/sched.c)
+ * The scripted world test_client_sched plays the scheduler (client/src/sched/sched.c)
  * against: a loader struct made by hand with one to four servers up, a
  * transport that records every request, drop and reconnect instead of doing
  * I/O, servers whose replies are Batch messages packed here and handed over
@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "feed/client.h"
-#include "loader_impl.h"
+#include "client_impl.h"
 
 #define SIDE 8u
 #define SAMPLE_BYTES ((size_t)SIDE * SIDE * 3)

@@ -34,7 +34,7 @@
 #include "feed/client.h"
 #include "feed/errors.h"
 #include "feedtest.h"
-#include "loader_impl.h"
+#include "client_impl.h"
 
 #define SIDE 32u
 

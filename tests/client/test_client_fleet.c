@@ -29,7 +29,7 @@
 #include "feed/errors.h"
 #include "feedtest.h"
 #include "feedtest_skip.h"
-#include "loader_impl.h"
+#include "client_impl.h"
 #include "sched_impl.h"
 
 #define FLEET 4u

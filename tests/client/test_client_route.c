@@ -1,5 +1,5 @@
 /*
- * Owner routing (client/src/sched_route.c) driven by scripted events, in the
+ * Owner routing (client/src/sched/sched_route.c) driven by scripted events, in the
  * scripted world of sched_script.c: no sockets, threads, sleeps or clock.
  * Cases: every sample goes to its owner, marked OWNER, and each batch's
  * pieces land at their positions (every sample's own pixels, in plan
@@ -27,7 +27,7 @@
 
 #include "feed/client.h"
 #include "feed/errors.h"
-#include "loader_impl.h"
+#include "client_impl.h"
 #include "plan.h"
 #include "sched_impl.h"
 #include "sched_script.h"

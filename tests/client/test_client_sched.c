@@ -38,7 +38,7 @@
 
 #include "feed/client.h"
 #include "feed/errors.h"
-#include "loader_impl.h"
+#include "client_impl.h"
 #include "sched_script.h"
 
 static void test_reverse_replies_in_plan_order(void **state)

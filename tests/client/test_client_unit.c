@@ -22,7 +22,7 @@
 #include "normalize.h"
 #include "plan.h"
 #include "policy.h"
-#include "loader_impl.h"
+#include "client_impl.h"
 
 /* Independent Fisher-Yates over 64-bit indices, straight from the RNG contract. */
 static uint64_t *ref_perm(uint64_t n, uint64_t seed, uint32_t epoch)
@@ -304,7 +304,7 @@ static void one_piece(slot *sl, piece *pc, slot_state st, piece_state ps, server
 
 /* Applying DNS results: new addresses become servers, vanished ones are removed
  * and their in-flight batches re-issued, and a returning address is reused. */
-static void test_resolve_apply(void **state)
+static void test_servers_apply_dns(void **state)
 {
     (void)state;
     loader *l = calloc(1, sizeof(*l));
@@ -325,7 +325,7 @@ static void test_resolve_apply(void **state)
     strcpy(d.addrs[1], "ipv4:10.0.0.2:7878");
     d.num_addrs = 2;
     d.gen = 1;
-    resolve_apply(l);
+    servers_apply_dns(l);
     assert_int_equal(l->num_servers, 2);
     assert_string_equal(l->servers[1].target, "ipv4:10.0.0.2:7878");
     assert_false(l->servers[0].removed);
@@ -337,7 +337,7 @@ static void test_resolve_apply(void **state)
     one_piece(&l->slots[0], &pc, SLOT_INFLIGHT, PIECE_INFLIGHT, &l->servers[0]);
     strcpy(d.addrs[0], "ipv4:10.0.0.3:7878");
     d.gen = 2;
-    resolve_apply(l);
+    servers_apply_dns(l);
     assert_int_equal(l->num_servers, 3);
     assert_true(l->servers[0].removed);
     assert_int_equal(l->servers[0].state, SRV_DOWN);
@@ -349,13 +349,13 @@ static void test_resolve_apply(void **state)
     assert_int_equal(l->stats.failovers, 1);
 
     /* Nothing new: applying the same generation again changes nothing. */
-    resolve_apply(l);
+    servers_apply_dns(l);
     assert_int_equal(l->num_servers, 3);
     /* It comes back: the same server entry is used again. */
     strcpy(d.addrs[2], "ipv4:10.0.0.1:7878");
     d.num_addrs = 3;
     d.gen = 3;
-    resolve_apply(l);
+    servers_apply_dns(l);
     assert_int_equal(l->num_servers, 3);
     assert_false(l->servers[0].removed);
     free(d.addrs);
@@ -384,7 +384,7 @@ static void reuse_publish(loader *l, dns_target *d, uint32_t first, uint32_t n)
         reuse_addr(d->addrs[a], first + a);
     d->num_addrs = n;
     d->gen++;
-    resolve_apply(l);
+    servers_apply_dns(l);
 }
 
 /* Pods replaced one by one, far more distinct addresses than CLIENT_MAX_SERVERS over a job:
@@ -460,7 +460,7 @@ static void test_resolve_reuse(void **state)
     l->slots[1].state = SLOT_READY; /* landed */
     pcs[1].state = PIECE_DONE;
     d.gen++;
-    resolve_apply(l);
+    servers_apply_dns(l);
     assert_ptr_equal(live_server(l, want), landing);
     assert_null(pcs[1].server); /* no stale pointer to the reused entry */
     for (uint32_t a = 0; a < live + 8; a++) {
@@ -580,7 +580,7 @@ int main(void)
         cmocka_unit_test(test_plan_ranks),         cmocka_unit_test(test_plan_invalid),
         cmocka_unit_test(test_f16_bf16_rounding),  cmocka_unit_test(test_normalize_host_all),
         cmocka_unit_test(test_config_validation),  cmocka_unit_test(test_resolve_parse),
-        cmocka_unit_test(test_resolve_apply),      cmocka_unit_test(test_resolve_reuse),
+        cmocka_unit_test(test_servers_apply_dns),      cmocka_unit_test(test_resolve_reuse),
         cmocka_unit_test(test_bad_sample_policy),  cmocka_unit_test(test_server_policy),
         cmocka_unit_test(test_fingerprint_policy),
     };

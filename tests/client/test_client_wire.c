@@ -1,5 +1,5 @@
 /*
- * The client's Batch reader and checks (client/src/wire.c), no sockets: the
+ * The client's Batch reader and checks (client/src/net/wire.c), no sockets: the
  * reader over gRPC slices and over one flat span (pixels straight into the
  * slot, any slicing, truncations, fields out of order), the Batch checks
  * against what was asked, and the bump allocator.

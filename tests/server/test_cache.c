@@ -1,5 +1,5 @@
 /*
- * Unit tests of the decoded-sample cache (server/cache.c) on its own, with
+ * Unit tests of the decoded-sample cache (server/work/cache.c) on its own, with
  * synthetic images: the byte bound (slot tables and entries, evicted entries
  * still being read included), the admission and eviction policy under
  * per-epoch permutations (hit rate against cache/dataset, and against an LRU

@@ -1,5 +1,5 @@
 /*
- * feedd's memory admission (server/memory.h) on its own: no gRPC, no pool.
+ * feedd's memory admission (server/service/memory.h) on its own: no gRPC, no pool.
  * The granter is a real thread; the tests wait for the grants they expect
  * (a condition variable, no sleeps) and check their order, which is the
  * whole contract: first come first served over every stream, a batch that

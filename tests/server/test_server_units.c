@@ -695,7 +695,7 @@ int __wrap_pthread_join(pthread_t t, void **ret)
 
 /*
  * The service's threads: the granter and the completion-queue threads, and
- * on feedd's own listener (server/grpc151) the transport guard, which free
+ * on feedd's own listener (server/net/grpc151) the transport guard, which free
  * stops, and the listener.
  */
 #ifdef FEEDD_GRPC151_CORE

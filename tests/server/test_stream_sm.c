@@ -1,5 +1,5 @@
 /*
- * The Stream call's state machine (server/stream_sm.h) driven by scripted
+ * The Stream call's state machine (server/service/stream_sm.h) driven by scripted
  * events: no sockets, no threads, no sleeps. Each test is one exact
  * interleaving, including the races that only timing reached before (a send
  * finishing after a cancel, a job done after a cancel, a drain with batches

@@ -52,7 +52,7 @@ int feed_test_server_start_with(const feed_test_server_opts *opts, const char *c
                                 feed_test_server *out);
 /*
  * Whether the feedd these tests start accepts on its own listener, with the
- * transport guard (server/grpc151): built with it (feedd.cmake), the gRPC
+ * transport guard (server/net/grpc151): built with it (feedd.cmake), the gRPC
  * core loaded is the one it was built for, and FEED_TEST_FEEDD_ARGS does
  * not ask for gRPC's listener. Tests of those two skip otherwise.
  */

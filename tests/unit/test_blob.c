@@ -1,5 +1,5 @@
 /*
- * Unit tests for feed/blob.h's local-file blob (common/src/blob.c): size and
+ * Unit tests for feed/blob.h's local-file blob (source/src/blob.c): size and
  * version at open, exact reads, ranges outside the object, the read cap, a
  * file cut, replaced, rewritten or removed after open (refused, whatever
  * descriptor is cached), the stamp, the bounded descriptor cache under

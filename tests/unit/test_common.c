@@ -1,7 +1,9 @@
 /*
  * Unit tests for the common basics: error text, CRC32C, bounded buffers, RNG,
- * string helpers, the intrusive list, token files.
+ * string helpers, the intrusive list, token files, monotonic condition
+ * variables.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +23,8 @@
 #include "feed/opts.h"
 #include "feed/rng.h"
 #include "feed/strutil.h"
+#include "feed/thread.h"
+#include "feed/timeutil.h"
 #include "feed/token_file.h"
 
 static void test_strerror(void **state)
@@ -452,6 +456,57 @@ static void test_log_escape(void **state)
     assert_string_equal(out, "a\xc3\xa9");
 }
 
+typedef struct cond_case {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    bool woken;
+} cond_case;
+
+/* Takes mu, which the waiter gives up only inside its wait, so the signal comes mid-wait. */
+static void *signal_waiter(void *arg)
+{
+    cond_case *c = arg;
+    pthread_mutex_lock(&c->mu);
+    c->woken = true;
+    pthread_cond_signal(&c->cond);
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* Deadlines are feed_now_ns() values: on a CLOCK_REALTIME condition variable they would lie
+ * decades in the past and every wait would end at once with FEED_ETIMEDOUT. */
+static void test_cond_monotonic(void **state)
+{
+    (void)state;
+    cond_case c = {.woken = false};
+    pthread_mutex_init(&c.mu, NULL);
+    assert_int_equal(feed_cond_init(&c.cond), 0);
+    pthread_mutex_lock(&c.mu);
+    assert_int_equal(feed_cond_timedwait(&c.cond, &c.mu, 0), FEED_ETIMEDOUT);
+    assert_int_equal(feed_cond_wait_until(&c.cond, &c.mu, feed_now_ns() - 1), FEED_ETIMEDOUT);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, signal_waiter, &c), 0);
+    /* 60 s only guards against a hang: the signal ends the wait. */
+    uint64_t until = feed_now_ns() + 60000000000ull;
+    int rc = 0;
+    while (!c.woken && rc == 0)
+        rc = feed_cond_wait_until(&c.cond, &c.mu, until);
+    assert_int_equal(rc, 0);
+    assert_true(c.woken);
+    c.woken = false;
+    pthread_mutex_unlock(&c.mu);
+    pthread_join(t, NULL);
+    pthread_mutex_lock(&c.mu);
+    assert_int_equal(pthread_create(&t, NULL, signal_waiter, &c), 0);
+    while (!c.woken && rc == 0)
+        rc = feed_cond_timedwait(&c.cond, &c.mu, 60000000000ull);
+    assert_int_equal(rc, 0);
+    pthread_mutex_unlock(&c.mu);
+    pthread_join(t, NULL);
+    pthread_cond_destroy(&c.cond);
+    pthread_mutex_destroy(&c.mu);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -471,6 +526,7 @@ int main(void)
         cmocka_unit_test(test_list),
         cmocka_unit_test(test_opts),
         cmocka_unit_test(test_token_file),
+        cmocka_unit_test(test_cond_monotonic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_internal.h"
+#include "engine_int.h"
 #include "feed/transform.h"
 
 static void pick_denom_covers_output(void **state)

@@ -1,5 +1,5 @@
 /*
- * Unit tests for tar shards (common/src/tar.c, tar_scan.c, tar_write.c):
+ * Unit tests for tar shards (source/src/tar.c, tar_scan.c, tar_index.c, tar_write.c):
  * the header scan reads headers, not member bytes (a counting blob);
  * shards written from real JPEGs serve the same classes, labels and bytes as
  * the tree they came from; the shard index is used when it matches and

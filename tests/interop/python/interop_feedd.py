@@ -59,7 +59,7 @@ def expected_labels(root):
 
 
 def expected_fingerprint(root):
-    """DatasetInfo.fingerprint by its documented definition (common/include/feed/fingerprint.h):
+    """DatasetInfo.fingerprint by its documented definition (source/include/feed/fingerprint.h):
     SHA-256 of the tag, the count, the class names, and each sample's label and byte length."""
     broot = os.fsencode(root)
     classes = sorted(n for n in os.listdir(broot)
