@@ -37,6 +37,7 @@
 #include "feed/errors.h"
 #include "feed/log.h"
 #include "feed/timeutil.h"
+#include "fleet.h"
 #include "metrics.h"
 #include "pool.h"
 #include "service.h"
@@ -400,6 +401,7 @@ int main(int argc, char **argv)
     elim.max_pixels = cfg.max_pixels;
     elim.max_jpeg_bytes = cfg.max_jpeg_bytes;
     signals_step("starting workers", "");
+    feedd_fleet_init(cfg.threads, cfg.fleet_window_ms);
     rc = feedd_pool_new(cfg.threads, &elim, cfg.max_jpeg_bytes, cache, cfg.task_samples, &pool);
     if (rc < 0) {
         FEED_LOGE("worker pool: %s", feed_strerror(rc));

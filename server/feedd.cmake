@@ -12,6 +12,7 @@ add_executable(feedd
   ${CMAKE_CURRENT_LIST_DIR}/memory.c
   ${CMAKE_CURRENT_LIST_DIR}/batch_pack.c
   ${CMAKE_CURRENT_LIST_DIR}/metrics.c
+  ${CMAKE_CURRENT_LIST_DIR}/fleet.c
   ${CMAKE_CURRENT_LIST_DIR}/listener.c
   ${CMAKE_CURRENT_LIST_DIR}/guard.c
   ${CMAKE_CURRENT_LIST_DIR}/handoff.cc
