@@ -7,10 +7,13 @@
  *
  * Capacity: the workers add each sample's busy time to a counter per kind
  * (atomics, no lock); when the window moves, one server's sustainable rate is
- * threads x samples / busy seconds over that window, which weighs decodes and
- * cache hits as this server's traffic mixes them. A window with fewer than
- * FEEDD_FLEET_MIN_SAMPLES keeps the last estimate: an idle server has not
- * become slower.
+ * threads x samples / busy seconds over the last FLEET_CAPACITY_WINDOWS
+ * windows, which weighs decodes and cache hits as this server's traffic mixes
+ * them. Several windows, because a worker's busy time per sample moves with
+ * what else runs on its cores (on a shared 2-core host one window's estimate
+ * moved by 2x from one window to the next). Fewer than
+ * FEEDD_FLEET_MIN_SAMPLES in them keeps the last estimate: an idle server has
+ * not become slower.
  *
  * Lock: fleet.mu, a leaf. Threads: workers (sample), completion-queue
  * threads (report), the metrics thread (render).
@@ -29,6 +32,7 @@ enum { KIND_DECODE, KIND_CACHE_HIT, KIND_COUNT };
 /* The most servers the desired size names; far beyond any fleet, it keeps the arithmetic
  * finite whatever a loader reports. */
 #define FLEET_SERVERS_MAX 65536u
+#define FLEET_CAPACITY_WINDOWS 3
 
 typedef struct loader_entry {
     bool used;
@@ -57,6 +61,9 @@ static struct {
     loader_entry loaders[FEEDD_FLEET_LOADERS_MAX];
     uint64_t window_start_ns; /* 0: no window yet */
     uint64_t busy_at_start, samples_at_start;
+    /* The last FLEET_CAPACITY_WINDOWS windows' samples and busy time, a ring at next_win. */
+    uint64_t win_samples[FLEET_CAPACITY_WINDOWS], win_busy[FLEET_CAPACITY_WINDOWS];
+    unsigned next_win;
     double capacity, demand, raw;
     uint32_t desired;
     uint32_t servers_seen; /* the most servers a live loader had up */
@@ -174,8 +181,14 @@ static void tick(uint64_t now)
     }
     if (now - fleet.window_start_ns < fleet.window_ns)
         return;
-    uint64_t d_samples = samples - fleet.samples_at_start;
-    uint64_t d_busy = busy - fleet.busy_at_start;
+    fleet.win_samples[fleet.next_win] = samples - fleet.samples_at_start;
+    fleet.win_busy[fleet.next_win] = busy - fleet.busy_at_start;
+    fleet.next_win = (fleet.next_win + 1) % FLEET_CAPACITY_WINDOWS;
+    uint64_t d_samples = 0, d_busy = 0;
+    for (unsigned w = 0; w < FLEET_CAPACITY_WINDOWS; w++) {
+        d_samples += fleet.win_samples[w];
+        d_busy += fleet.win_busy[w];
+    }
     if (d_samples >= FEEDD_FLEET_MIN_SAMPLES && d_busy > 0)
         fleet.capacity = (double)fleet.threads * (double)d_samples * 1e9 / (double)d_busy;
     fleet.window_start_ns = now;
@@ -320,7 +333,7 @@ size_t feedd_fleet_render(char *buf, size_t cap, uint64_t now_ns)
     put(&t, "feedd_fleet_demand_samples_per_second %.6g\n", fleet.demand);
     header(&t, "feedd_fleet_capacity_samples_per_second", "gauge",
            "Samples per second this server can make of the work it is given: threads x samples "
-           "/ worker busy seconds over the last window with work; 0 until measured.");
+           "/ worker busy seconds over the last 3 windows; 0 until measured.");
     put(&t, "feedd_fleet_capacity_samples_per_second %.6g\n", fleet.capacity);
     header(&t, "feedd_fleet_worker_seconds_total", "counter",
            "Worker busy time per sample kind (decode: from the JPEG; cache_hit: from the "

@@ -30,6 +30,16 @@ static void add_wait(client_demand *d, uint64_t since, uint64_t now)
 
 void client_demand_consumed(client_demand *d, uint64_t wait_since, uint64_t now, uint32_t n)
 {
+    /* The wait for the first batch is the loader filling its pipeline (connections, the first
+     * requests), not the fleet falling short: counted, it made a job's first report say it
+     * waited most of its window, and the fleet's first answer ten times its size. */
+    if (!d->started) {
+        d->started = true;
+        d->start_ns = now;
+        d->wait_ns = 0;
+        d->samples = 0;
+        return;
+    }
     add_wait(d, wait_since, now);
     d->samples += n;
 }
@@ -37,7 +47,7 @@ void client_demand_consumed(client_demand *d, uint64_t wait_since, uint64_t now,
 bool client_demand_due(client_demand *d, uint64_t waiting_since, uint64_t now)
 {
     uint64_t span = now - d->start_ns;
-    if (now > d->start_ns && span >= d->window_ns) {
+    if (d->started && now > d->start_ns && span >= d->window_ns) {
         if (waiting_since)
             add_wait(d, waiting_since, now);
         double wait = (double)d->wait_ns / (double)span;

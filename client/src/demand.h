@@ -25,13 +25,14 @@ typedef struct client_demand {
     uint64_t start_ns;  /* the open window's start */
     uint64_t wait_ns;   /* waits that ended in the open window, from its start at the earliest */
     uint64_t samples;   /* handed out in the open window */
+    bool started;       /* the first batch was handed out: the first window starts there */
     /* The last complete window; have is false until one has closed. */
     bool have;
     uint32_t last_ms;
     double wait_fraction, samples_per_second;
 } client_demand;
 
-/* A fresh window starting at now; id 0 draws one. */
+/* A fresh window starting at now (and again at the first batch); id 0 draws one. */
 void client_demand_init(client_demand *d, uint32_t window_ms, uint64_t id, uint64_t now);
 /* next() handed out a batch of n samples at now after blocking since wait_since. */
 void client_demand_consumed(client_demand *d, uint64_t wait_since, uint64_t now, uint32_t n);
