@@ -13,10 +13,17 @@
  * what else runs on its cores (on a shared 2-core host one window's estimate
  * moved by 2x from one window to the next). Fewer than
  * FEEDD_FLEET_MIN_SAMPLES in them keeps the last estimate: an idle server has
- * not become slower.
+ * not become slower. The busy time is wall time less the time the workers sat
+ * runnable on the run queue (the second field of /proc/self/task/TID/schedstat,
+ * each worker registering its thread id with its first sample): waiting for a
+ * core another process holds is not what the work costs, and counted it made
+ * four servers sharing two cores each measure half a server, so the fleet's
+ * answer grew with the fleet. A read from a disk or a bucket stays in: that is
+ * what the work costs. Without schedstat the wall time is used as it is.
  *
- * Lock: fleet.mu, a leaf. Threads: workers (sample), completion-queue
- * threads (report), the metrics thread (render).
+ * Lock: fleet.mu, a leaf (the procfs reads under it do not block). Threads:
+ * workers (sample), completion-queue threads (report), the metrics thread
+ * (render).
  */
 #include "fleet.h"
 
@@ -26,6 +33,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { KIND_DECODE, KIND_CACHE_HIT, KIND_COUNT };
 
@@ -33,6 +41,8 @@ enum { KIND_DECODE, KIND_CACHE_HIT, KIND_COUNT };
  * finite whatever a loader reports. */
 #define FLEET_SERVERS_MAX 65536u
 #define FLEET_CAPACITY_WINDOWS 3
+/* Worker threads whose run-queue time is read; more are counted as wall time only. */
+#define FLEET_WORKERS_MAX 1024u
 
 typedef struct loader_entry {
     bool used;
@@ -57,12 +67,17 @@ static struct {
     uint64_t window_ns;
     atomic_uint_fast64_t busy_ns[KIND_COUNT];
     atomic_uint_fast64_t samples[KIND_COUNT];
+    /* Worker thread ids: a slot is claimed by n_tids, then its tid stored (0 until then). */
+    atomic_uint n_tids;
+    atomic_int tids[FLEET_WORKERS_MAX];
     /* Guarded by mu. */
     loader_entry loaders[FEEDD_FLEET_LOADERS_MAX];
     uint64_t window_start_ns; /* 0: no window yet */
-    uint64_t busy_at_start, samples_at_start;
+    uint64_t busy_at_start, samples_at_start, queued_at_start;
+    uint64_t queued; /* the workers' run-queue time, as last read */
     /* The last FLEET_CAPACITY_WINDOWS windows' samples and busy time, a ring at next_win. */
-    uint64_t win_samples[FLEET_CAPACITY_WINDOWS], win_busy[FLEET_CAPACITY_WINDOWS];
+    uint64_t win_samples[FLEET_CAPACITY_WINDOWS], win_busy[FLEET_CAPACITY_WINDOWS],
+        win_queued[FLEET_CAPACITY_WINDOWS];
     unsigned next_win;
     double capacity, demand, raw;
     uint32_t desired;
@@ -135,6 +150,13 @@ void feedd_fleet_init(uint32_t threads, uint32_t window_ms)
 
 void feedd_fleet_sample(bool cache_hit, uint64_t busy_ns)
 {
+    static _Thread_local bool registered;
+    if (!registered) {
+        registered = true;
+        unsigned slot = atomic_fetch_add(&fleet.n_tids, 1);
+        if (slot < FLEET_WORKERS_MAX)
+            atomic_store(&fleet.tids[slot], (int)gettid());
+    }
     int k = cache_hit ? KIND_CACHE_HIT : KIND_DECODE;
     atomic_fetch_add_explicit(&fleet.busy_ns[k], busy_ns, memory_order_relaxed);
     atomic_fetch_add_explicit(&fleet.samples[k], 1, memory_order_relaxed);
@@ -145,6 +167,29 @@ static uint64_t total(atomic_uint_fast64_t *c)
     uint64_t sum = 0;
     for (int k = 0; k < KIND_COUNT; k++)
         sum += atomic_load_explicit(&c[k], memory_order_relaxed);
+    return sum;
+}
+
+/* The registered workers' time on the run queue, ns: schedstat's second field, summed. A thread
+ * that has exited (a pool stopped in a test) or a kernel without schedstat adds nothing. */
+static uint64_t run_queue_ns(void)
+{
+    uint64_t sum = 0;
+    unsigned n = atomic_load(&fleet.n_tids);
+    for (unsigned i = 0; i < n && i < FLEET_WORKERS_MAX; i++) {
+        int tid = atomic_load(&fleet.tids[i]);
+        char path[64];
+        unsigned long long run, queued;
+        if (tid <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", tid);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        if (fscanf(f, "%llu %llu", &run, &queued) == 2)
+            sum += queued;
+        fclose(f);
+    }
     return sum;
 }
 
@@ -177,23 +222,32 @@ static void tick(uint64_t now)
         fleet.window_start_ns = now;
         fleet.busy_at_start = busy;
         fleet.samples_at_start = samples;
+        fleet.queued = fleet.queued_at_start = run_queue_ns();
         return;
     }
     if (now - fleet.window_start_ns < fleet.window_ns)
         return;
+    fleet.queued = run_queue_ns();
     fleet.win_samples[fleet.next_win] = samples - fleet.samples_at_start;
     fleet.win_busy[fleet.next_win] = busy - fleet.busy_at_start;
+    fleet.win_queued[fleet.next_win] =
+        fleet.queued > fleet.queued_at_start ? fleet.queued - fleet.queued_at_start : 0;
     fleet.next_win = (fleet.next_win + 1) % FLEET_CAPACITY_WINDOWS;
-    uint64_t d_samples = 0, d_busy = 0;
+    uint64_t d_samples = 0, d_busy = 0, d_queued = 0;
     for (unsigned w = 0; w < FLEET_CAPACITY_WINDOWS; w++) {
         d_samples += fleet.win_samples[w];
         d_busy += fleet.win_busy[w];
+        d_queued += fleet.win_queued[w];
     }
+    /* A worker also queues between its wake-up and its first sample, outside the busy time:
+     * never take off more than half of it. */
+    d_busy -= d_queued < d_busy / 2 ? d_queued : d_busy / 2;
     if (d_samples >= FEEDD_FLEET_MIN_SAMPLES && d_busy > 0)
         fleet.capacity = (double)fleet.threads * (double)d_samples * 1e9 / (double)d_busy;
     fleet.window_start_ns = now;
     fleet.busy_at_start = busy;
     fleet.samples_at_start = samples;
+    fleet.queued_at_start = fleet.queued;
     uint32_t servers_seen = 0;
     for (size_t i = 0; i < FEEDD_FLEET_LOADERS_MAX; i++) {
         loader_entry *e = &fleet.loaders[i];
@@ -333,7 +387,8 @@ size_t feedd_fleet_render(char *buf, size_t cap, uint64_t now_ns)
     put(&t, "feedd_fleet_demand_samples_per_second %.6g\n", fleet.demand);
     header(&t, "feedd_fleet_capacity_samples_per_second", "gauge",
            "Samples per second this server can make of the work it is given: threads x samples "
-           "/ worker busy seconds over the last 3 windows; 0 until measured.");
+           "/ worker busy seconds (less run-queue time) over the last 3 windows; 0 until "
+           "measured.");
     put(&t, "feedd_fleet_capacity_samples_per_second %.6g\n", fleet.capacity);
     header(&t, "feedd_fleet_worker_seconds_total", "counter",
            "Worker busy time per sample kind (decode: from the JPEG; cache_hit: from the "
@@ -341,6 +396,10 @@ size_t feedd_fleet_render(char *buf, size_t cap, uint64_t now_ns)
     for (int k = 0; k < KIND_COUNT; k++)
         put(&t, "feedd_fleet_worker_seconds_total{kind=\"%s\"} %.6f\n", kinds[k],
             (double)atomic_load_explicit(&fleet.busy_ns[k], memory_order_relaxed) / 1e9);
+    header(&t, "feedd_fleet_worker_run_queue_seconds_total", "counter",
+           "Time the workers sat runnable waiting for a core (schedstat), taken off their busy "
+           "time in the capacity; as of the last window.");
+    put(&t, "feedd_fleet_worker_run_queue_seconds_total %.6f\n", (double)fleet.queued / 1e9);
     header(&t, "feedd_fleet_worker_samples_total", "counter", "Samples made per kind.");
     for (int k = 0; k < KIND_COUNT; k++)
         put(&t, "feedd_fleet_worker_samples_total{kind=\"%s\"} %llu\n", kinds[k],

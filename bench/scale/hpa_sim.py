@@ -356,6 +356,42 @@ class Sim:
             s.close()
 
 
+def steady(sim, multiples, seconds):
+    """The metric alone, no controller: one server, one job at m x its capacity for each m.
+    A job above one server's capacity waits; the starvation correction should still name the
+    fleet it needs (ideal: ceil(m)). Lines go to steady.jsonl."""
+    sim.calibrate()
+    rows = []
+    with open(os.path.join(sim.out, "steady.jsonl"), "w") as f:
+        for m in multiples:
+            sim.scale_to(1)
+            sim.wait_ready()
+            pod = next(iter(sim.pods.values()))
+            rate = round(m * sim.capacity, 1)
+            sim.start_job(0, rate, ports=[pod.port])
+            seen = []
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                time.sleep(FLEET_WINDOW / sim.factor)
+                seen.append(scrape(pod.metrics_port))
+            sim.stop_job(0)
+            tail = seen[len(seen) // 2:]  # steady state: the second half
+            row = {"multiple": m, "rate": rate, "capacity_calibrated": sim.capacity,
+                   "ideal": math.ceil(m - 1e-9),
+                   "desired": sorted({x.get("feedd_fleet_desired_servers") for x in tail}),
+                   "raw": [round(x.get("feedd_fleet_desired_servers_raw", 0), 3) for x in tail],
+                   "wait": [round(x.get(f'feedd_fleet_job_wait_fraction{{job="libfeedclient rank 0/4"}}', 0), 3)
+                            for x in tail]}
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            rows.append(row)
+            # A fresh server for the next multiple: this one's windows hold this job.
+            sim.scale_to(0)
+            for th in sim.drains:
+                th.join()
+    return rows
+
+
 def summarise(out, factor, phase):
     lines = [json.loads(l) for l in open(os.path.join(out, "timeline.jsonl"))]
     syncs = [l for l in lines if l.get("event") == "sync"]
@@ -426,6 +462,8 @@ def plot(out, syncs, summary):
     for j in jobs:
         ax[1].plot(t, [s["clients"].get(j, {}).get("rate", float("nan")) for s in syncs], label=f"job {j}")
         ax[2].plot(t, [s["clients"].get(j, {}).get("wait", float("nan")) for s in syncs], label=f"job {j}")
+    ax[1].plot(t, [sum(c["rate"] for c in s["clients"].values()) for s in syncs], "k",
+               label="taken (sum)")
     ax[1].plot(t, [s["demand_set"] for s in syncs], "k--", label="demand (sum of the jobs' rates)")
     ax[1].set_ylabel("samples/s taken")
     ax[1].legend(loc="upper right", fontsize=8)
@@ -451,8 +489,23 @@ def main():
                     help="seconds of job 0 alone; four jobs run twice this long (40)")
     ap.add_argument("--tail", type=float, default=75.0,
                     help="seconds of job 0 after the others leave (75)")
+    ap.add_argument("--steady", default="",
+                    help="instead of the run: comma-separated multiples of one server's capacity "
+                         "(e.g. 0.5,1,2,4) for one job on one server, the metric in steady state")
+    ap.add_argument("--steady-seconds", type=float, default=12.0)
     args = ap.parse_args()
     sim = Sim(args)
+    if args.steady:
+        try:
+            rows = steady(sim, [float(m) for m in args.steady.split(",")], args.steady_seconds)
+        finally:
+            for j in list(sim.jobs):
+                sim.jobs[j][0].kill()
+            for pod in sim.pods.values():
+                pod.proc.kill()
+        for r in rows:
+            print(json.dumps(r))
+        return
     try:
         sim.run()
     finally:
