@@ -50,11 +50,24 @@ static void start(feed_test_server *s)
     assert_int_equal(feed_test_server_start(args, s), 0);
 }
 
-static double scrape(const feed_test_server *s, const char *series)
+/* One GET /metrics (NULL if it failed): every value a check reads comes from one snapshot, so
+ * that a loader forgotten or reported again between two scrapes cannot mix two states. */
+static char *snapshot(const feed_test_server *s)
+{
+    int status = 0;
+    char *body = NULL;
+    if (feed_test_http_get(s->metrics_port, "/metrics", &status, &body) != 0 || status != 200) {
+        free(body);
+        body = NULL;
+    }
+    return body;
+}
+
+/* A series' value in a snapshot; -1 when absent. */
+static double val(const char *body, const char *series)
 {
     double v = -1;
-    int rc = feed_test_scrape(s->metrics_port, series, &v);
-    return rc == 0 ? v : -1;
+    return body && feed_test_metric(body, series, &v) == 0 ? v : -1;
 }
 
 static feed_loader *open_loader(const char *const *targets, size_t n, uint32_t batch)
@@ -97,12 +110,12 @@ static void take(feed_loader *l, uint32_t *epoch, useconds_t pause_us)
 
 /* The server has taken the loader's reports and moved a window on since: the job is there,
  * with a capacity measured. */
-static bool sized(const feed_test_server *s)
+static bool sized(const char *m)
 {
-    return scrape(s, "feedd_fleet_job_loaders{job=\"" JOB "\"}") == 1 &&
-           scrape(s, "feedd_fleet_servers_seen") == 2 &&
-           scrape(s, "feedd_fleet_capacity_samples_per_second") > 0 &&
-           scrape(s, "feedd_fleet_desired_servers") >= 1;
+    return val(m, "feedd_fleet_job_loaders{job=\"" JOB "\"}") == 1 &&
+           val(m, "feedd_fleet_servers_seen") == 2 &&
+           val(m, "feedd_fleet_capacity_samples_per_second") > 0 &&
+           val(m, "feedd_fleet_desired_servers") >= 1;
 }
 
 /* A job far below one server's capacity, given two: the servers it uses report it and want
@@ -117,33 +130,39 @@ static void test_slow_job_shrinks(void **state)
     const char *t[2] = {s[0].target, s[1].target};
     feed_loader *l = open_loader(t, 2, 4);
     uint32_t epoch = 0;
-    int polls = 0;
-    while (polls < POLLS &&
-           !((sized(&s[0]) || sized(&s[1])) && scrape(&s[0], "feedd_fleet_desired_servers") == 1 &&
-             scrape(&s[1], "feedd_fleet_desired_servers") == 1)) {
+    char *m[2] = {NULL, NULL};
+    for (int polls = 0; polls < POLLS; polls++) {
+        for (int i = 0; i < 2; i++) {
+            free(m[i]);
+            m[i] = snapshot(&s[i]);
+        }
+        if ((sized(m[0]) || sized(m[1])) && val(m[0], "feedd_fleet_desired_servers") == 1 &&
+            val(m[1], "feedd_fleet_desired_servers") == 1)
+            break;
         take(l, &epoch, 100000);
-        polls++;
     }
     int used = 0;
     for (int i = 0; i < 2; i++) {
-        double rate = scrape(&s[i], "feedd_fleet_job_samples_per_second{job=\"" JOB "\"}");
-        double wait = scrape(&s[i], "feedd_fleet_job_wait_fraction{job=\"" JOB "\"}");
-        double desired = scrape(&s[i], "feedd_fleet_desired_servers");
-        double raw = scrape(&s[i], "feedd_fleet_desired_servers_raw");
+        double rate = val(m[i], "feedd_fleet_job_samples_per_second{job=\"" JOB "\"}");
+        double wait = val(m[i], "feedd_fleet_job_wait_fraction{job=\"" JOB "\"}");
+        double desired = val(m[i], "feedd_fleet_desired_servers");
         fprintf(stderr,
                 "  server %d: job %.1f samples/s, waiting %.3f; capacity %.1f; desired "
                 "%.0f (raw %.3f) of %.0f\n",
-                i, rate, wait, scrape(&s[i], "feedd_fleet_capacity_samples_per_second"), desired,
-                raw, scrape(&s[i], "feedd_fleet_servers_seen"));
+                i, rate, wait, val(m[i], "feedd_fleet_capacity_samples_per_second"), desired,
+                val(m[i], "feedd_fleet_desired_servers_raw"),
+                val(m[i], "feedd_fleet_servers_seen"));
         assert_true(desired == 1);
-        if (!sized(&s[i]))
+        if (!sized(m[i]))
             continue;
         used++;
         assert_true(rate > 0 && rate <= 40.0 * 1.5);
         assert_true(wait >= 0 && wait <= 1);
-        assert_true(desired < scrape(&s[i], "feedd_fleet_servers_seen"));
-        assert_true(scrape(&s[i], "feedd_fleet_reports_total") > 0);
+        assert_true(desired < val(m[i], "feedd_fleet_servers_seen"));
+        assert_true(val(m[i], "feedd_fleet_reports_total") > 0);
     }
+    free(m[0]);
+    free(m[1]);
     assert_true(used > 0);
     feed_loader_close(l);
     assert_int_equal(feed_test_server_stop(&s[0]), 0);
@@ -161,34 +180,42 @@ static void test_starving_job_grows_then_idle_shrinks(void **state)
     const char *t[1] = {s.target};
     feed_loader *l = open_loader(t, 1, 8);
     uint32_t epoch = 0;
-    int polls = 0;
-    while (polls < POLLS && scrape(&s, "feedd_fleet_desired_servers") < 2) {
+    char *m = NULL;
+    for (int polls = 0; polls < POLLS; polls++) {
+        free(m);
+        m = snapshot(&s);
+        if (val(m, "feedd_fleet_desired_servers") >= 2 &&
+            val(m, "feedd_fleet_job_loaders{job=\"" JOB "\"}") == 1)
+            break;
         for (int k = 0; k < 8; k++)
             take(l, &epoch, 0);
-        polls++;
     }
-    double wait = scrape(&s, "feedd_fleet_job_wait_fraction{job=\"" JOB "\"}");
-    double desired = scrape(&s, "feedd_fleet_desired_servers");
+    double wait = val(m, "feedd_fleet_job_wait_fraction{job=\"" JOB "\"}");
+    double desired = val(m, "feedd_fleet_desired_servers");
     fprintf(stderr,
             "  starving: waiting %.3f, %.1f samples/s, capacity %.1f, desired %.0f "
             "(raw %.3f)\n",
-            wait, scrape(&s, "feedd_fleet_job_samples_per_second{job=\"" JOB "\"}"),
-            scrape(&s, "feedd_fleet_capacity_samples_per_second"), desired,
-            scrape(&s, "feedd_fleet_desired_servers_raw"));
+            wait, val(m, "feedd_fleet_job_samples_per_second{job=\"" JOB "\"}"),
+            val(m, "feedd_fleet_capacity_samples_per_second"), desired,
+            val(m, "feedd_fleet_desired_servers_raw"));
     assert_true(wait > 0);
     assert_true(desired > 1);
-    assert_true(scrape(&s, "feedd_fleet_desired_servers_raw") > 1);
+    assert_true(val(m, "feedd_fleet_desired_servers_raw") > 1);
     feed_loader_close(l);
     /* Gone: forgotten after three windows, then the size halves each window down to 1. */
-    polls = 0;
-    while (polls < POLLS && !(scrape(&s, "feedd_fleet_desired_servers") == 1 &&
-                              scrape(&s, "feedd_fleet_job_loaders{job=\"" JOB "\"}") == -1)) {
+    for (int polls = 0; polls < POLLS; polls++) {
+        free(m);
+        m = snapshot(&s);
+        if (val(m, "feedd_fleet_desired_servers") == 1 &&
+            val(m, "feedd_fleet_job_loaders{job=\"" JOB "\"}") == -1)
+            break;
         usleep(100000);
-        polls++;
     }
-    assert_true(scrape(&s, "feedd_fleet_job_loaders{job=\"" JOB "\"}") == -1);
-    assert_true(scrape(&s, "feedd_fleet_demand_samples_per_second") == 0);
-    assert_true(scrape(&s, "feedd_fleet_desired_servers") == 1);
+    assert_non_null(m);
+    assert_true(val(m, "feedd_fleet_job_loaders{job=\"" JOB "\"}") == -1);
+    assert_true(val(m, "feedd_fleet_demand_samples_per_second") == 0);
+    assert_true(val(m, "feedd_fleet_desired_servers") == 1);
+    free(m);
     assert_int_equal(feed_test_server_stop(&s), 0);
 }
 
