@@ -103,6 +103,9 @@ static const key_def keys[] = {
      "largest source file"},
     {"task-samples", KEY_U32, OFF(task_samples), 0, 0, 4096, "0",
      "samples a worker takes from a batch at a time; 0 = auto"},
+    {"fleet-window-ms", KEY_U32, OFF(fleet_window_ms), 0, 1000, 3600000, "10000",
+     "fleet sizing window: capacity, demand and feedd_fleet_desired_servers move on once a "
+     "window (README \"Fleet sizing\")"},
     {"drain-timeout-ms", KEY_U32, OFF(drain_timeout_ms), 0, 0, 3600000, "10000",
      "on SIGTERM/SIGINT, stop within this long"},
     {"cache-bytes", KEY_BYTES, OFF(cache_bytes), 0, 0, 1024 * GiB, "0",

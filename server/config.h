@@ -50,6 +50,7 @@ typedef struct feedd_config {
     uint64_t max_jpeg_bytes; /* engine and dataset reader: bytes of one file */
     uint32_t task_samples;   /* samples a worker takes from a batch at a time; 0 = auto */
     uint32_t drain_timeout_ms;
+    uint32_t fleet_window_ms;  /* fleet.h's window */
     uint32_t send_stall_ms;    /* a send pending this long ends its stream; 0 = never */
     uint64_t cache_bytes;      /* decoded-sample cache, shared by the datasets with cache=SIDE */
     uint64_t transport_memory; /* guard.h: beyond start, max_memory and cache_bytes; 0 = off */

@@ -39,6 +39,7 @@
 #include "feed/errors.h"
 #include "feed/log.h"
 #include "feed/timeutil.h"
+#include "fleet.h"
 #include "metrics.h"
 #include "pool.h"
 #include "service.h"
@@ -414,6 +415,7 @@ int main(int argc, char **argv)
         .max_sample_bytes = cfg.max_jpeg_bytes,
     };
     signals_step("starting workers", "");
+    feedd_fleet_init(cfg.threads, cfg.fleet_window_ms);
     rc = feedd_pool_new(cfg.threads, &elim, cfg.max_jpeg_bytes, cache, cfg.task_samples, &flim,
                         &pool);
     if (rc < 0) {

@@ -35,6 +35,7 @@ add_executable(feedd
   ${CMAKE_CURRENT_LIST_DIR}/service/memory.c
   ${CMAKE_CURRENT_LIST_DIR}/service/batch_pack.c
   ${CMAKE_CURRENT_LIST_DIR}/metrics.c
+  ${CMAKE_CURRENT_LIST_DIR}/fleet.c
   ${CMAKE_CURRENT_LIST_DIR}/net/listener.c
   ${FEEDD_GRPC151_SOURCES}
   ${CMAKE_CURRENT_LIST_DIR}/net/certcheck.c

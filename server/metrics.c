@@ -52,6 +52,7 @@
 #include "feed/remote.h"
 #include "feed/log.h"
 #include "feed/timeutil.h"
+#include "fleet.h"
 #include "listener.h"
 #include "trust.h"
 
@@ -101,7 +102,8 @@ struct feedd_metrics_server {
     uint64_t log_last_ns, log_dropped, refused, refused_log_ns;
 };
 
-#define RENDER_CAP (64 * 1024)
+/* Room for the per-stream gauges (service.c) and FEEDD_FLEET_JOBS_MAX jobs (fleet.c). */
+#define RENDER_CAP (128 * 1024)
 
 typedef struct text {
     char *p;
@@ -267,6 +269,7 @@ char *feedd_metrics_render(size_t *len)
           atomic_load_explicit(&m->tls_cert_valid, memory_order_relaxed));
     gauge(&t, "feedd_serving", "1 while serving, 0 while draining.",
           atomic_load_explicit(&m->serving, memory_order_relaxed));
+    t.len += feedd_fleet_render(t.p + t.len, t.cap - t.len, feed_now_ns());
     pthread_mutex_lock(&extra_mu);
     if (extra_fn)
         t.len += extra_fn(extra_arg, t.p + t.len, t.cap - t.len - 1);

@@ -39,6 +39,7 @@
 #include <grpc/grpc.h>
 
 #include "feed/buf.h"
+#include "demand.h"
 #include "feed/client.h"
 #include "gpu.h"
 #include "plan.h"
@@ -352,6 +353,7 @@ struct feed_loader {
     uint64_t last_up_ns;     /* [mu] last time some server was up */
     uint64_t progress_ns;    /* [mu] last batch landed, or last time nothing was asked */
     feed_loader_stats stats; /* [mu] */
+    client_demand demand;    /* [mu] what the training thread waited and took (demand.h) */
 
     size_t max_message;
 

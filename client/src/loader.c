@@ -88,6 +88,9 @@ static int check_config(const feed_loader_config *c, const char **why, char *tms
         *why = "timeouts";
     else if (c->device < FEED_DEVICE_HOST)
         *why = "device";
+    else if (c->demand_window_ms && (c->demand_window_ms < CLIENT_DEMAND_WINDOW_MIN_MS ||
+                                     c->demand_window_ms > CLIENT_DEMAND_WINDOW_MAX_MS))
+        *why = "demand_window_ms";
     for (int k = 0; !*why && k < 3; k++) {
         if (!(c->std[k] != 0.0f))
             *why = "std";
@@ -232,6 +235,7 @@ int feed_loader_open(const feed_loader_config *caller_cfg, feed_loader **out)
     }
     l->last_up_ns = feed_now_ns();
     l->progress_ns = l->last_up_ns;
+    client_demand_init(&l->demand, cfg->demand_window_ms, 0, l->last_up_ns);
     rc = open_servers(l);
     if (rc)
         goto out;

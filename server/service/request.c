@@ -202,6 +202,43 @@ static grpc_status_code open_session(const feedd_request_env *env, const Feed__V
     return GRPC_STATUS_OK;
 }
 
+const char *feedd_session_job(const feedd_session *sess)
+{
+    return sess->client_name;
+}
+
+/* BatchRequest.demand into *d; 0 or INVALID_ARGUMENT text naming the field. NaN fails every
+ * range check as written (!(x >= lo && x <= hi)). */
+static int demand_from_wire(const Feed__V1__Demand *w, feedd_demand *d, char *msg, size_t cap)
+{
+    int rc = FEED_EINVAL;
+    if (w->loader == 0) {
+        snprintf(msg, cap, "demand.loader: 0 (a loader's id is not 0)");
+        goto out;
+    }
+    if (w->window_ms < 100 || w->window_ms > 3600000) {
+        snprintf(msg, cap, "demand.window_ms: %u is not in 100..3600000", w->window_ms);
+        goto out;
+    }
+    if (!(w->wait_fraction >= 0 && w->wait_fraction <= 1)) {
+        snprintf(msg, cap, "demand.wait_fraction: %g is not in 0..1", w->wait_fraction);
+        goto out;
+    }
+    if (!(w->samples_per_second >= 0 && w->samples_per_second <= 1e9)) {
+        snprintf(msg, cap, "demand.samples_per_second: %g is not in 0..1e9", w->samples_per_second);
+        goto out;
+    }
+    if (w->servers > 65536) {
+        snprintf(msg, cap, "demand.servers: %u is not in 0..65536", w->servers);
+        goto out;
+    }
+    *d = (feedd_demand){w->loader, w->window_ms, w->wait_fraction, w->samples_per_second,
+                        w->servers};
+    rc = 0;
+out:
+    return rc;
+}
+
 grpc_status_code feedd_request_batch(const feedd_request_env *env, feedd_arena *a,
                                      const uint8_t *buf, size_t len, const char *peer,
                                      feedd_session *sess, feedd_batch_request *out, char *msg,
@@ -236,6 +273,11 @@ grpc_status_code feedd_request_batch(const feedd_request_env *env, feedd_arena *
     } else if (!sess->opened) {
         snprintf(msg, cap, "open: the first request must open a session");
         goto out;
+    }
+    if (r->demand) {
+        if (demand_from_wire(r->demand, &out->demand, msg, cap) < 0)
+            goto out;
+        out->has_demand = true;
     }
     if ((unsigned)r->ownership > FEED__V1__CACHE_OWNERSHIP__CACHE_OWNERSHIP_NOT_OWNER) {
         snprintf(msg, cap, "ownership: %u is not a CacheOwnership", (unsigned)r->ownership);

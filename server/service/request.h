@@ -19,6 +19,7 @@
 #include "augment.h"
 #include "config.h"
 #include "feed.pb-c.h"
+#include "fleet.h"
 #include "feed/dataset.h"
 #include "feed/transform.h"
 
@@ -62,7 +63,16 @@ typedef struct feedd_batch_request {
     const Feed__V1__BatchRequest *r; /* in the arena; NULL: the request only opened the session */
     size_t sample_bytes;             /* out_h * out_w * 3 */
     uint64_t bytes;                  /* n_indices * sample_bytes */
+    bool has_demand;                 /* the request carried BatchRequest.demand, checked */
+    feedd_demand demand;
 } feedd_batch_request;
+
+/*
+ * The job a session's demand is counted under (fleet.h): one name per
+ * training job, so that its ranks' reports add up. Today the session's
+ * client_name.
+ */
+const char *feedd_session_job(const feedd_session *sess);
 
 /*
  * Unpack buf into a (reset first) and check it against *sess, opening the

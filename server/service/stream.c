@@ -427,6 +427,8 @@ static void handle_request(stream *s, const uint8_t *buf, size_t len, feedd_sm_o
     grpc_status_code code = feedd_request_batch(&svc->env, &s->cqt->arena, buf, len, s->peer,
                                                 &s->sess, &req, msg, sizeof msg);
     publish_client(s);
+    if (code == GRPC_STATUS_OK && req.has_demand)
+        feedd_fleet_report(feedd_session_job(&s->sess), &req.demand, feed_now_ns());
     /*
      * config.c clamps max-batch-bytes (checked in request.c) to both caps, so
      * the second check cannot fail; were that to change, such a batch would

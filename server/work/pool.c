@@ -22,6 +22,7 @@
 #include "feed/log.h"
 #include "feed/strutil.h"
 #include "feed/timeutil.h"
+#include "fleet.h"
 #include "metrics.h"
 
 typedef struct worker {
@@ -143,7 +144,8 @@ static void count_stages(const feed_stage_times *times)
  * again from the dataset, as an uncached server would: one stat() per cached
  * sample, so that no two servers disagree on a sample's bytes.
  */
-static feed_sample_status make_cached(worker *w, feedd_job *job, uint32_t pos, uint32_t side)
+static feed_sample_status make_cached(worker *w, feedd_job *job, uint32_t pos, uint32_t side,
+                                      bool *hit)
 {
     feedd_cache *cache = w->pool->cache;
     uint64_t index = job->indices[pos];
@@ -159,6 +161,7 @@ static feed_sample_status make_cached(worker *w, feedd_job *job, uint32_t pos, u
         feedd_cache_release(cache, entry);
         entry = NULL;
     }
+    *hit = entry != NULL;
     if (!entry) {
         const uint8_t *jpeg = NULL;
         size_t len = 0;
@@ -234,9 +237,10 @@ static void make_sample(worker *w, feedd_job *job, uint32_t pos)
     uint64_t t0 = feed_now_ns();
     job->errors[pos][0] = '\0';
     uint32_t side = feedd_cache_side(w->pool->cache, job->ds_id);
+    bool hit = false;
 
     if (cache_serves(job->tf, side)) {
-        st = make_cached(w, job, pos, side);
+        st = make_cached(w, job, pos, side, &hit);
     } else {
         const uint8_t *jpeg = NULL;
         size_t len = 0;
@@ -263,7 +267,9 @@ static void make_sample(worker *w, feedd_job *job, uint32_t pos)
     job->status[pos] = st;
     feedd_count(&feedd_m.sample_status[st], 1);
     feedd_count(&feedd_m.samples, 1);
-    atomic_fetch_add_explicit(&job->busy_ns, feed_now_ns() - t0, memory_order_relaxed);
+    uint64_t busy = feed_now_ns() - t0;
+    atomic_fetch_add_explicit(&job->busy_ns, busy, memory_order_relaxed);
+    feedd_fleet_sample(hit, busy);
 }
 
 /* Batch CRC from the per-sample CRCs; the samples may have been made by any worker. */

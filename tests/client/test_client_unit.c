@@ -252,6 +252,11 @@ static void test_config_validation(void **state)
     c.max_slots = CLIENT_MAX_SLOTS + 1;
     assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
     c.max_slots = 0;
+    c.demand_window_ms = CLIENT_DEMAND_WINDOW_MIN_MS - 1;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.demand_window_ms = CLIENT_DEMAND_WINDOW_MAX_MS + 1;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.demand_window_ms = 0;
     c.transform.out_h = 4;
     assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
     c.transform.out_h = 224;
@@ -573,6 +578,47 @@ static void test_fingerprint_policy(void **state)
     assert_false(policy_check_fingerprint("d", a, "s1:1", "s2:2", longer, why, sizeof why));
 }
 
+/* The loader's demand window (demand.h), scripted clock: the first window starts at the first
+ * batch, a window closes only once it has run its length, waits are counted within it (a wait
+ * still going on up to the close, the rest in the next window), and the last complete window
+ * is what goes out. */
+static void test_demand_window(void **state)
+{
+    (void)state;
+    const uint64_t ms = 1000000;
+    client_demand d;
+    client_demand_init(&d, 1000, 7, 0);
+    assert_int_equal(d.id, 7);
+    assert_false(client_demand_due(&d, 0, 5000 * ms));
+    /* The first batch after 400 ms of pipeline filling: the window starts there. */
+    client_demand_consumed(&d, 0, 400 * ms, 32);
+    assert_false(client_demand_due(&d, 0, 1300 * ms));
+    /* 100 batches of 8 over the window, 250 ms of waiting in all. */
+    for (int i = 1; i <= 100; i++) {
+        uint64_t t = 400 * ms + (uint64_t)i * 9 * ms;
+        client_demand_consumed(&d, i <= 50 ? t - 5 * ms : t, t, 8);
+    }
+    assert_true(client_demand_due(&d, 0, 1400 * ms));
+    assert_int_equal(d.last_ms, 1000);
+    assert_true(d.samples_per_second > 799.99 && d.samples_per_second < 800.01);
+    assert_true(d.wait_fraction > 0.2499 && d.wait_fraction < 0.2501);
+    /* A wait from 1900 ms still going on at 2400 ms: half the next window; its end is in the
+     * window after and counts only from that window's start. */
+    assert_true(client_demand_due(&d, 0, 1500 * ms));
+    assert_true(d.samples_per_second > 799.99);
+    assert_true(client_demand_due(&d, 1900 * ms, 2400 * ms));
+    assert_true(d.wait_fraction > 0.4999 && d.wait_fraction < 0.5001);
+    assert_true(d.samples_per_second == 0);
+    client_demand_consumed(&d, 1900 * ms, 2900 * ms, 10);
+    assert_true(client_demand_due(&d, 0, 3400 * ms));
+    assert_true(d.wait_fraction > 0.4999 && d.wait_fraction < 0.5001);
+    assert_true(d.samples_per_second > 9.99 && d.samples_per_second < 10.01);
+    /* A random id when none is given, never 0. */
+    client_demand_init(&d, 0, 0, 0);
+    assert_true(d.id != 0);
+    assert_int_equal(d.window_ns, 10000 * ms);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -582,7 +628,7 @@ int main(void)
         cmocka_unit_test(test_config_validation),  cmocka_unit_test(test_resolve_parse),
         cmocka_unit_test(test_servers_apply_dns),      cmocka_unit_test(test_resolve_reuse),
         cmocka_unit_test(test_bad_sample_policy),  cmocka_unit_test(test_server_policy),
-        cmocka_unit_test(test_fingerprint_policy),
+        cmocka_unit_test(test_fingerprint_policy), cmocka_unit_test(test_demand_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,8 +2,11 @@
 //  - every Kubernetes manifest in deploy/k8s against the Kubernetes JSON
 //    schemas that kubernetes-models ships (one model class per apiVersion/kind);
 //  - deploy/compose.yaml against the compose-spec JSON schema;
-//  - every feedd_* metric that the alert rules and the Grafana dashboard use
-//    exists in server/metrics.c;
+//  - every feedd_* metric that the alert rules, the Grafana dashboard and the
+//    autoscalers use exists in server/metrics.c or server/fleet.c;
+//  - the fleet autoscaler (feedd-hpa-fleet.yaml) names the external metric
+//    that prometheus-adapter-fleet.yaml's rule serves, states both scaling
+//    directions, and the Deployment's grace period covers preStop + drain;
 // and, so the checks are known to bite, a broken copy of each must fail.
 import fs from "node:fs";
 import path from "node:path";
@@ -34,6 +37,7 @@ async function k8sErrors(doc) {
 
 const k8sDir = path.join(root, "deploy", "k8s");
 let deployment = null;
+const k8sObjects = [];
 for (const file of fs.readdirSync(k8sDir).filter((f) => /\.ya?ml$/.test(f)).sort()) {
   const docs = YAML.parseAllDocuments(fs.readFileSync(path.join(k8sDir, file), "utf8"));
   for (const d of docs) {
@@ -44,6 +48,7 @@ for (const file of fs.readdirSync(k8sDir).filter((f) => /\.ya?ml$/.test(f)).sort
     if (err) fail(`${file}: ${obj.kind} ${obj.metadata?.name}: ${err}`);
     else console.log(`ok   ${file}: ${obj.apiVersion} ${obj.kind} ${obj.metadata?.name}`);
     if (obj.kind === "Deployment") deployment = obj;
+    k8sObjects.push({ file, obj });
   }
 }
 if (!deployment) fail("no Deployment found in deploy/k8s");
@@ -83,10 +88,12 @@ brokenCompose.services["feedd-1"].restart = 3;
 if (checkCompose(brokenCompose)) fail("a compose file with ports target \"seventy\" passed validation");
 else console.log("ok   a broken compose file is refused");
 
-const metricsSrc = fs.readFileSync(path.join(root, "server", "metrics.c"), "utf8");
+const metricsSrc = ["metrics.c", "fleet.c"]
+  .map((f) => fs.readFileSync(path.join(root, "server", f), "utf8")).join("\n");
 const exported = new Set(metricsSrc.match(/"feedd_[a-z_]+/g).map((s) => s.slice(1)));
 for (const f of ["deploy/monitoring/feedd-alerts.yml", "deploy/monitoring/grafana-feedd.json",
-                 "deploy/k8s/feedd-hpa-custom.yaml"]) {
+                 "deploy/k8s/feedd-hpa-custom.yaml", "deploy/k8s/feedd-hpa-fleet.yaml",
+                 "deploy/k8s/prometheus-adapter-fleet.yaml"]) {
   const text = fs.readFileSync(path.join(root, f), "utf8");
   const used = new Set(text.match(/feedd_[a-z_]+/g) || []);
   for (const m of used) {
@@ -95,6 +102,59 @@ for (const f of ["deploy/monitoring/feedd-alerts.yml", "deploy/monitoring/grafan
   console.log(`ok   ${f}: ${used.size} metrics, all exported`);
 }
 JSON.parse(fs.readFileSync(path.join(root, "deploy/monitoring/grafana-feedd.json"), "utf8"));
+
+// The fleet autoscaler: what the schemas cannot say.
+function fleetErrors(hpa, adapterMap, dep) {
+  const errs = [];
+  const ext = (hpa.spec.metrics || []).find((m) => m.type === "External");
+  if (!ext) return ["no External metric"];
+  const rules = YAML.parse(adapterMap.data["config.yaml"]).externalRules || [];
+  const rule = rules.find((r) => r.name && r.name.as === ext.external.metric.name);
+  if (!rule) errs.push(`no adapter externalRules entry serves ${ext.external.metric.name}`);
+  else {
+    if (!rule.seriesQuery || !rule.metricsQuery) errs.push("adapter rule without seriesQuery/metricsQuery");
+    if (!/^\s*max\(/.test(rule.metricsQuery)) errs.push("adapter rule does not take the max over the pods");
+    if (!new RegExp(rule.name.matches).test(ext.external.metric.name)) errs.push("adapter rule's name.matches misses the metric");
+  }
+  const t = ext.external.target;
+  if (t.type !== "AverageValue" || String(t.averageValue) !== "1") errs.push("target is not AverageValue 1 (replicas = desired servers)");
+  for (const dir of ["scaleUp", "scaleDown"]) {
+    const b = hpa.spec.behavior && hpa.spec.behavior[dir];
+    if (!b || b.stabilizationWindowSeconds === undefined || !(b.policies || []).length) errs.push(`behavior.${dir} not stated`);
+  }
+  const pod = dep.spec.template.spec;
+  const c = pod.containers[0];
+  const pre = c.lifecycle && c.lifecycle.preStop && c.lifecycle.preStop.exec;
+  const sleepS = pre ? Number(pre.command[pre.command.length - 1]) : NaN;
+  const drainArg = (c.args || []).find((a) => a.startsWith("--drain-timeout-ms="));
+  const drainS = drainArg ? Number(drainArg.split("=")[1]) / 1000 : 10;
+  // feedd stops within drain-timeout + 1 s (gRPC) + 3 s (exit watchdog) after SIGTERM.
+  if (!(sleepS > 0)) errs.push("no preStop sleep");
+  else if (!(pod.terminationGracePeriodSeconds >= sleepS + drainS + 4))
+    errs.push(`terminationGracePeriodSeconds ${pod.terminationGracePeriodSeconds} < preStop ${sleepS} + drain ${drainS} + 4`);
+  return errs;
+}
+const fleetHpa = k8sObjects.find((o) => o.file === "feedd-hpa-fleet.yaml")?.obj;
+const adapterMap = k8sObjects.find((o) => o.file === "prometheus-adapter-fleet.yaml")?.obj;
+if (!fleetHpa || !adapterMap || !deployment) fail("feedd-hpa-fleet.yaml or prometheus-adapter-fleet.yaml missing");
+else {
+  const errs = fleetErrors(fleetHpa, adapterMap, deployment);
+  if (errs.length) fail(`feedd-hpa-fleet.yaml: ${errs.join("; ")}`);
+  else console.log("ok   feedd-hpa-fleet.yaml: external metric served by the adapter rule, both directions stated, grace covers preStop + drain");
+  const wrongName = structuredClone(fleetHpa);
+  wrongName.spec.metrics[0].external.metric.name = "feedd_fleet_desired";
+  const noDown = structuredClone(fleetHpa);
+  delete noDown.spec.behavior.scaleDown;
+  const shortGrace = structuredClone(deployment);
+  shortGrace.spec.template.spec.terminationGracePeriodSeconds = 10;
+  const noTarget = structuredClone(fleetHpa);
+  delete noTarget.spec.metrics[0].external.target;
+  if (!fleetErrors(wrongName, adapterMap, deployment).length) fail("an HPA on a metric the adapter does not serve passed");
+  else if (!fleetErrors(noDown, adapterMap, deployment).length) fail("an HPA without scaleDown behaviour passed");
+  else if (!fleetErrors(fleetHpa, adapterMap, shortGrace).length) fail("a grace period shorter than preStop + drain passed");
+  else if (!(await k8sErrors(noTarget))) fail("an External metric without a target passed the schema");
+  else console.log("ok   broken fleet autoscalers are refused");
+}
 
 // prometheus.yml: what promtool would check if Debian's build had Kubernetes discovery.
 const prom = YAML.parse(fs.readFileSync(path.join(root, "deploy/monitoring/prometheus.yml"), "utf8"));

@@ -281,6 +281,75 @@ static void test_error_statuses(void **state)
  * A message over max-request-bytes is refused by gRPC itself (its receive
  * limit) with RESOURCE_EXHAUSTED, the code feed.proto documents for it.
  */
+/* BatchRequest.demand (fleet sizing): a valid report rides with a batch and is counted under
+ * the session's job; each out-of-range field ends the stream naming it; requests without one
+ * (every other test) are served as always. */
+static void test_demand_report(void **state)
+{
+    (void)state;
+    Feed__V1__TransformSpec spec = train_spec(32);
+    Feed__V1__SessionOpen open;
+    uint64_t idx[2] = {0, 1};
+    double before = scrape(&srv, "feedd_fleet_reports_total");
+    Feed__V1__Demand d = FEED__V1__DEMAND__INIT;
+    d.loader = 0x5eed;
+    d.window_ms = 10000;
+    d.wait_fraction = 0.25;
+    d.samples_per_second = 300;
+    d.servers = 1;
+    make_open(&open, &spec, "good", 1, 1);
+    Feed__V1__BatchRequest r = FEED__V1__BATCH_REQUEST__INIT;
+    r.open = &open;
+    r.batch_id = 1;
+    r.n_indices = 2;
+    r.indices = idx;
+    r.demand = &d;
+    feedtest_stream s;
+    char details[512];
+    assert_int_equal(feedtest_stream_open(chan, 60, &s), 0);
+    assert_int_equal(feedtest_stream_send(&s, &r), 0);
+    Feed__V1__Batch *b = feedtest_stream_recv(&s);
+    assert_non_null(b);
+    feed__v1__batch__free_unpacked(b, NULL);
+    feedtest_stream_writes_done(&s);
+    assert_null(feedtest_stream_recv(&s));
+    assert_int_equal(feedtest_stream_finish(&s, details, sizeof details), GRPC_STATUS_OK);
+    assert_true(scrape(&srv, "feedd_fleet_reports_total") == before + 1);
+    assert_true(scrape(&srv, "feedd_fleet_job_loaders{job=\"test_feedd\"}") >= 1);
+
+    static const struct {
+        const char *field;
+        uint64_t loader;
+        uint32_t window_ms, servers;
+        double wait, rate;
+    } bad[] = {
+        {"demand.loader", 0, 10000, 1, 0.5, 10},
+        {"demand.window_ms", 1, 99, 1, 0.5, 10},
+        {"demand.window_ms", 1, 3600001, 1, 0.5, 10},
+        {"demand.wait_fraction", 1, 10000, 1, 1.5, 10},
+        {"demand.wait_fraction", 1, 10000, 1, -0.1, 10},
+        {"demand.wait_fraction", 1, 10000, 1, 0.0 / 0.0, 10},
+        {"demand.samples_per_second", 1, 10000, 1, 0.5, -1},
+        {"demand.samples_per_second", 1, 10000, 1, 0.5, 2e9},
+        {"demand.servers", 1, 10000, 65537, 0.5, 10},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        d.loader = bad[i].loader;
+        d.window_ms = bad[i].window_ms;
+        d.servers = bad[i].servers;
+        d.wait_fraction = bad[i].wait;
+        d.samples_per_second = bad[i].rate;
+        assert_int_equal(feedtest_stream_open(chan, 60, &s), 0);
+        (void)feedtest_stream_send(&s, &r);
+        assert_null(feedtest_stream_recv(&s));
+        grpc_status_code got = feedtest_stream_finish(&s, details, sizeof details);
+        if (got != GRPC_STATUS_INVALID_ARGUMENT || !strstr(details, bad[i].field))
+            fail_msg("bad demand %zu: want INVALID_ARGUMENT naming %s, got %d '%s'", i,
+                     bad[i].field, got, details);
+    }
+    assert_true(scrape(&srv, "feedd_fleet_reports_total") == before + 1);
+}
+
 static void test_oversized_request(void **state)
 {
     (void)state;
@@ -629,7 +698,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_describe),           cmocka_unit_test(test_health_and_unimplemented),
         cmocka_unit_test(test_bytes_match_engine), cmocka_unit_test(test_two_servers_identical),
-        cmocka_unit_test(test_error_statuses),     cmocka_unit_test(test_oversized_request),
+        cmocka_unit_test(test_error_statuses),     cmocka_unit_test(test_demand_report),
+        cmocka_unit_test(test_oversized_request),
         cmocka_unit_test(test_corrupt_samples),    cmocka_unit_test(test_max_pixels),
         cmocka_unit_test(test_cancel_mid_stream),  cmocka_unit_test(test_tables_do_not_carry_over),
         cmocka_unit_test(test_deleted_file),

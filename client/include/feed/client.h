@@ -180,6 +180,11 @@ typedef struct feed_loader_config {
      * or "torchvision-v2-recipe"). NULL or "": none. At most 1024 bytes; copied by
      * feed_loader_open. A description the servers refuse fails next() with their message. */
     const char *augment;
+    /* The window over which the loader measures its own demand, milliseconds (0: 10000;
+     * else 100..3600000): the fraction of wall time the calling thread waited in
+     * feed_loader_next() and the samples per second it took, sent to the servers with every
+     * request once a window has closed (README "Fleet sizing"). */
+    uint32_t demand_window_ms;
 } feed_loader_config;
 
 typedef struct feed_batch {

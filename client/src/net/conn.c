@@ -24,6 +24,7 @@
 #include "feed/timeutil.h"
 #include "client_impl.h"
 #include "policy.h"
+#include "sched_impl.h"
 #include "trust.h"
 
 static gpr_timespec ms_from_now(uint32_t ms)
@@ -252,7 +253,7 @@ static void start_stream(loader *l, server *s)
                     .seed = l->cfg.seed,
                     .window = s->window,
                     .client_name = name};
-    open_bb = wire_pack_request(&wo, 0, 0, NULL, 0, 0);
+    open_bb = wire_pack_request(&wo, 0, 0, NULL, 0, 0, NULL);
     if (!open_bb || !conn_send(l, s, open_bb))
         goto fail_up;
     client_log(l, FEED_LOG_DEBUG, "server %s: stream open", s->target);
@@ -302,7 +303,15 @@ bool conn_send(loader *l, server *s, grpc_byte_buffer *bb)
 static bool send_request(loader *l, server *s, uint64_t id, uint32_t epoch, const uint64_t *indices,
                          uint32_t n, uint32_t ownership)
 {
-    grpc_byte_buffer *bb = wire_pack_request(NULL, id, epoch, indices, n, ownership);
+    /* The demand rides on every request: a server that joined the fleet learns it with the
+     * first batch it is asked for. */
+    wire_demand dm, *demand = NULL;
+    if (client_demand_due(&l->demand, l->next_since_ns, feed_now_ns())) {
+        dm = (wire_demand){l->demand.id, l->demand.last_ms, l->demand.wait_fraction,
+                           l->demand.samples_per_second, sched_servers_up(l)};
+        demand = &dm;
+    }
+    grpc_byte_buffer *bb = wire_pack_request(NULL, id, epoch, indices, n, ownership, demand);
     return bb && conn_send(l, s, bb);
 }
 

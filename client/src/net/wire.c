@@ -222,9 +222,19 @@ void wire_batch_reader_destroy(wire_batch_reader *r)
 }
 
 void *wire_pack_request(const wire_open *open, uint64_t batch_id, uint32_t epoch,
-                        const uint64_t *indices, uint32_t n, uint32_t ownership)
+                        const uint64_t *indices, uint32_t n, uint32_t ownership,
+                        const wire_demand *demand)
 {
     Feed__V1__BatchRequest req = FEED__V1__BATCH_REQUEST__INIT;
+    Feed__V1__Demand dm = FEED__V1__DEMAND__INIT;
+    if (demand) {
+        dm.loader = demand->loader;
+        dm.window_ms = demand->window_ms;
+        dm.wait_fraction = demand->wait_fraction;
+        dm.samples_per_second = demand->samples_per_second;
+        dm.servers = demand->servers;
+        req.demand = &dm;
+    }
     Feed__V1__SessionOpen so = FEED__V1__SESSION_OPEN__INIT;
     Feed__V1__TransformSpec ts = FEED__V1__TRANSFORM_SPEC__INIT;
     if (open) {

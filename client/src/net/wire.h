@@ -87,10 +87,18 @@ typedef struct wire_open {
     uint32_t window;
     const char *client_name;
 } wire_open;
+/* BatchRequest.demand (demand.h). */
+typedef struct wire_demand {
+    uint64_t loader;
+    uint32_t window_ms;
+    double wait_fraction, samples_per_second;
+    uint32_t servers;
+} wire_demand;
 /* open may be NULL; n may be 0 only with open; ownership: BatchRequest.ownership (0: not
- * routed). NULL when out of memory. */
+ * routed); demand NULL: none. NULL when out of memory. */
 void *wire_pack_request(const wire_open *open, uint64_t batch_id, uint32_t epoch,
-                        const uint64_t *indices, uint32_t n, uint32_t ownership);
+                        const uint64_t *indices, uint32_t n, uint32_t ownership,
+                        const wire_demand *demand);
 
 /* What a Batch must look like to be accepted. */
 typedef struct wire_expect {

@@ -427,6 +427,7 @@ int sched_next(loader *l, uint64_t since, uint64_t now, slot **out, uint64_t *wa
         if (sl->status[i] != FEED_SAMPLE_OK)
             l->stats.sample_errors[sl->status[i]]++;
     l->stats.wait_ns_total += waited;
+    client_demand_consumed(&l->demand, since, now, sl->n);
     if (waited > l->stats.wait_ns_max)
         l->stats.wait_ns_max = waited;
     *out = sl;

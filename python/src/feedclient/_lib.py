@@ -118,6 +118,7 @@ class LoaderConfig(Structure):
         ("tls_key_file", c_char_p),
         ("owner_routing", c_int),
         ("augment", c_char_p),
+        ("demand_window_ms", c_uint32),
     ]
 
 

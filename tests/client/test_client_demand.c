@@ -1,0 +1,257 @@
+/*
+ * Fleet sizing end to end (README "Fleet sizing"): real feedd processes on
+ * 127.0.0.1 port 0, libfeedclient reporting its training thread's demand on
+ * its requests, real JPEGs (an ImageFolder the test support encodes). The
+ * stimulus is the consumer's pace, not the clock: a loader that sleeps 100 ms
+ * a batch of 4 (at most 40 samples/s) against two servers, and a loader that
+ * takes batches as fast as they come from one single-threaded server. The
+ * assertions are relations between the servers' metrics, never times: the
+ * slow job is reported and the fleet it sees should shrink (desired <
+ * servers the loader has up); the starving job waits and the fleet should
+ * grow (desired > 1); once it leaves, the fleet comes back to 1. Polls are
+ * hang guards only. Main thread only.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "feed/client.h"
+#include "feed/errors.h"
+#include "feedtest.h"
+#include "feedtest_skip.h"
+
+#define SIDE 32u
+/* The job key feedd counts a loader under today: its session's client_name. */
+#define JOB "libfeedclient rank 0/1"
+/* Hang guard of each wait for a metric: polls, each after a batch or 100 ms. */
+#define POLLS 1200
+
+static char g_root[256], g_arg[600];
+
+static void log_to_stderr(void *user, int level, const char *msg)
+{
+    (void)user;
+    if (level <= 1 || getenv("FEED_TEST_VERBOSE"))
+        fprintf(stderr, "  [client %d] %s\n", level, msg);
+}
+
+static void start(feed_test_server *s)
+{
+    const char *args[] = {"--dataset",         g_arg,  "--threads", "1", "--log-level", "warn",
+                          "--fleet-window-ms", "1000", NULL};
+    assert_int_equal(feed_test_server_start(args, s), 0);
+}
+
+/* One GET /metrics (NULL if it failed): every value a check reads comes from one snapshot, so
+ * that a loader forgotten or reported again between two scrapes cannot mix two states. */
+static char *snapshot(const feed_test_server *s)
+{
+    int status = 0;
+    char *body = NULL;
+    if (feed_test_http_get(s->metrics_port, "/metrics", &status, &body) != 0 || status != 200) {
+        free(body);
+        body = NULL;
+    }
+    return body;
+}
+
+/* A series' value in a snapshot; -1 when absent. */
+static double val(const char *body, const char *series)
+{
+    double v = -1;
+    return body && feed_test_metric(body, series, &v) == 0 ? v : -1;
+}
+
+static feed_loader *open_loader(const char *const *targets, size_t n, uint32_t batch)
+{
+    feed_loader_config c;
+    feed_loader_config_default(&c);
+    c.targets = targets;
+    c.num_targets = n;
+    c.dataset = "demand";
+    c.transform.out_h = c.transform.out_w = SIDE;
+    c.batch_size = batch;
+    c.window_per_server = 2;
+    c.prefetch = 2;
+    c.dtype = FEED_DTYPE_UINT8;
+    c.layout = FEED_LAYOUT_NHWC;
+    c.device = FEED_DEVICE_HOST;
+    c.batch_deadline_ms = 120000;
+    c.unavailable_timeout_ms = 120000;
+    c.demand_window_ms = 300;
+    c.log_fn = log_to_stderr;
+    feed_loader *l = NULL;
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    return l;
+}
+
+/* One batch, the next epoch at the end of one; then sleeps pause_us (the training step). */
+static void take(feed_loader *l, uint32_t *epoch, useconds_t pause_us)
+{
+    feed_batch *b = NULL;
+    int rc = feed_loader_next(l, &b);
+    if (rc == FEED_EEOF) {
+        assert_int_equal(feed_loader_set_epoch(l, ++*epoch, 0), 0);
+        rc = feed_loader_next(l, &b);
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(feed_loader_release(l, b, NULL), 0);
+    if (pause_us)
+        usleep(pause_us);
+}
+
+/* The server has taken the loader's reports and moved a window on since: the job is there,
+ * with a capacity measured. */
+static bool sized(const char *m)
+{
+    return val(m, "feedd_fleet_job_loaders{job=\"" JOB "\"}") == 1 &&
+           val(m, "feedd_fleet_servers_seen") == 2 &&
+           val(m, "feedd_fleet_capacity_samples_per_second") > 0 &&
+           val(m, "feedd_fleet_desired_servers") >= 1;
+}
+
+/* A job far below one server's capacity, given two: the servers it uses report it and want
+ * fewer servers than the two the loader has up; balancing may leave one server without work,
+ * and a server without demand wants one server too. */
+static void test_slow_job_shrinks(void **state)
+{
+    (void)state;
+    feed_test_server s[2];
+    start(&s[0]);
+    start(&s[1]);
+    const char *t[2] = {s[0].target, s[1].target};
+    feed_loader *l = open_loader(t, 2, 4);
+    uint32_t epoch = 0;
+    char *m[2] = {NULL, NULL};
+    for (int polls = 0; polls < POLLS; polls++) {
+        for (int i = 0; i < 2; i++) {
+            free(m[i]);
+            m[i] = snapshot(&s[i]);
+        }
+        if ((sized(m[0]) || sized(m[1])) && val(m[0], "feedd_fleet_desired_servers") == 1 &&
+            val(m[1], "feedd_fleet_desired_servers") == 1)
+            break;
+        take(l, &epoch, 100000);
+    }
+    int used = 0;
+    for (int i = 0; i < 2; i++) {
+        double rate = val(m[i], "feedd_fleet_job_samples_per_second{job=\"" JOB "\"}");
+        double wait = val(m[i], "feedd_fleet_job_wait_fraction{job=\"" JOB "\"}");
+        double desired = val(m[i], "feedd_fleet_desired_servers");
+        fprintf(stderr,
+                "  server %d: job %.1f samples/s, waiting %.3f; capacity %.1f; desired "
+                "%.0f (raw %.3f) of %.0f\n",
+                i, rate, wait, val(m[i], "feedd_fleet_capacity_samples_per_second"), desired,
+                val(m[i], "feedd_fleet_desired_servers_raw"),
+                val(m[i], "feedd_fleet_servers_seen"));
+        assert_true(desired == 1);
+        if (!sized(m[i]))
+            continue;
+        used++;
+        assert_true(rate > 0 && rate <= 40.0 * 1.5);
+        assert_true(wait >= 0 && wait <= 1);
+        assert_true(desired < val(m[i], "feedd_fleet_servers_seen"));
+        assert_true(val(m[i], "feedd_fleet_reports_total") > 0);
+    }
+    free(m[0]);
+    free(m[1]);
+    assert_true(used > 0);
+    feed_loader_close(l);
+    assert_int_equal(feed_test_server_stop(&s[0]), 0);
+    assert_int_equal(feed_test_server_stop(&s[1]), 0);
+}
+
+/* A job that takes batches as fast as one single-threaded server makes them waits in next():
+ * the server wants more servers than the one it is. Once the job leaves, the fleet it wants
+ * comes back to one. */
+static void test_starving_job_grows_then_idle_shrinks(void **state)
+{
+    (void)state;
+    feed_test_server s;
+    start(&s);
+    const char *t[1] = {s.target};
+    feed_loader *l = open_loader(t, 1, 8);
+    uint32_t epoch = 0;
+    char *m = NULL;
+    for (int polls = 0; polls < POLLS; polls++) {
+        free(m);
+        m = snapshot(&s);
+        if (val(m, "feedd_fleet_desired_servers") >= 2 &&
+            val(m, "feedd_fleet_job_loaders{job=\"" JOB "\"}") == 1)
+            break;
+        for (int k = 0; k < 8; k++)
+            take(l, &epoch, 0);
+    }
+    double wait = val(m, "feedd_fleet_job_wait_fraction{job=\"" JOB "\"}");
+    double desired = val(m, "feedd_fleet_desired_servers");
+    fprintf(stderr,
+            "  starving: waiting %.3f, %.1f samples/s, capacity %.1f, desired %.0f "
+            "(raw %.3f)\n",
+            wait, val(m, "feedd_fleet_job_samples_per_second{job=\"" JOB "\"}"),
+            val(m, "feedd_fleet_capacity_samples_per_second"), desired,
+            val(m, "feedd_fleet_desired_servers_raw"));
+    assert_true(wait > 0);
+    assert_true(desired > 1);
+    assert_true(val(m, "feedd_fleet_desired_servers_raw") > 1);
+    feed_loader_close(l);
+    /* Gone: forgotten after three windows, then the size halves each window down to 1. */
+    for (int polls = 0; polls < POLLS; polls++) {
+        free(m);
+        m = snapshot(&s);
+        if (val(m, "feedd_fleet_desired_servers") == 1 &&
+            val(m, "feedd_fleet_job_loaders{job=\"" JOB "\"}") == -1)
+            break;
+        usleep(100000);
+    }
+    assert_non_null(m);
+    assert_true(val(m, "feedd_fleet_job_loaders{job=\"" JOB "\"}") == -1);
+    assert_true(val(m, "feedd_fleet_demand_samples_per_second") == 0);
+    assert_true(val(m, "feedd_fleet_desired_servers") == 1);
+    free(m);
+    assert_int_equal(feed_test_server_stop(&s), 0);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (feed_test_tmpdir("client-demand", g_root, sizeof g_root))
+        return -1;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/data", g_root);
+    if (feed_test_make_imagefolder(dir, 4, 40, 7))
+        return -1;
+    snprintf(g_arg, sizeof g_arg, "demand=%s", dir);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    feed_test_rmtree(g_root);
+    return 0;
+}
+
+int main(void)
+{
+    char exe[512];
+    const char *bdir = getenv("FEED_BUILD_DIR");
+    snprintf(exe, sizeof exe, "%s/server/feedd", bdir ? bdir : ".");
+    if (!bdir || access(exe, X_OK) != 0) {
+        printf("SKIP: feedd not built (%s)\n", exe);
+        return FEED_TEST_SKIP;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_slow_job_shrinks),
+        cmocka_unit_test(test_starving_job_grows_then_idle_shrinks),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
