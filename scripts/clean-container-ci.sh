@@ -57,13 +57,13 @@ if ! podman image exists "$base"; then
   rm -rf "$rootfs"
 fi
 
-# The README's blocks, each marked `<!-- clean-container-ci: NAME -->` on the line before
+# The README's and the user guide's (docs/guide/) blocks, each marked `<!-- clean-container-ci: NAME -->` on the line before
 # its ```sh fence: block NAME prints its lines. The top block's main command (its
 # scripts/test.sh line would double CI time; its Python suite runs below), "Serve a
 # dataset" and the two client commands after it, the Python install block.
 block() {
   awk -v m="<!-- clean-container-ci: $1 -->" '$0 == m {s = 1; next}
-    s && /^```sh/ {f = 1; next} f && /^```/ {exit} f' README.md
+    s && /^```sh/ {f = 1; next} f && /^```/ {exit} f' README.md docs/guide/*.md
 }
 main_cmd=$(block main | grep '^scripts/main.sh' || true)
 serve=$(block serve)
