@@ -28,6 +28,7 @@ add_executable(feedd
   ${CMAKE_CURRENT_LIST_DIR}/work/pool.c
   ${CMAKE_CURRENT_LIST_DIR}/work/fetch.c
   ${CMAKE_CURRENT_LIST_DIR}/service/service.c
+  ${CMAKE_CURRENT_LIST_DIR}/service/ports.c
   ${CMAKE_CURRENT_LIST_DIR}/service/unary.c
   ${CMAKE_CURRENT_LIST_DIR}/service/stream_sm.c
   ${CMAKE_CURRENT_LIST_DIR}/service/stream.c

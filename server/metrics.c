@@ -26,7 +26,7 @@
  * under it, no log line is written under it; the system calls under it,
  * ioctl and shutdown, do not block);
  * extra_mu is held across the extra renderer, which takes the service's
- * locks (service_internal.h: svc->mu, then each stream's mu), so the order
+ * locks (service_int.h: svc->mu, then each stream's mu), so the order
  * is extra_mu, then those. With a token
  * (--metrics-token-file) every request must carry it as a bearer
  * Authorization header; the token is read-only once the server starts.

@@ -1,5 +1,5 @@
 /*
- * A finished job as a feed.v1.Batch message (service_internal.h's
+ * A finished job as a feed.v1.Batch message (service_int.h's
  * feedd_batch_pack). The pixel bytes are not copied: the message is packed
  * without them and the data field's key and length are written here, so the
  * pixels go to gRPC as a slice over the buffer the workers wrote, whose
@@ -16,7 +16,7 @@
 
 #include "feed.pb-c.h"
 #include "feed/log.h"
-#include "service_internal.h"
+#include "service_int.h"
 
 /* Batch.data: field 12, length-delimited (proto/feed.proto). */
 #define DATA_KEY ((12u << 3) | 2u)

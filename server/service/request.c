@@ -1,12 +1,14 @@
 /*
- * feedd's request parsing and checks (see request.h). Runs on whichever
- * completion-queue thread owns the stream, with the stream's lock held by
- * the caller; the arena is that thread's.
+ * feedd's request parsing and checks (see request.h), and reading a
+ * received message into a flat buffer. Runs on the completion-queue thread
+ * that owns the call; the arena is that thread's.
  */
 #include "request.h"
 
 #include <stdio.h>
 #include <string.h>
+
+#include <grpc/byte_buffer_reader.h>
 
 #include "feed/errors.h"
 #include "feed/log.h"
@@ -351,4 +353,27 @@ grpc_status_code feedd_request_describe(const feedd_request_env *env, const uint
 out:
     *out = req;
     return code;
+}
+
+int feedd_read_bb(grpc_byte_buffer *bb, size_t limit, uint8_t *dst, size_t *len)
+{
+    grpc_byte_buffer_reader r;
+    size_t n = 0;
+    int rc = FEED_EPROTO;
+    if (grpc_byte_buffer_reader_init(&r, bb)) {
+        grpc_slice s;
+        rc = 0;
+        while (grpc_byte_buffer_reader_next(&r, &s)) {
+            size_t l = GRPC_SLICE_LENGTH(s);
+            if (l > limit - n)
+                rc = FEED_ETOOBIG;
+            else
+                memcpy(dst + n, GRPC_SLICE_START_PTR(s), l);
+            n += rc == 0 ? l : 0;
+            grpc_slice_unref(s);
+        }
+        grpc_byte_buffer_reader_destroy(&r);
+    }
+    *len = n;
+    return rc;
 }

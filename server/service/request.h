@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <grpc/grpc.h>
 #include <grpc/status.h>
 
 #include "augment.h"
@@ -105,5 +106,9 @@ int feedd_wire_has_nul(const uint8_t *buf, size_t len, const uint32_t *path, siz
 
 /* Index of the dataset called name, or -1. */
 int feedd_find_dataset(const feedd_request_env *env, const char *name);
+
+/* Copy a received message into dst, at most limit bytes; *len gets the bytes copied. 0,
+ * FEED_EPROTO (unreadable) or FEED_ETOOBIG. Any thread. */
+int feedd_read_bb(grpc_byte_buffer *bb, size_t limit, uint8_t *dst, size_t *len);
 
 #endif

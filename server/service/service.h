@@ -6,7 +6,7 @@
  * the main thread: start → drain (on SIGTERM) → stop → free. The service
  * owns its batch-memory accounting (--max-memory, memory.h); the metrics it
  * updates (metrics.h) are process-wide. The files behind this API:
- * service_internal.h.
+ * service_int.h.
  */
 #ifndef FEED_SERVER_SERVICE_H
 #define FEED_SERVER_SERVICE_H

@@ -20,7 +20,7 @@
  * its life is over (feedd_sm_finished): closed, no op in flight, no job out,
  * which also means no job in the inbox and no wake on its way.
  *
- * Locks: the inbox's, held for a list push or swap only (service_internal.h
+ * Locks: the inbox's, held for a list push or swap only (service_int.h
  * has the order). Nothing that can block, allocate a batch or log is done
  * under it. Still allocated on the owner per request: a request's index
  * arrays (job_new, a few bytes per sample, up to n x 201 B of error strings).
@@ -40,7 +40,7 @@
 #include "feed.pb-c.h"
 #include "guard.h"
 #include "metrics.h"
-#include "service_internal.h"
+#include "service_int.h"
 
 /* How many inbox locks this thread holds: tests check it at every gRPC call and allocation. */
 static _Thread_local int t_stream_locks;

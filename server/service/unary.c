@@ -17,7 +17,7 @@
 #include "feed/dataset.h"
 #include "feed/log.h"
 #include "health.pb-c.h"
-#include "service_internal.h"
+#include "service_int.h"
 
 /* A unary call (Describe, Health, or an unknown method) in flight. */
 typedef struct unary {

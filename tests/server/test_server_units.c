@@ -35,7 +35,7 @@
 #include "metrics.h"
 #include "pool.h"
 #include "service.h"
-#include "service_internal.h"
+#include "service_int.h"
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -580,7 +580,7 @@ static void stream_some(grpc_channel *ch, uint32_t batches, enum stream_end end,
 }
 
 /*
- * The lock and owner rules (service_internal.h): no gRPC call (start_batch, cancel) and no
+ * The lock and owner rules (service_int.h): no gRPC call (start_batch, cancel) and no
  * batch buffer allocation or packing is made while the calling thread holds a stream's inbox
  * lock, whichever thread has the event: the completion-queue threads (requests, sends, close,
  * ticks), the pool worker (a batch done), the granter; and every gRPC operation of a stream

@@ -2,6 +2,8 @@
  * What the files of feedd's gRPC service share (see service.h for the API):
  *
  *   service.c     start/drain/stop, request slots, the completion-queue threads
+ *   ports.c       which listener, credentials, binding the ports, feedd's listeners and guard
+ *   request.c     parsing and checking requests, reading a message into a flat buffer
  *   unary.c       Describe, Health/Check, UNIMPLEMENTED
  *   stream_sm.c   a Stream call's state machine, no I/O
  *   stream.c      a Stream call's transport: requests in, jobs to the pool, batches out
@@ -197,8 +199,14 @@ struct feedd_service {
     feedd_memory *memory; /* the service's; its granter thread runs from start to stop */
 };
 
-/* service.c: copy a message into dst, at most limit bytes. 0, FEED_EPROTO or FEED_ETOOBIG. */
-int feedd_read_bb(grpc_byte_buffer *bb, size_t limit, uint8_t *dst, size_t *len);
+/* ports.c, on the main thread during feedd_service_start. Which listener takes the gRPC
+ * ports (logged); load the token and credentials and bind the ports (0, FEED_EINVAL, FEED_EIO
+ * or FEED_ENOMEM); after grpc_server_start, the guard and feedd's listeners (0 or FEED_ENOMEM). */
+bool feedd_ports_choose_listener(const feedd_config *cfg);
+int feedd_ports_bind(feedd_service *svc, int *port);
+#ifdef FEEDD_GRPC151_CORE
+int feedd_ports_start_own(feedd_service *svc);
+#endif
 
 /* unary.c, on a completion-queue thread. */
 void feedd_unary_finish(feedd_service *svc, grpc_call *call, grpc_byte_buffer *resp,
