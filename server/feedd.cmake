@@ -4,6 +4,7 @@ add_executable(feedd
   ${CMAKE_CURRENT_LIST_DIR}/config.c
   ${CMAKE_CURRENT_LIST_DIR}/fd_budget.c
   ${CMAKE_CURRENT_LIST_DIR}/pool.c
+  ${CMAKE_CURRENT_LIST_DIR}/share.c
   ${CMAKE_CURRENT_LIST_DIR}/service.c
   ${CMAKE_CURRENT_LIST_DIR}/unary.c
   ${CMAKE_CURRENT_LIST_DIR}/stream_sm.c

@@ -21,6 +21,7 @@
 #include "feed.pb-c.h"
 #include "feed/dataset.h"
 #include "feed/transform.h"
+#include "share.h"
 
 #define FEEDD_CLIENT_NAME_MAX 128
 
@@ -55,6 +56,8 @@ typedef struct feedd_session {
     uint64_t seed;
     uint32_t window;                             /* 1..max_window */
     char client_name[FEEDD_CLIENT_NAME_MAX + 1]; /* printable ASCII */
+    char job[FEEDD_JOB_NAME_MAX + 1];            /* "": the stream is a job of its own */
+    uint32_t job_weight;                         /* 1..FEEDD_JOB_WEIGHT_MAX */
 } feedd_session;
 
 /* A BatchRequest that passed the checks. */

@@ -82,6 +82,7 @@ static void stream_free(stream *s)
     svc->live_streams--;
     pthread_cond_broadcast(&svc->cv);
     pthread_mutex_unlock(&svc->mu);
+    feedd_pool_leave(svc->pool, &s->q);
     grpc_slice_unref(s->status_slice);
     if (s->recv_bb)
         grpc_byte_buffer_destroy(s->recv_bb);
@@ -465,8 +466,11 @@ static void handle_request_locked(stream *s, const uint8_t *buf, size_t len, fee
     const feedd_config *cfg = svc->cfg;
     char msg[STATUS_MSG_MAX];
     feedd_batch_request req;
+    bool was_open = s->sess.opened;
     grpc_status_code code = feedd_request_batch(&svc->env, &s->cqt->arena, buf, len, s->peer,
                                                 &s->sess, &req, msg, sizeof msg);
+    if (!was_open && s->sess.opened)
+        feedd_pool_join(svc->pool, &s->q, s->sess.job, s->sess.job_weight, s->peer);
     /*
      * config.c clamps max-batch-bytes (checked in request.c) to both caps, so
      * the second check cannot fail; were that to change, such a batch would
