@@ -38,6 +38,7 @@
 #include "feed/buf.h"
 #include "feed/client.h"
 #include "gpu.h"
+#include "job.h"
 #include "plan.h"
 #include "wire.h"
 
@@ -276,6 +277,7 @@ struct feed_loader {
     feed_loader_config cfg; /* immutable; strings below are our copies */
     char *dataset;
     char *augment; /* cfg.augment copied; NULL: none */
+    char job[CLIENT_JOB_MAX + 1]; /* cfg.job, or the derived name (job.h); cfg.job points here */
     char **targets;
     /* conn.c's, from conn_start to conn_stop, then read-only: what every channel and call
      * carries (cfg's token and TLS files are read there and not kept). */

@@ -86,6 +86,8 @@ typedef struct wire_open {
     uint64_t seed;
     uint32_t window;
     const char *client_name;
+    const char *job; /* SessionOpen.job; NULL: none */
+    uint32_t job_weight;
 } wire_open;
 /* open may be NULL; n may be 0 only with open; ownership: BatchRequest.ownership (0: not
  * routed). NULL when out of memory. */
