@@ -26,8 +26,9 @@
  * under it, no log line is written under it; the system calls under it,
  * ioctl and shutdown, do not block);
  * extra_mu is held across the extra renderer, which takes the service's
- * locks (service_int.h: svc->mu, then each stream's mu), so the order
- * is extra_mu, then those. With a token
+ * locks (service_int.h: svc->mu), so the order
+ * is extra_mu, then those. jobs_mu (the per-job counters) is a leaf too, taken
+ * under the pool's mu. With a token
  * (--metrics-token-file) every request must carry it as a bearer
  * Authorization header; the token is read-only once the server starts.
  */
@@ -57,6 +58,46 @@
 #include "trust.h"
 
 feedd_metrics feedd_m;
+
+/* Per-job counters (metrics.h). jobs_mu guards all of them and is a leaf: nothing is taken
+ * under it, and the pool takes it under its mu. */
+static pthread_mutex_t jobs_mu = PTHREAD_MUTEX_INITIALIZER;
+static char job_names[FEEDD_JOB_LABEL_FIRST + FEEDD_JOB_LABELS_MAX][FEEDD_JOB_LABEL_NAME_CAP];
+static feedd_job_counts job_counts[FEEDD_JOB_LABEL_FIRST + FEEDD_JOB_LABELS_MAX];
+static int job_labels = FEEDD_JOB_LABEL_FIRST; /* labels in use */
+
+int feedd_metrics_job_label(const char *job)
+{
+    int label = FEEDD_JOB_LABEL_UNNAMED;
+    if (!job[0])
+        return label;
+    pthread_mutex_lock(&jobs_mu);
+    label = FEEDD_JOB_LABEL_OTHER;
+    for (int i = FEEDD_JOB_LABEL_FIRST; i < job_labels && label == FEEDD_JOB_LABEL_OTHER; i++)
+        if (strcmp(job_names[i], job) == 0)
+            label = i;
+    if (label == FEEDD_JOB_LABEL_OTHER && job_labels < FEEDD_JOB_LABEL_FIRST + FEEDD_JOB_LABELS_MAX &&
+        strlen(job) < sizeof job_names[0]) {
+        label = job_labels++;
+        snprintf(job_names[label], sizeof job_names[label], "%s", job);
+    }
+    pthread_mutex_unlock(&jobs_mu);
+    return label;
+}
+
+void feedd_metrics_job_add(int label, const feedd_job_counts *d)
+{
+    if (label < 0 || label >= FEEDD_JOB_LABEL_FIRST + FEEDD_JOB_LABELS_MAX)
+        label = FEEDD_JOB_LABEL_OTHER;
+    pthread_mutex_lock(&jobs_mu);
+    feedd_job_counts *c = &job_counts[label];
+    c->submitted += d->submitted;
+    c->claimed += d->claimed;
+    c->dropped += d->dropped;
+    c->bytes += d->bytes;
+    c->queue_ns += d->queue_ns;
+    pthread_mutex_unlock(&jobs_mu);
+}
 
 /* feedd_metrics_set_extra's; extra_mu is held across each call of extra_fn. */
 static pthread_mutex_t extra_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -140,6 +181,44 @@ static void counter(text *t, const char *name, const char *help, uint64_t v)
 static void gauge(text *t, const char *name, const char *help, int64_t v)
 {
     put(t, "# HELP %s %s\n# TYPE %s gauge\n%s %lld\n", name, help, name, name, (long long)v);
+}
+
+/* The per-job series, all read at one instant (under jobs_mu; rendered after it). */
+static void render_jobs(text *t)
+{
+    static const char *const help[4][2] = {
+        {"feedd_job_samples_total", "Samples workers took for the job (made, or stopped by a "
+                                    "cancel), per SessionOpen.job."},
+        {"feedd_job_bytes_total", "Pixel bytes of those samples, per job."},
+        {"feedd_job_queue_seconds_total",
+         "Time samples waited for a worker (from their batch's arrival to a worker taking them), "
+         "summed over the job's samples; divided by feedd_job_samples_total: the mean wait."},
+        {"feedd_job_queued_samples", "Samples of the job waiting for a worker now."},
+    };
+    char names[FEEDD_JOB_LABEL_FIRST + FEEDD_JOB_LABELS_MAX][FEEDD_JOB_LABEL_NAME_CAP];
+    feedd_job_counts c[FEEDD_JOB_LABEL_FIRST + FEEDD_JOB_LABELS_MAX];
+    pthread_mutex_lock(&jobs_mu);
+    int n = job_labels;
+    memcpy(c, job_counts, sizeof c);
+    memcpy(names, job_names, sizeof names);
+    pthread_mutex_unlock(&jobs_mu);
+    snprintf(names[FEEDD_JOB_LABEL_UNNAMED], sizeof names[0], "(unnamed)");
+    snprintf(names[FEEDD_JOB_LABEL_OTHER], sizeof names[0], "(other)");
+    for (int k = 0; k < 4; k++) {
+        put(t, "# HELP %s %s\n# TYPE %s %s\n", help[k][0], help[k][1], help[k][0],
+            k == 3 ? "gauge" : "counter");
+        for (int i = 0; i < n; i++) {
+            if (i < FEEDD_JOB_LABEL_FIRST && !c[i].submitted)
+                continue;
+            if (k == 2)
+                put(t, "%s{job=\"%s\"} %.6f\n", help[k][0], names[i], (double)c[i].queue_ns / 1e9);
+            else
+                put(t, "%s{job=\"%s\"} %llu\n", help[k][0], names[i],
+                    (unsigned long long)(k == 0   ? c[i].claimed
+                                         : k == 1 ? c[i].bytes
+                                                  : c[i].submitted - c[i].claimed - c[i].dropped));
+        }
+    }
 }
 
 char *feedd_metrics_render(size_t *len)
@@ -244,6 +323,11 @@ char *feedd_metrics_render(size_t *len)
             "--remote-batch-deadline-ms.",
             ld(&m->remote_late));
     gauge(&t, "feedd_queue_depth", "Samples waiting for a worker.", ldg(&m->queue_depth));
+    render_jobs(&t);
+    counter(&t, "feedd_jobs_over_cap_total",
+            "Streams naming a job beyond the 1024 jobs a server shares its workers between, "
+            "served each as a job of its own.",
+            ld(&m->jobs_over_cap));
     gauge(&t, "feedd_active_streams", "Open Stream calls.", ldg(&m->active_streams));
     gauge(&t, "feedd_inflight_batches", "Accepted batches not yet handed to gRPC.",
           ldg(&m->inflight_batches));

@@ -57,9 +57,35 @@ typedef struct feedd_metrics {
     atomic_int serving;                   /* 1 SERVING, 0 draining */
     atomic_int_fast64_t datasets_refused; /* datasets not served: they could not be opened */
     atomic_int_fast64_t bad_shards;       /* shards served without their bytes (failing reads) */
+    atomic_uint_fast64_t jobs_over_cap;   /* streams of a new job beyond FEEDD_JOBS_MAX (pool.h) */
 } feedd_metrics;
 
 extern feedd_metrics feedd_m;
+
+/*
+ * Per-job counters (SessionOpen.job; pool.c counts). Label values are bounded:
+ * the first FEEDD_JOB_LABELS_MAX job names seen get their own label for the
+ * life of the process, the rest are counted under FEEDD_JOB_LABEL_OTHER, and
+ * streams without a job name under FEEDD_JOB_LABEL_UNNAMED. Each job's numbers
+ * are written together under one leaf lock and rendered under it, so one
+ * scrape shows all jobs at the same instant (the fairness test compares them).
+ */
+#define FEEDD_JOB_LABELS_MAX 32
+#define FEEDD_JOB_LABEL_NAME_CAP 129 /* request.h's FEEDD_JOB_NAME_MAX + 1 */
+enum { FEEDD_JOB_LABEL_UNNAMED = 0, FEEDD_JOB_LABEL_OTHER = 1, FEEDD_JOB_LABEL_FIRST = 2 };
+
+typedef struct feedd_job_counts {
+    uint64_t submitted; /* samples queued for a worker */
+    uint64_t claimed;   /* samples workers took (made, or cancelled in their hands) */
+    uint64_t dropped;   /* samples cancelled before a worker took them */
+    uint64_t bytes;     /* pixel bytes of the claimed samples */
+    uint64_t queue_ns;  /* summed over claimed samples: from the batch's submit to the claim */
+} feedd_job_counts;
+
+/* The label for job name ("" = unnamed), taking a free one for a new name. Any thread. */
+int feedd_metrics_job_label(const char *job);
+/* Add d to label's counters. Any thread (pool.c calls it under its mu: jobs_mu is a leaf). */
+void feedd_metrics_job_add(int label, const feedd_job_counts *d);
 
 static inline void feedd_count(atomic_uint_fast64_t *c, uint64_t n)
 {

@@ -42,6 +42,7 @@
 #include "demand.h"
 #include "feed/client.h"
 #include "gpu.h"
+#include "job.h"
 #include "plan.h"
 #include "wire.h"
 
@@ -281,6 +282,7 @@ struct feed_loader {
     feed_loader_config cfg; /* immutable; strings below are our copies */
     char *dataset;
     char *augment; /* cfg.augment copied; NULL: none */
+    char job[CLIENT_JOB_MAX + 1]; /* cfg.job, or the derived name (job.h); cfg.job points here */
     char **targets;
     /* The transport's (net/), from conn_start to conn_stop, then read-only: what every channel and call
      * carries (cfg's token and TLS files are read there and not kept). */

@@ -91,6 +91,10 @@ static int check_config(const feed_loader_config *c, const char **why, char *tms
     else if (c->demand_window_ms && (c->demand_window_ms < CLIENT_DEMAND_WINDOW_MIN_MS ||
                                      c->demand_window_ms > CLIENT_DEMAND_WINDOW_MAX_MS))
         *why = "demand_window_ms";
+    else if (c->job && c->job[0] && !client_job_valid(c->job))
+        *why = "job (1..128 bytes of letters, digits and " CLIENT_JOB_CHARS ")";
+    else if (c->job_weight > CLIENT_JOB_WEIGHT_MAX)
+        *why = "job_weight (0..100)";
     for (int k = 0; !*why && k < 3; k++) {
         if (!(c->std[k] != 0.0f))
             *why = "std";
@@ -217,6 +221,11 @@ int feed_loader_open(const feed_loader_config *caller_cfg, feed_loader **out)
             goto out;
     }
     l->cfg.augment = l->augment;
+    if (cfg->job && cfg->job[0])
+        snprintf(l->job, sizeof l->job, "%s", cfg->job);
+    else
+        client_job_default(cfg->dataset, cfg->seed, l->job, sizeof l->job);
+    l->cfg.job = l->job;
     l->cfg.targets = (const char *const *)l->targets;
 
     uint32_t bs = cfg->batch_size;
@@ -424,6 +433,11 @@ uint64_t feed_loader_batches_per_epoch(const feed_loader *l)
 uint64_t feed_loader_dataset_size(const feed_loader *l)
 {
     return l ? l->num_samples : 0;
+}
+
+const char *feed_loader_job(const feed_loader *l)
+{
+    return l ? l->job : "";
 }
 
 int feed_loader_get_stats(feed_loader *l, feed_loader_stats *out, size_t out_size)

@@ -23,6 +23,7 @@
 #include "fleet.h"
 #include "feed/dataset.h"
 #include "feed/transform.h"
+#include "share.h"
 
 #define FEEDD_CLIENT_NAME_MAX 128
 
@@ -57,6 +58,8 @@ typedef struct feedd_session {
     uint64_t seed;
     uint32_t window;                             /* 1..max_window */
     char client_name[FEEDD_CLIENT_NAME_MAX + 1]; /* printable ASCII */
+    char job[FEEDD_JOB_NAME_MAX + 1];            /* "": the stream is a job of its own */
+    uint32_t job_weight;                         /* 1..FEEDD_JOB_WEIGHT_MAX */
 } feedd_session;
 
 /* A BatchRequest that passed the checks. */
@@ -70,8 +73,9 @@ typedef struct feedd_batch_request {
 
 /*
  * The job a session's demand is counted under (fleet.h): one name per
- * training job, so that its ranks' reports add up. Today the session's
- * client_name.
+ * training job, so that its ranks' reports add up: SessionOpen.job, or,
+ * from a client that names no job (each of its streams a job of its own),
+ * its client_name.
  */
 const char *feedd_session_job(const feedd_session *sess);
 

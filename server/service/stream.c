@@ -93,6 +93,7 @@ static void stream_free(stream *s)
     svc->live_streams--;
     pthread_cond_broadcast(&svc->cv);
     pthread_mutex_unlock(&svc->mu);
+    feedd_pool_leave(svc->pool, &s->q);
     grpc_slice_unref(s->status_slice);
     if (s->recv_bb)
         grpc_byte_buffer_destroy(s->recv_bb);
@@ -424,8 +425,11 @@ static void handle_request(stream *s, const uint8_t *buf, size_t len, feedd_sm_o
     const feedd_config *cfg = svc->cfg;
     char msg[STATUS_MSG_MAX];
     feedd_batch_request req;
+    bool was_open = s->sess.opened;
     grpc_status_code code = feedd_request_batch(&svc->env, &s->cqt->arena, buf, len, s->peer,
                                                 &s->sess, &req, msg, sizeof msg);
+    if (!was_open && s->sess.opened)
+        feedd_pool_join(svc->pool, &s->q, s->sess.job, s->sess.job_weight, s->peer);
     publish_client(s);
     if (code == GRPC_STATUS_OK && req.has_demand)
         feedd_fleet_report(feedd_session_job(&s->sess), &req.demand, feed_now_ns());

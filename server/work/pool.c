@@ -1,12 +1,15 @@
 /*
  * Worker threads and the fair scheduler; see pool.h.
  *
- * Scheduling: a ring of queues that have unclaimed samples (a list whose
- * last queue is followed by its first); `cursor` points at the queue to
- * serve next. A worker takes up to `task` samples from the head job of the
- * cursor's queue and moves the cursor on by one queue, so every stream with
- * work gets a turn per round whatever its depth. A job with remote samples
- * enters the ring only once the fetch stage (fetch.c) calls fetched().
+ * Scheduling: share.h's order over the queues that have unclaimed samples.
+ * A worker asks it for the next queue, takes up to `task` samples from that
+ * queue's head job and charges them to the queue's job, so every job with
+ * work gets its weight's share of samples and, inside a job, every stream a
+ * turn per round whatever its depth. The per-job counters (metrics.h) are
+ * added at the same points, under mu, so a scrape sees submitted and claimed
+ * samples of all jobs at one point of this order.
+ * A job with remote samples joins its queue (and the order) only once the
+ * fetch stage (fetch.c) calls fetched().
  */
 #include "pool.h"
 
@@ -38,9 +41,8 @@ typedef struct worker {
 struct feedd_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    feed_list ring;      /* of feedd_queue, by rr; guarded by mu */
-    feedd_queue *cursor; /* guarded by mu; NULL = no work */
-    bool stop;           /* guarded by mu */
+    feedd_sched sched; /* guarded by mu */
+    bool stop;         /* guarded by mu */
     uint32_t n_workers;
     uint32_t task;
     feedd_cache *cache;
@@ -48,33 +50,13 @@ struct feedd_pool {
     worker *workers;
 };
 
-/* The queue after q in the ring. Under mu. */
-static feedd_queue *ring_next(feedd_pool *p, feedd_queue *q)
+static feedd_queue *queue_of(feedd_share_member *m)
 {
-    return FEED_LIST_ENTRY(feed_list_next_cyclic(&p->ring, &q->rr), feedd_queue, rr);
+    return FEED_LIST_ENTRY(m, feedd_queue, member);
 }
 
-static void ring_link(feedd_pool *p, feedd_queue *q)
-{
-    if (!q->linked) {
-        /* Just before the cursor: served last in this round. */
-        feed_list_insert_before(&p->ring, p->cursor ? &p->cursor->rr : NULL, &q->rr);
-        if (!p->cursor)
-            p->cursor = q;
-        q->linked = true;
-    }
-}
-
-static void ring_unlink(feedd_pool *p, feedd_queue *q)
-{
-    if (q->linked) {
-        feedd_queue *next = ring_next(p, q);
-        feed_list_remove(&p->ring, &q->rr);
-        if (p->cursor == q)
-            p->cursor = next == q ? NULL : next;
-        q->linked = false;
-    }
-}
+/* Largest claim task_size gives: the share order's quantum. */
+#define AUTO_TASK_MAX 8
 
 static uint32_t task_size(const feedd_pool *p, uint32_t n)
 {
@@ -82,7 +64,7 @@ static uint32_t task_size(const feedd_pool *p, uint32_t n)
         return p->task;
     /* About two tasks per worker per batch, 1..8 samples each. */
     uint32_t t = (n + 2 * p->n_workers - 1) / (2 * p->n_workers);
-    return t < 1 ? 1 : t > 8 ? 8 : t;
+    return t < 1 ? 1 : t > AUTO_TASK_MAX ? AUTO_TASK_MAX : t;
 }
 
 /*
@@ -291,11 +273,12 @@ static void *worker_main(void *arg)
     feedd_pool *p = w->pool;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->stop && !p->cursor)
+        feedd_share_member *m = NULL;
+        while (!p->stop && !(m = feedd_sched_next(&p->sched)))
             pthread_cond_wait(&p->cv, &p->mu);
         if (p->stop)
             break;
-        feedd_queue *q = p->cursor;
+        feedd_queue *q = queue_of(m);
         feedd_job *job = FEED_LIST_ENTRY(q->jobs.first, feedd_job, qlink);
         uint32_t first = job->next_claim;
         uint32_t k = task_size(p, job->n);
@@ -308,10 +291,14 @@ static void *worker_main(void *arg)
             feed_list_push_back(&q->running, &job->qlink);
             job->queue = q;
         }
-        p->cursor = ring_next(p, q);
+        feedd_sched_charge(&p->sched, m, k);
         if (feed_list_empty(&q->jobs))
-            ring_unlink(p, q);
-        if (p->cursor)
+            feedd_sched_unlink(&p->sched, m);
+        feedd_job_counts claimed = {.claimed = k,
+                                    .bytes = (uint64_t)k * job->sample_bytes,
+                                    .queue_ns = k * (feed_now_ns() - job->submit_ns)};
+        feedd_metrics_job_add(q->label, &claimed);
+        if (p->sched.cursor)
             pthread_cond_signal(&p->cv);
         pthread_mutex_unlock(&p->mu);
 
@@ -353,7 +340,8 @@ static void fetched(void *arg, feedd_job *job)
     cancelled = atomic_load(&job->cancelled);
     if (!cancelled) {
         feed_list_push_back(&q->jobs, &job->qlink);
-        ring_link(p, q);
+        feedd_sched_link(&p->sched, &q->member);
+        feedd_metrics_job_add(q->label, &(feedd_job_counts){.submitted = job->n});
         pthread_cond_signal(&p->cv);
     }
     pthread_mutex_unlock(&p->mu);
@@ -391,6 +379,9 @@ int feedd_pool_new(uint32_t threads, const feed_engine_limits *lim, uint64_t max
     p->n_workers = threads ? threads : 1;
     p->task = task_samples;
     p->cache = cache;
+    if (feedd_sched_init(&p->sched, task_samples > AUTO_TASK_MAX ? task_samples : AUTO_TASK_MAX,
+                         FEEDD_JOBS_MAX) < 0)
+        goto fail;
     p->workers = calloc(p->n_workers, sizeof *p->workers);
     if (!p->workers)
         goto fail;
@@ -441,9 +432,33 @@ void feedd_pool_free(feedd_pool *p)
     /* After the workers, which may still be making samples of fetched bytes. */
     feedd_fetch_free(p->fetch);
     free(p->workers);
+    feedd_sched_destroy(&p->sched);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     free(p);
+}
+
+void feedd_pool_join(feedd_pool *p, feedd_queue *q, const char *job, uint32_t weight,
+                     const char *peer)
+{
+    int label = feedd_metrics_job_label(job);
+    pthread_mutex_lock(&p->mu);
+    bool over = feedd_sched_join(&p->sched, &q->member, job, weight) != 0;
+    q->label = label;
+    pthread_mutex_unlock(&p->mu);
+    if (over) {
+        feedd_count(&feedd_m.jobs_over_cap, 1);
+        FEED_LOGW("stream %s: job '%s' is over the %d jobs a server shares between: served as a "
+                  "job of its own",
+                  peer, job, FEEDD_JOBS_MAX);
+    }
+}
+
+void feedd_pool_leave(feedd_pool *p, feedd_queue *q)
+{
+    pthread_mutex_lock(&p->mu);
+    feedd_sched_leave(&p->sched, &q->member);
+    pthread_mutex_unlock(&p->mu);
 }
 
 void feedd_pool_submit(feedd_pool *p, feedd_queue *q, feedd_job *job)
@@ -453,6 +468,7 @@ void feedd_pool_submit(feedd_pool *p, feedd_queue *q, feedd_job *job)
     atomic_init(&job->remaining, job->n);
     atomic_init(&job->cancelled, false);
     atomic_init(&job->busy_ns, 0);
+    job->submit_ns = feed_now_ns();
     feedd_gauge(&feedd_m.queue_depth, job->n);
     job->fetch = NULL;
     job->fetch_rc = 0;
@@ -471,7 +487,8 @@ void feedd_pool_submit(feedd_pool *p, feedd_queue *q, feedd_job *job)
     feed_dataset_prefetch(job->ds, job->indices, job->n);
     pthread_mutex_lock(&p->mu);
     feed_list_push_back(&q->jobs, &job->qlink);
-    ring_link(p, q);
+    feedd_sched_link(&p->sched, &q->member);
+    feedd_metrics_job_add(q->label, &(feedd_job_counts){.submitted = job->n});
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }
@@ -481,10 +498,16 @@ void feedd_pool_cancel(feedd_pool *p, feedd_queue *q, feed_list *finished)
     pthread_mutex_lock(&p->mu);
     feed_list jobs = q->jobs;
     q->jobs = (feed_list){NULL, NULL};
-    ring_unlink(p, q);
+    feedd_sched_unlink(&p->sched, &q->member);
     /* Their samples are all claimed: the workers that hold them finish them (done). */
     for (feed_list_node *n = q->running.first; n; n = n->next)
         atomic_store(&FEED_LIST_ENTRY(n, feedd_job, qlink)->cancelled, true);
+    feedd_job_counts dropped = {0};
+    for (feed_list_node *n = jobs.first; n; n = n->next) {
+        feedd_job *job = FEED_LIST_ENTRY(n, feedd_job, qlink);
+        dropped.dropped += job->n - job->next_claim;
+    }
+    feedd_metrics_job_add(q->label, &dropped);
     /* Those the fetch stage gives back are finished here; the others' ready call is under way
      * and finishes them (fetched), as a worker would. */
     for (feed_list_node *n = q->fetching.first; n;) {

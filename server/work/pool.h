@@ -1,10 +1,13 @@
 /*
  * The preprocessing worker pool. Each worker owns one feed_engine and one
- * read buffer. Work arrives as jobs (one batch each) on per-stream queues;
- * workers serve the queues round-robin and take a few samples of the head
- * job at a time, so one batch is spread over all workers (low latency) and
- * many streams share the pool fairly (a stream with a deep queue cannot
- * starve a stream with one batch). Each sample is checksummed by the worker
+ * read buffer. Work arrives as jobs (one batch each; a feedd_job is not what
+ * users call a job, see share.h) on per-stream queues; workers take a few
+ * samples of a queue's head job at a time, so one batch is spread over all
+ * workers (low latency). Which queue is served next is share.h's order:
+ * training jobs (SessionOpen.job) share the pool in proportion to their
+ * weights, and the streams of one job take turns, so a stream with a deep
+ * queue cannot starve one with one batch and a job with many streams cannot
+ * starve one with few. Each sample is checksummed by the worker
  * that made it; the worker that finishes a job's last sample combines those
  * into job->crc and calls job->done on its own thread.
  *
@@ -13,10 +16,11 @@
  * are in memory (or their batch deadline has passed) and only then joins the
  * queue's jobs, so a worker never waits on the network.
  *
- * Lock: pool->mu guards every queue's links and every queued job's
- * next_claim/qlink. Callers may hold their own locks when calling submit and
- * cancel (the pool never calls out while holding mu, and done is called with
- * no pool lock held). Lock order: pool->mu, then the fetch stage's.
+ * Lock: pool->mu guards every queue's links, the share order (share.h) and
+ * every queued job's next_claim/qlink. Callers may hold their own locks when
+ * calling join, leave, submit and cancel (the pool never calls out while
+ * holding mu, but for the metrics' leaf locks, and done is called with no
+ * pool lock held). Lock order: pool->mu, then the fetch stage's.
  */
 #ifndef FEED_SERVER_POOL_H
 #define FEED_SERVER_POOL_H
@@ -32,11 +36,14 @@
 #include "feed/list.h"
 #include "feed/transform.h"
 #include "fetch.h"
+#include "share.h"
 
 typedef struct feedd_pool feedd_pool;
 typedef struct feedd_job feedd_job;
 
 #define FEEDD_SAMPLE_MSG_MAX 200 /* SampleError.message bound from the wire contract */
+/* Training jobs with a share of their own at once (share.h's table); each holds ~200 bytes. */
+#define FEEDD_JOBS_MAX 1024
 
 struct feedd_job {
     /* Set by the submitter; read-only while the job is in the pool. */
@@ -66,6 +73,7 @@ struct feedd_job {
     struct feedd_queue *queue; /* its queue while in running or fetching; guarded by pool mu */
     struct feedd_fetch_job *fetch; /* its fetched bytes (fetch.c); NULL: none */
     int fetch_rc;                  /* FEED_ENOMEM: its remote samples could not be fetched */
+    uint64_t submit_ns;        /* when it was queued: its samples' wait is counted from here */
     atomic_uint remaining;
     atomic_bool cancelled;
     atomic_uint_fast64_t busy_ns;
@@ -76,8 +84,8 @@ typedef struct feedd_queue {
     feed_list jobs;     /* of feedd_job, by qlink, in submission order */
     feed_list running;  /* of feedd_job, by qlink: all samples claimed, some still being made */
     feed_list fetching; /* of feedd_job, by qlink: in the fetch stage */
-    feed_list_node rr;  /* in the pool's ring while linked */
-    bool linked;        /* it has unclaimed samples */
+    feedd_share_member member; /* its place in the order (share.h); linked: unclaimed samples */
+    int label;                 /* its job's metrics label (metrics.h) */
 } feedd_queue;
 
 /*
@@ -94,6 +102,17 @@ int feedd_pool_new(uint32_t threads, const feed_engine_limits *lim, uint64_t max
 uint32_t feedd_pool_cache_side(const feedd_pool *p, uint32_t ds);
 /* Stop and join the workers; queued work is dropped without done calls. Accepts NULL. */
 void feedd_pool_free(feedd_pool *p);
+/*
+ * q (zeroed) joins the job called job ("" = a job of its own, as a stream
+ * without a name is) with weight 1..FEEDD_JOB_WEIGHT_MAX (0 = 1); see share.h.
+ * A queue that never joins is a job of its own with weight 1. A name beyond
+ * the pool's FEEDD_JOBS_MAX jobs is served as a job of its own, logged with
+ * peer and counted (feedd_jobs_over_cap_total).
+ */
+void feedd_pool_join(feedd_pool *p, feedd_queue *q, const char *job, uint32_t weight,
+                     const char *peer);
+/* q leaves its job; it has no work left in the pool (cancelled or finished). */
+void feedd_pool_leave(feedd_pool *p, feedd_queue *q);
 /* Queue a job (job->n >= 1) at the tail of q. */
 void feedd_pool_submit(feedd_pool *p, feedd_queue *q, feedd_job *job);
 /*

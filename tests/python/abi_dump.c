@@ -63,6 +63,8 @@ int main(void)
     FIELD(feed_loader_config, owner_routing);
     FIELD(feed_loader_config, augment);
     FIELD(feed_loader_config, demand_window_ms);
+    FIELD(feed_loader_config, job);
+    FIELD(feed_loader_config, job_weight);
 
     SIZE(feed_batch);
     FIELD(feed_batch, data);

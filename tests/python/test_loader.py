@@ -15,6 +15,7 @@ import re
 import signal
 import threading
 import time
+import urllib.request
 
 import pytest
 import torch
@@ -361,3 +362,38 @@ def test_other_dataset_version_refused(data_dir, tmp_path, spawn):
         loader.close()
     finally:
         b.stop()
+
+
+def test_job_name_and_weight_reach_feedd(spawn, tmp_path, monkeypatch):
+    """job= and job_weight= go on every stream (feedd counts the samples under the job); the
+    default name follows the launcher's environment; bad values are ValueErrors."""
+    port_file = tmp_path / "metrics.port"
+    srv = spawn(["--metrics-listen", "127.0.0.1:0", "--metrics-port-file", str(port_file)])
+    for _ in range(3000):  # hang guard: feedd writes it right after the gRPC port file
+        if port_file.exists() and port_file.read_text().strip():
+            break
+        time.sleep(0.01)
+    metrics_url = f"http://127.0.0.1:{int(port_file.read_text())}/metrics"
+    with make(srv, job="team-a/sweep:3", job_weight=2) as loader:
+        assert loader.job == "team-a/sweep:3"
+        images, _ = next(iter(loader))
+        assert images.shape[0] == 8
+    text = urllib.request.urlopen(metrics_url, timeout=30).read().decode()
+    got = re.search(r'^feedd_job_samples_total\{job="team-a/sweep:3"\} (\d+)$', text, re.M)
+    assert got and int(got.group(1)) >= 8, text
+    for var in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "r-17")
+    with make(srv) as loader:
+        assert loader.job == "run-r-17"
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID")
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    with make(srv) as a, make(srv, rank=1, world=2) as b:
+        assert a.job == b.job and re.fullmatch(r"dist-[0-9a-f]{16}", a.job)
+    with pytest.raises(ValueError, match="job"):
+        make(srv, job="has space")
+    with pytest.raises(ValueError, match="job_weight"):
+        make(srv, job_weight=0)
+    with pytest.raises(ValueError, match="job_weight"):
+        make(srv, job_weight=101)

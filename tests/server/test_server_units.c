@@ -340,7 +340,7 @@ static void test_pool_round_robin(void **state)
     assert_int_equal(returned + fair.n_done, A_JOBS);
     pthread_mutex_unlock(&fair.mu);
     assert_true(feed_list_empty(&qc.jobs));
-    assert_false(qc.linked);
+    assert_false(qc.member.linked);
     feedd_pool_free(fair.pool);
     feed_dataset_close(ds);
     pthread_cond_destroy(&fair.cv);

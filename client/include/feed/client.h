@@ -185,6 +185,18 @@ typedef struct feed_loader_config {
      * feed_loader_next() and the samples per second it took, sent to the servers with every
      * request once a window has closed (README "Fleet sizing"). */
     uint32_t demand_window_ms;
+    /* The job this loader's streams belong to (proto/feed.proto SessionOpen.job; README
+     * "Jobs share a server"): a server shares its workers between jobs in proportion to their
+     * weights, not between streams, so a job's share does not grow with its rank count. Every
+     * rank of one training run must name the same job. NULL or "": derived the same on every
+     * rank: "run-" + TORCHELASTIC_RUN_ID when set and not "none"; else "dist-" + a digest of
+     * MASTER_ADDR, MASTER_PORT, dataset and seed; else "proc-" + a digest of host, process id,
+     * dataset and seed. At most 128 bytes of letters, digits and "_.-:/@+="; copied by
+     * feed_loader_open. feed_loader_job says which name is in use. */
+    const char *job;
+    /* The job's weight against the other jobs on the same servers: 0 = 1, at most 100. Every
+     * rank should send the same. */
+    uint32_t job_weight;
 } feed_loader_config;
 
 typedef struct feed_batch {
@@ -307,6 +319,8 @@ FEED_EXPORT int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t s
  * rest of it), and samples in the dataset. */
 FEED_EXPORT uint64_t feed_loader_batches_per_epoch(const feed_loader *l);
 FEED_EXPORT uint64_t feed_loader_dataset_size(const feed_loader *l);
+/* The job name the loader sends (feed_loader_config.job, or the derived one); owned by l. */
+FEED_EXPORT const char *feed_loader_job(const feed_loader *l);
 
 /* Makes `stream` wait, on the device, until b's data and labels_device are
  * ready (cudaStreamWaitEvent on b->ready_event); the host does not block. On

@@ -252,7 +252,9 @@ static void start_stream(loader *l, server *s)
                     .augment = l->augment,
                     .seed = l->cfg.seed,
                     .window = s->window,
-                    .client_name = name};
+                    .client_name = name,
+                    .job = l->job,
+                    .job_weight = l->cfg.job_weight};
     open_bb = wire_pack_request(&wo, 0, 0, NULL, 0, 0, NULL);
     if (!open_bb || !conn_send(l, s, open_bb))
         goto fail_up;

@@ -257,6 +257,8 @@ void *wire_pack_request(const wire_open *open, uint64_t batch_id, uint32_t epoch
         so.window = open->window;
         so.protocol_version = FEED__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
         so.client_name = (char *)open->client_name;
+        so.job = (char *)(open->job ? open->job : "");
+        so.job_weight = open->job_weight;
         req.open = &so;
     }
     req.batch_id = batch_id;

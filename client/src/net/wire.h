@@ -86,6 +86,8 @@ typedef struct wire_open {
     uint64_t seed;
     uint32_t window;
     const char *client_name;
+    const char *job; /* SessionOpen.job; NULL: none */
+    uint32_t job_weight;
 } wire_open;
 /* BatchRequest.demand (demand.h). */
 typedef struct wire_demand {

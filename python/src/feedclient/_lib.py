@@ -119,6 +119,8 @@ class LoaderConfig(Structure):
         ("owner_routing", c_int),
         ("augment", c_char_p),
         ("demand_window_ms", c_uint32),
+        ("job", c_char_p),
+        ("job_weight", c_uint32),
     ]
 
 
@@ -190,6 +192,7 @@ _PROTOTYPES = {
     "feed_loader_set_epoch": (c_int, [c_void_p, c_uint32, c_uint64]),
     "feed_loader_batches_per_epoch": (c_uint64, [c_void_p]),
     "feed_loader_dataset_size": (c_uint64, [c_void_p]),
+    "feed_loader_job": (c_char_p, [c_void_p]),
     "feed_loader_get_stats": (c_int, [c_void_p, POINTER(LoaderStats), c_size_t]),
     "feed_loader_server_stats": (c_int, [c_void_p, c_uint32, POINTER(ServerStats), c_size_t]),
     "feed_loader_state": (

@@ -287,6 +287,17 @@ class Loader:
     ``"off"`` sends every batch whole to whichever server balancing picks.
     The pixels are the same either way.
 
+    ``job`` names the training job this loader belongs to and ``job_weight``
+    (1..100) its weight: a server shares its workers between jobs in
+    proportion to their weights, not between connections, so an 8-rank job
+    and a 1-rank job get equal shares (README "Jobs share a server"). Every
+    rank of one run must name the same job. ``None`` derives it the same way
+    on every rank: ``"run-" + $TORCHELASTIC_RUN_ID`` when set and not
+    ``"none"``; else ``"dist-"`` and a digest of ``$MASTER_ADDR``,
+    ``$MASTER_PORT``, the dataset and the seed; else ``"proc-"`` and a digest
+    of host, process id, dataset and seed. :attr:`job` says which name is in
+    use (it labels feedd's ``feedd_job_*`` metrics).
+
     ``resume`` is a state to continue from, as :meth:`load_state_dict` takes: this rank's own
     :meth:`state_dict`, or the combined state of every rank of a job of any world size
     (:mod:`feedclient.elastic`), of which this rank takes its share of the rest of the epoch.
@@ -332,6 +343,8 @@ class Loader:
         augment: _augment.AugmentSpec = None,
         owner_routing: str = "auto",
         resume: Optional[Dict[str, Any]] = None,
+        job: Optional[str] = None,
+        job_weight: int = 1,
     ) -> None:
         if isinstance(targets, str):
             targets = [targets]
@@ -357,6 +370,11 @@ class Loader:
         seed = operator.index(seed)
         if not 0 <= seed < 2**64:
             raise ValueError(f"feedclient.Loader: seed must be in [0, 2**64), not {seed}")
+        job_weight = operator.index(job_weight)
+        if not 1 <= job_weight <= 100:
+            raise ValueError(f"feedclient.Loader: job_weight must be in [1, 100], not {job_weight}")
+        if job is not None and not isinstance(job, str):
+            raise TypeError(f"feedclient.Loader: job must be a str, not {type(job).__name__}")
         held_memory_limit = operator.index(held_memory_limit)
         if held_memory_limit < 0:
             raise ValueError("feedclient.Loader: held_memory_limit must be >= 0 bytes")
@@ -384,6 +402,9 @@ class Loader:
         cfg.dataset = self._dataset_c
         self._augment_c = _augment.describe(augment)
         cfg.augment = self._augment_c
+        self._job_c = job.encode() if job is not None else None
+        cfg.job = self._job_c
+        cfg.job_weight = job_weight
         if transform == "eval":
             _lib.lib.feed_transform_default_eval(ctypes.byref(cfg.transform))
             cfg.transform.resize_size = resize_size
@@ -452,6 +473,7 @@ class Loader:
         # differs in an epoch resumed at another world size.
         self._normal_len = self._len
         self._dataset_size = _lib.lib.feed_loader_dataset_size(native.ptr)
+        self._job = _lib.lib.feed_loader_job(native.ptr).decode()
         self._config["dataset_size"] = self._dataset_size
         # Where the native loader is: (epoch, next batch it hands out).
         self._native_pos = (epoch, 0)
@@ -473,6 +495,11 @@ class Loader:
     def dataset_size(self) -> int:
         """Samples in the dataset (all ranks)."""
         return self._dataset_size
+
+    @property
+    def job(self) -> str:
+        """The job name sent to the servers (``job=``, or the derived one)."""
+        return self._job
 
     @property
     def epoch(self) -> int:

@@ -174,6 +174,22 @@ def contract_checks(channel, feed_pb2, health_pb2):
         else:
             stream_error(stream, feed_pb2, open_msg, grpc.StatusCode.INVALID_ARGUMENT,
                          "transform." + field, "%s=%r" % (field, value))
+    # SessionOpen.job and job_weight: names and bounds as the proto documents them.
+    for job, weight, ok, needle in [("j" * 128, 100, True, ""), ("a-b_c.d:e/f@g+h=i", 0, True, ""),
+                                    ("j" * 129, 1, False, "open.job"),
+                                    ("a b", 1, False, "open.job"),
+                                    ("caf\u00e9", 1, False, "open.job"),
+                                    ("x\0y", 1, False, "open.job"),
+                                    ("ok", 101, False, "open.job_weight")]:
+        open_msg = feed_pb2.SessionOpen(dataset="d", transform=feed_pb2.TransformSpec(**train),
+                                        job=job, job_weight=weight)
+        if ok:
+            req = feed_pb2.BatchRequest(open=open_msg, batch_id=1, epoch=0, indices=[0])
+            check(len(list(stream(iter([req]), timeout=60))) == 1,
+                  "job=%r weight=%d accepted" % (job, weight))
+        else:
+            stream_error(stream, feed_pb2, open_msg, grpc.StatusCode.INVALID_ARGUMENT, needle,
+                         "job=%r weight=%d" % (job, weight))
     evalspec = dict(mode=feed_pb2.TRANSFORM_MODE_EVAL, out_height=32, out_width=48)
     for value, ok in [(47, False), (48, True), (65536, True), (65537, False)]:
         open_msg = feed_pb2.SessionOpen(dataset="d", transform=feed_pb2.TransformSpec(
