@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run.sh BUNDLE OUTDIR [wire|torch] [ROUNDS] — issue 29's one-owner stream
+# ab_gpu.sh BUNDLE OUTDIR [wire|torch] [ROUNDS] — issue 29's one-owner stream
 # (feedd's stream moved to its completion-queue thread) against the feedd
 # before it, on the GPU machine, side by side:
 #   wire   bench/wire/ab.sh: feed-wire-bench of BASE and HEAD in ABBA rounds
@@ -13,7 +13,7 @@
 # BUNDLE: bench/make_gpu_bundle.sh of HEAD with BASE's feedd and
 # feed-wire-bench in BUNDLE/base/{server,bench/wire}/.
 set -uo pipefail
-b=$(cd "${1:?usage: run.sh BUNDLE OUTDIR [wire|torch] [ROUNDS]}" && pwd)
+b=$(cd "${1:?usage: ab_gpu.sh BUNDLE OUTDIR [wire|torch] [ROUNDS]}" && pwd)
 out=${2:?}
 what=${3:-wire}
 rounds=${4:-5}
@@ -42,5 +42,5 @@ case "$what" in
       done
     done
     ;;
-  *) echo "run.sh: wire or torch" >&2; exit 2 ;;
+  *) echo "ab_gpu.sh: wire or torch" >&2; exit 2 ;;
 esac
