@@ -59,7 +59,7 @@ static void usage(void)
             "usage: feed-scale-client --targets HOST:PORT[,HOST:PORT...] --dataset NAME\n"
             "         [--rate SAMPLES_PER_S (0: no step)] [--batch N (32)] [--size PX (32)]\n"
             "         [--rank R --world W] [--seconds S (0: until SIGTERM)]\n"
-            "         [--demand-window-ms MS (10000)]\n");
+            "         [--demand-window-ms MS (10000)] [--job NAME (the loader's default)]\n");
 }
 
 int main(int argc, char **argv)
@@ -67,6 +67,7 @@ int main(int argc, char **argv)
     const char *targets_arg = NULL, *dataset = NULL;
     double rate = 0, seconds = 0;
     unsigned batch = 32, size = 32, rank = 0, world = 1, demand_ms = 10000;
+    const char *job = NULL;
     int rc = 2;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
@@ -88,6 +89,8 @@ int main(int argc, char **argv)
             seconds = atof(v);
         else if (!strcmp(k, "--demand-window-ms"))
             demand_ms = (unsigned)atoi(v);
+        else if (!strcmp(k, "--job"))
+            job = v;
         else {
             usage();
             return 2;
@@ -114,6 +117,7 @@ int main(int argc, char **argv)
     c.transform.out_h = c.transform.out_w = size;
     c.batch_size = batch;
     c.rank = rank;
+    c.job = job;
     c.world = world;
     c.dtype = FEED_DTYPE_UINT8;
     c.layout = FEED_LAYOUT_NHWC;

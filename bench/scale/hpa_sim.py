@@ -204,7 +204,7 @@ class Sim:
         targets = ",".join(f"127.0.0.1:{p}" for p in ports)
         self.jobs[j] = (subprocess.Popen(
             [self.client, "--targets", targets, "--dataset", "scale", "--rate", str(rate),
-             "--batch", str(self.args.batch), "--rank", str(j % 4), "--world", "4",
+             "--batch", str(self.args.batch), "--rank", str(j % 4), "--world", "4", "--job", f"job-{j}",
              "--demand-window-ms", str(int(10000 / self.factor))],
             stdout=out, stderr=err), out, err, rate)
         self.log(event="job_start", job=j, rate=rate)
@@ -380,7 +380,7 @@ def steady(sim, multiples, seconds):
                    "ideal": math.ceil(m - 1e-9),
                    "desired": sorted({x.get("feedd_fleet_desired_servers") for x in tail}),
                    "raw": [round(x.get("feedd_fleet_desired_servers_raw", 0), 3) for x in tail],
-                   "wait": [round(x.get(f'feedd_fleet_job_wait_fraction{{job="libfeedclient rank 0/4"}}', 0), 3)
+                   "wait": [round(x.get(f'feedd_fleet_job_wait_fraction{{job="job-0"}}', 0), 3)
                             for x in tail]}
             f.write(json.dumps(row) + "\n")
             f.flush()

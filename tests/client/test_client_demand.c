@@ -29,8 +29,8 @@
 #include "feedtest_skip.h"
 
 #define SIDE 32u
-/* The job key feedd counts a loader under today: its session's client_name. */
-#define JOB "libfeedclient rank 0/1"
+/* The job the loaders name (cfg.job): feedd counts their demand under it. */
+#define JOB "demand-test"
 /* Hang guard of each wait for a metric: polls, each after a batch or 100 ms. */
 #define POLLS 1200
 
@@ -87,6 +87,7 @@ static feed_loader *open_loader(const char *const *targets, size_t n, uint32_t b
     c.batch_deadline_ms = 120000;
     c.unavailable_timeout_ms = 120000;
     c.demand_window_ms = 300;
+    c.job = JOB;
     c.log_fn = log_to_stderr;
     feed_loader *l = NULL;
     assert_int_equal(feed_loader_open(&c, &l), 0);
