@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <grpc/grpc.h>
@@ -38,6 +37,7 @@
 #include "feed/dataset.h"
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "feed/thread.h"
 #include "feed/timeutil.h"
 #include "fleet.h"
 #include "metrics.h"
@@ -78,7 +78,7 @@
 enum { PHASE_STARTING, PHASE_SERVING, PHASE_STOPPING };
 static struct {
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* CLOCK_MONOTONIC; broadcast when count moves */
+    pthread_cond_t cv; /* feed_cond_init; broadcast when count moves */
     sigset_t set;      /* SIGTERM, SIGINT; written before any thread starts */
     int phase;         /* mu */
     unsigned count;    /* mu: signals taken since start-up ended */
@@ -132,39 +132,25 @@ static void *signal_main(void *arg)
  */
 static int signals_start(void)
 {
-    pthread_condattr_t ca;
     pthread_t t;
     int rc = FEED_ENOMEM;
     sigemptyset(&g_sig.set);
     sigaddset(&g_sig.set, SIGTERM);
     sigaddset(&g_sig.set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &g_sig.set, NULL);
-    if (pthread_condattr_init(&ca) != 0)
-        goto out;
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    if (pthread_cond_init(&g_sig.cv, &ca) == 0 &&
-        pthread_create(&t, NULL, signal_main, NULL) == 0) {
+    if (feed_cond_init(&g_sig.cv) == 0 && pthread_create(&t, NULL, signal_main, NULL) == 0) {
         pthread_detach(t);
         rc = 0;
     }
-    pthread_condattr_destroy(&ca);
-out:
     return rc;
 }
 
 /* Waits up to wait_ns for the signal count to pass seen; returns the count, *sig the last. */
 static unsigned signals_wait(unsigned seen, uint64_t wait_ns, int *sig)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += (time_t)(wait_ns / 1000000000u);
-    until.tv_nsec += (long)(wait_ns % 1000000000u);
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    uint64_t until = feed_now_ns() + wait_ns;
     pthread_mutex_lock(&g_sig.mu);
-    while (g_sig.count == seen && pthread_cond_timedwait(&g_sig.cv, &g_sig.mu, &until) != ETIMEDOUT)
+    while (g_sig.count == seen && feed_cond_wait_until(&g_sig.cv, &g_sig.mu, until) == 0)
         ;
     unsigned n = g_sig.count;
     *sig = g_sig.last;
@@ -257,12 +243,10 @@ static void drain(feedd_service *svc, unsigned seen, uint32_t timeout_ms)
     }
 }
 
-/* Sleeps until *arg (CLOCK_MONOTONIC), then ends the process: teardown took too long. */
+/* Sleeps until *arg (feed_now_ns()), then ends the process: teardown took too long. */
 static void *watchdog_main(void *arg)
 {
-    const struct timespec *until = arg;
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, until, NULL) == EINTR)
-        ;
+    feed_sleep_until(*(const uint64_t *)arg);
     FEED_LOGE("teardown still not done %d ms after the drain's deadline and the stop grace: "
               "exiting without it",
               EXIT_WATCHDOG_MS);
@@ -274,16 +258,9 @@ static void *watchdog_main(void *arg)
 /* The watchdog for a drain of timeout_ms starting now; a thread that cannot start is said. */
 static void start_watchdog(uint32_t timeout_ms)
 {
-    static struct timespec until;
+    static uint64_t until;
     pthread_t t;
-    uint64_t ms = (uint64_t)timeout_ms + STOP_GRACE_MS + EXIT_WATCHDOG_MS;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += (time_t)(ms / 1000);
-    until.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    until = feed_now_ns() + ((uint64_t)timeout_ms + STOP_GRACE_MS + EXIT_WATCHDOG_MS) * 1000000u;
     if (pthread_create(&t, NULL, watchdog_main, &until) == 0)
         pthread_detach(t);
     else

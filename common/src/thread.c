@@ -38,3 +38,11 @@ int feed_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mu, uint64_t time
     uint64_t deadline = timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
     return feed_cond_wait_until(cond, mu, deadline);
 }
+
+void feed_sleep_until(uint64_t deadline_ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000u),
+                          .tv_nsec = (long)(deadline_ns % 1000000000u)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}

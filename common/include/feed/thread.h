@@ -3,7 +3,7 @@
  * libuv's uv_cond_init / uv_cond_timedwait: a wait is a span of time, so a
  * step of the wall clock (NTP, an operator) neither cuts it short nor makes
  * it last. Deadlines are in feed_now_ns()'s nanoseconds (feed/timeutil.h).
- * Any thread; the caller holds mu as pthread_cond_timedwait wants.
+ * Any thread; the caller of a wait holds mu as pthread_cond_timedwait wants.
  */
 #ifndef FEED_THREAD_H
 #define FEED_THREAD_H
@@ -19,5 +19,7 @@ int feed_cond_init(pthread_cond_t *cond);
 int feed_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, uint64_t deadline_ns);
 /* feed_cond_wait_until(now + timeout_ns): at most timeout_ns from the call. */
 int feed_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mu, uint64_t timeout_ns);
+/* Sleeps until feed_now_ns() reaches deadline_ns; a signal does not cut it short. */
+void feed_sleep_until(uint64_t deadline_ns);
 
 #endif
