@@ -31,6 +31,7 @@
 
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "feed/thread.h"
 #include "feed/timeutil.h"
 #include "certcheck.h"
 #include "guard.h"
@@ -425,7 +426,7 @@ int feedd_service_start(const feedd_config *cfg, const feedd_served_dataset *dat
     svc->pool = pool;
     svc->t_shutdown = (tag){TAG_SHUTDOWN, svc};
     pthread_mutex_init(&svc->mu, NULL);
-    pthread_cond_init(&svc->cv, NULL);
+    feed_cond_init(&svc->cv);
     atomic_init(&svc->draining, false);
     rc = feedd_memory_new(cfg->max_memory, cfg->max_stream_memory, feedd_stream_on_granted,
                           &svc->memory);
@@ -533,18 +534,11 @@ size_t feedd_service_render_streams(void *arg, char *buf, size_t cap)
  */
 static bool wait_calls_gone(feedd_service *svc, uint32_t grace_ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += grace_ms / 1000;
-    until.tv_nsec += (long)(grace_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    uint64_t until = feed_now_ns() + (uint64_t)grace_ms * 1000000u;
     bool done = true;
     pthread_mutex_lock(&svc->mu);
     while (done && !(svc->shutdown_done && svc->live_streams == 0 && svc->live_unary == 0)) {
-        if (pthread_cond_timedwait(&svc->cv, &svc->mu, &until) != 0) {
+        if (feed_cond_wait_until(&svc->cv, &svc->mu, until) != 0) {
             FEED_LOGW("shutdown: %zu streams and %zu calls still held by gRPC after %u ms",
                       svc->live_streams, svc->live_unary, grace_ms);
             done = false;

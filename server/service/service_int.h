@@ -189,7 +189,7 @@ struct feedd_service {
     tag t_shutdown;
     atomic_bool draining;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv; /* feed_cond_init: monotonic */
     /* Guarded by mu. */
     feed_list streams;   /* of stream, by link: for the metrics */
     size_t live_streams; /* allocated stream objects */
