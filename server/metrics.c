@@ -43,7 +43,6 @@
 #include <strings.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
@@ -52,6 +51,7 @@
 #include "feed/errors.h"
 #include "feed/remote.h"
 #include "feed/log.h"
+#include "feed/thread.h"
 #include "feed/timeutil.h"
 #include "fleet.h"
 #include "listener.h"
@@ -528,13 +528,11 @@ static void on_connection(void *arg, int fd, const struct sockaddr *addr, sockle
 {
     feedd_metrics_server *m = arg;
     uint64_t refused = 0, now = feed_now_ns();
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += METRICS_FULL_WAIT_S;
+    uint64_t until = now + (uint64_t)METRICS_FULL_WAIT_S * 1000000000u;
     pthread_mutex_lock(&m->mu);
     /* A burst outruns MHD's closing of what it evicts: wait for room, a while. */
     while (m->live + 1 >= METRICS_CONN_SLOTS &&
-           pthread_cond_timedwait(&m->closed, &m->mu, &until) == 0)
+           feed_cond_wait_until(&m->closed, &m->mu, until) == 0)
         ;
     bool full = m->live + 1 >= METRICS_CONN_SLOTS;
     if (full && (m->refused++ == 0 || now - m->refused_log_ns >= 10000000000u)) {
@@ -590,11 +588,7 @@ int feedd_metrics_start(const char *addr, const char *token_file, feedd_metrics_
     if (!m)
         goto out;
     pthread_mutex_init(&m->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&m->closed, &ca);
-    pthread_condattr_destroy(&ca);
+    feed_cond_init(&m->closed);
     rc = feedd_token_load(token_file, "metrics-token-file", &m->token, err, sizeof err);
     if (rc != 0) {
         FEED_LOGE("%s", rc == FEED_ENOMEM ? "metrics: out of memory" : err);

@@ -17,13 +17,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "feed/buf.h"
 #include "feed/dataset.h"
 #include "feed/errors.h"
 #include "feed/list.h"
 #include "feed/log.h"
+#include "feed/thread.h"
 #include "feed/timeutil.h"
 #include "metrics.h"
 #include "pool.h"
@@ -77,15 +77,6 @@ struct feedd_fetch {
     pthread_t deadline_thread;
     bool deadline_started;
 };
-
-static void cond_init_monotonic(pthread_cond_t *cv)
-{
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(cv, &ca);
-    pthread_condattr_destroy(&ca);
-}
 
 void feedd_fetch_limits_default(feedd_fetch_limits *l)
 {
@@ -250,9 +241,7 @@ static void *deadline_main(void *arg)
             continue;
         }
         if (feed_now_ns() < fj->deadline_ns) {
-            struct timespec until = {(time_t)(fj->deadline_ns / 1000000000u),
-                                     (long)(fj->deadline_ns % 1000000000u)};
-            pthread_cond_timedwait(&f->timer, &f->mu, &until);
+            feed_cond_wait_until(&f->timer, &f->mu, fj->deadline_ns);
             continue;
         }
         feedd_job *job = fj->job;
@@ -273,8 +262,8 @@ int feedd_fetch_new(const feedd_fetch_limits *l, feedd_fetch_ready_fn ready,
     if (!f)
         return FEED_ENOMEM;
     pthread_mutex_init(&f->mu, NULL);
-    cond_init_monotonic(&f->work);
-    cond_init_monotonic(&f->timer);
+    feed_cond_init(&f->work);
+    feed_cond_init(&f->timer);
     f->lim = *l;
     if (f->lim.threads < 1)
         f->lim.threads = 1;
