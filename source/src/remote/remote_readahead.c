@@ -28,9 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "feed/errors.h"
+#include "feed/timeutil.h"
 #include "remote_internal.h"
 
 #define RA_STALE_NS (10ull * 1000000000ull)
@@ -47,7 +47,7 @@ typedef struct ra_entry {
     char err[256];    /* the failed fetch's message */
     uint32_t wanted;  /* hints not yet read; the entry leaves the list at 0 */
     uint32_t users;   /* readers waiting for it or copying it: not pushed out, not freed */
-    uint64_t done_ns; /* CLOCK_MONOTONIC when the fetch finished */
+    uint64_t done_ns; /* feed_now_ns() when the fetch finished */
     uint8_t *buf;
 } ra_entry;
 
@@ -86,13 +86,6 @@ static void free_entry(ra_entry *e)
     free(e);
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void *worker(void *arg)
 {
     (void)arg;
@@ -113,7 +106,7 @@ static void *worker(void *arg)
                     : FEED_ENOMEM;
         pthread_mutex_lock(&ra_lock);
         e->state = RA_DONE;
-        e->done_ns = now_ns();
+        e->done_ns = feed_now_ns();
         atomic_fetch_add(&remote_stats.readahead_done, 1);
         pthread_cond_broadcast(&ra_done);
     }
@@ -169,7 +162,7 @@ static ra_entry *find(const remote_blob *b, uint64_t offset, size_t len)
 static int make_room(size_t len)
 {
     ra_entry *e = ra.head;
-    uint64_t now = ra.bytes + len > ra.cap ? now_ns() : 0;
+    uint64_t now = ra.bytes + len > ra.cap ? feed_now_ns() : 0;
     while (ra.bytes + len > ra.cap && e) {
         ra_entry *next = e->next;
         if (e->state == RA_DONE && !e->users && now - e->done_ns > RA_STALE_NS) {
