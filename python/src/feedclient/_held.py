@@ -2,7 +2,7 @@
 
 :class:`_CopyRef` owns one copied batch's buffer (a numpy array on the host, a
 CUDA tensor on the device) behind the tensor handed out, the way a slot's
-owner does for views (loader.py), and takes its bytes off :class:`_Copies`
+owner (_BatchRef, _native.py) does for views, and takes its bytes off :class:`_Copies`
 when torch frees the last tensor over it, on whatever thread that happens.
 """
 
