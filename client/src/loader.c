@@ -92,7 +92,7 @@ static int check_config(const feed_loader_config *c, const char **why, char *tms
                                      c->demand_window_ms > CLIENT_DEMAND_WINDOW_MAX_MS))
         *why = "demand_window_ms";
     else if (c->job && c->job[0] && !client_job_valid(c->job))
-        *why = "job (1..128 bytes of letters, digits and " CLIENT_JOB_CHARS ")";
+        *why = "job (1..128 bytes of letters, digits and " FEED_NAME_CHARS ")";
     else if (c->job_weight > CLIENT_JOB_WEIGHT_MAX)
         *why = "job_weight (0..100)";
     for (int k = 0; !*why && k < 3; k++) {

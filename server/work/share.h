@@ -32,17 +32,16 @@
 #include <stdint.h>
 
 #include "feed/list.h"
+#include "feed/names.h"
 
-/* SessionOpen.job: at most FEEDD_JOB_NAME_MAX bytes, each a letter, a digit or one of
- * FEEDD_JOB_NAME_CHARS (request.c checks); job_weight 1..FEEDD_JOB_WEIGHT_MAX. */
-#define FEEDD_JOB_NAME_MAX 128
-#define FEEDD_JOB_NAME_CHARS "_.-:/@+="
+/* SessionOpen.job: a name as feed/names.h has it (request.c checks); job_weight
+ * 1..FEEDD_JOB_WEIGHT_MAX. */
 #define FEEDD_JOB_WEIGHT_MAX 100
 
 typedef struct feedd_share_member feedd_share_member;
 
 typedef struct feedd_share {
-    char name[FEEDD_JOB_NAME_MAX + 1]; /* "": a stream's own share */
+    char name[FEED_NAME_MAX + 1]; /* "": a stream's own share */
     uint32_t weight;                   /* 1..FEEDD_JOB_WEIGHT_MAX; 0 is taken as 1 */
     uint32_t members;                  /* named: streams joined; 0 = a free table slot */
     int label;                         /* its metrics label (metrics.h), set by the pool */
