@@ -28,6 +28,7 @@
 #include "feed/client.h"
 #include "feed/errors.h"
 #include "feedtest.h"
+#include "feedtest_client.h"
 #include "feedtest_skip.h"
 
 #define SIDE 32u
@@ -37,13 +38,6 @@
 #define POLLS 1200
 
 static char g_root[256], g_arg[600];
-
-static void log_to_stderr(void *user, int level, const char *msg)
-{
-    (void)user;
-    if (level <= 1 || getenv("FEED_TEST_VERBOSE"))
-        fprintf(stderr, "  [client %d] %s\n", level, msg);
-}
 
 static void start(feed_test_server *s)
 {
@@ -75,22 +69,9 @@ static double val(const char *body, const char *series)
 static feed_loader *open_loader(const char *const *targets, size_t n, uint32_t batch)
 {
     feed_loader_config c;
-    feed_loader_config_default(&c);
-    c.targets = targets;
-    c.num_targets = n;
-    c.dataset = "demand";
-    c.transform.out_h = c.transform.out_w = SIDE;
-    c.batch_size = batch;
-    c.window_per_server = 2;
-    c.prefetch = 2;
-    c.dtype = FEED_DTYPE_UINT8;
-    c.layout = FEED_LAYOUT_NHWC;
-    c.device = FEED_DEVICE_HOST;
-    c.batch_deadline_ms = 120000;
-    c.unavailable_timeout_ms = 120000;
+    feed_test_host_config(&c, targets, n, "demand", SIDE, batch, NULL);
     c.demand_window_ms = 300;
     c.job = JOB;
-    c.log_fn = log_to_stderr;
     feed_loader *l = NULL;
     assert_int_equal(feed_loader_open(&c, &l), 0);
     return l;
@@ -242,37 +223,22 @@ static void test_waiting_job_then_idle_shrinks(void **state)
 
 static int group_setup(void **state)
 {
-    (void)state;
-    if (feed_test_tmpdir("client-demand", g_root, sizeof g_root))
-        return -1;
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/data", g_root);
-    if (feed_test_make_imagefolder(dir, 4, 40, 7))
+    *state = g_root;
+    if (feed_test_tmp_imagefolder("client-demand", g_root, sizeof g_root, dir, sizeof dir, 4, 40,
+                                  7))
         return -1;
     snprintf(g_arg, sizeof g_arg, "demand=%s", dir);
     return 0;
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    feed_test_rmtree(g_root);
-    return 0;
-}
-
 int main(void)
 {
-    char exe[512];
-    const char *bdir = getenv("FEED_BUILD_DIR");
-    snprintf(exe, sizeof exe, "%s/server/feedd", bdir ? bdir : ".");
-    if (!bdir || access(exe, X_OK) != 0) {
-        printf("SKIP: feedd not built (%s)\n", exe);
+    if (!feed_test_have_feedd())
         return FEED_TEST_SKIP;
-    }
-    signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_job_reported_per_server),
         cmocka_unit_test(test_waiting_job_then_idle_shrinks),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, feed_test_group_rmtree);
 }
