@@ -132,17 +132,15 @@ int remote_test_run(const char *cmd)
     return rc;
 }
 
-int remote_test_make_shards(const char *build, const char *tmp, const char *data,
-                            unsigned classes, unsigned per_class, unsigned seed,
-                            unsigned shard_samples)
+int remote_test_make_shards(const char *build, const char *tmp, const char *data, unsigned classes,
+                            unsigned per_class, unsigned seed, unsigned shard_samples)
 {
     char cmd[2048];
     int n = snprintf(cmd, sizeof cmd,
                      "'%s/server/tools/feed-gen-dataset' '%s/tree' --classes %u --per-class %u "
                      "--seed %u >/dev/null && mkdir '%s' && '%s/server/tools/feed-pack' "
                      "'%s/tree' '%s/shard' --format tar --shard-samples %u >/dev/null",
-                     build, tmp, classes, per_class, seed, data, build, tmp, data,
-                     shard_samples);
+                     build, tmp, classes, per_class, seed, data, build, tmp, data, shard_samples);
     if (n < 0 || (size_t)n >= sizeof cmd)
         return -1;
     return remote_test_run(cmd);

@@ -45,8 +45,7 @@ int remote_test_run(const char *cmd);
 /* The remote tests' dataset: feed-gen-dataset (classes x per_class images, seed) into tmp/tree,
  * then feed-pack into data/shard-NNNNNN.tar of shard_samples samples each (data is created).
  * build: the build folder with server/tools. 0, or the failed command's status. */
-int remote_test_make_shards(const char *build, const char *tmp, const char *data,
-                            unsigned classes, unsigned per_class, unsigned seed,
-                            unsigned shard_samples);
+int remote_test_make_shards(const char *build, const char *tmp, const char *data, unsigned classes,
+                            unsigned per_class, unsigned seed, unsigned shard_samples);
 
 #endif

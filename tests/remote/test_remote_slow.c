@@ -143,7 +143,8 @@ static void test_local_served_while_store_drips(void **state)
             assert_int_equal(b->status[i], FEED__V1__SAMPLE_STATUS__SAMPLE_OK);
         feed__v1__batch__free_unpacked(b, NULL);
     }
-    assert_true(remote_servers_count(&g_srv, "dripping") >= 1); /* and its reads are still pending */
+    /* And its reads are still pending. */
+    assert_true(remote_servers_count(&g_srv, "dripping") >= 1);
     feedtest_stream_cancel(&s);
     feedtest_stream_finish(&s, NULL, 0);
     assert_int_equal(remote_servers_cmd(&g_srv, "undrip shard-000000.tar", NULL, NULL), 0);
@@ -171,7 +172,8 @@ static void test_fast_shards_served_slow_shard_fails(void **state)
         if (!strstr(b->errors[e]->message, why) ||
             !strstr(b->errors[e]->message, "shard-000001.tar"))
             fail_msg("want '%s' and the shard in: %s", why, b->errors[e]->message);
-    assert_true(remote_servers_count(&g_srv, "dripping") >= 1); /* failed at the deadline, not by the store */
+    /* Failed at the deadline, not by the store. */
+    assert_true(remote_servers_count(&g_srv, "dripping") >= 1);
     feed__v1__batch__free_unpacked(b, NULL);
     feed__v1__batch__free_unpacked(ref, NULL);
     assert_int_equal(remote_servers_cmd(&g_srv, "undrip shard-000001.tar", NULL, NULL), 0);
