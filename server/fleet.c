@@ -47,7 +47,7 @@ enum { KIND_DECODE, KIND_CACHE_HIT, KIND_COUNT };
 typedef struct loader_entry {
     bool used;
     uint64_t id;
-    char job[FEEDD_FLEET_JOB_MAX + 1];
+    char job[FEED_NAME_MAX + 1];
     double rate, wait;
     uint32_t servers;
     uint64_t window_ns;
@@ -320,7 +320,7 @@ static void put(out_text *t, const char *fmt, ...)
 /* A label value as Prometheus' text format quotes it (job keys are printable ASCII). */
 static void put_label(out_text *t, const char *v)
 {
-    char esc[2 * FEEDD_FLEET_JOB_MAX + 1];
+    char esc[2 * FEED_NAME_MAX + 1];
     size_t n = 0;
     for (const char *c = v; *c && n + 2 < sizeof esc; c++) {
         if (*c == '"' || *c == '\\')

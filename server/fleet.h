@@ -18,11 +18,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Bounds: loaders remembered (one more report is dropped and counted), jobs exported by name
- * (the rest are summed under job="_other"), and a job key's length. */
+#include "feed/names.h"
+
+/* Bounds: loaders remembered (one more report is dropped and counted) and jobs exported by
+ * name (the rest are summed under job="_other"); a job key is a name (feed/names.h). */
 #define FEEDD_FLEET_LOADERS_MAX 256u
 #define FEEDD_FLEET_JOBS_MAX 32u
-#define FEEDD_FLEET_JOB_MAX 128u
 /* Wait fractions above this count as this much in the starvation correction: 1 / (1 - 0.9)
  * multiplies a job's rate by at most 10 (a loader that waited all the time says nothing of
  * how much faster it would go). */
@@ -64,7 +65,7 @@ uint32_t feedd_fleet_desired(const feedd_fleet_job *jobs, size_t n_jobs, double 
 void feedd_fleet_init(uint32_t threads, uint32_t window_ms);
 /* A worker finished one sample after busy_ns of work; cache_hit: made from the decoded cache. */
 void feedd_fleet_sample(bool cache_hit, uint64_t busy_ns);
-/* A loader's report on a stream of job `job` (at most FEEDD_FLEET_JOB_MAX bytes kept). */
+/* A loader's report on a stream of job `job` (at most FEED_NAME_MAX bytes kept). */
 void feedd_fleet_report(const char *job, const feedd_demand *d, uint64_t now_ns);
 /* The fleet's metrics as Prometheus text at buf (at most cap bytes, NUL-terminated); returns
  * the length written. Moves the window on first when it is due. */

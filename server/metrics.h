@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "feed/errors.h"
+#include "feed/names.h"
 
 typedef enum feedd_stage {
     FEEDD_STAGE_READ,
@@ -71,7 +72,7 @@ extern feedd_metrics feedd_m;
  * scrape shows all jobs at the same instant (the fairness test compares them).
  */
 #define FEEDD_JOB_LABELS_MAX 32
-#define FEEDD_JOB_LABEL_NAME_CAP 129 /* request.h's FEEDD_JOB_NAME_MAX + 1 */
+#define FEEDD_JOB_LABEL_NAME_CAP (FEED_NAME_MAX + 1)
 enum { FEEDD_JOB_LABEL_UNNAMED = 0, FEEDD_JOB_LABEL_OTHER = 1, FEEDD_JOB_LABEL_FIRST = 2 };
 
 typedef struct feedd_job_counts {

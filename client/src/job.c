@@ -14,21 +14,9 @@
 
 #include "feed/errors.h"
 
-static bool job_char(char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-           (c && strchr(CLIENT_JOB_CHARS, c));
-}
-
 bool client_job_valid(const char *job)
 {
-    size_t n = strlen(job);
-    if (n == 0 || n > CLIENT_JOB_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!job_char(job[i]))
-            return false;
-    return true;
+    return job[0] && feed_name_check(job, NULL) == 0;
 }
 
 /* FNV-1a, 64 bits: a short stable digest; it names a job, it guards nothing. */
@@ -62,8 +50,8 @@ void client_job_default(const char *dataset, uint64_t seed, char *out, size_t ca
     /* torchrun sets "none" when no --rdzv-id was given: every such run would share it. */
     if (run && run[0] && strcmp(run, "none") != 0) {
         size_t n = (size_t)snprintf(out, cap, "run-");
-        for (const char *p = run; *p && n + 1 < cap && n < CLIENT_JOB_MAX; p++)
-            out[n++] = job_char(*p) ? *p : '_';
+        for (const char *p = run; *p && n + 1 < cap && n < FEED_NAME_MAX; p++)
+            out[n++] = feed_name_char(*p) ? *p : '_';
         out[n] = '\0';
     } else if (addr && addr[0] && port && port[0]) {
         snprintf(out, cap, "dist-%016llx",

@@ -25,10 +25,12 @@
 
 /* The first layouts that carry their size (0.3): every later one only adds fields at the end. */
 #define CONFIG_MIN_SIZE (offsetof(feed_loader_config, log_user) + sizeof(void *))
+/* The layout of 0.4 and 0.5, the last headers whose callers passed no size (config_default). */
+#define CONFIG_0_5_SIZE (offsetof(feed_loader_config, tls_key_file) + sizeof(const char *))
 #define STATS_MIN_SIZE (offsetof(feed_loader_stats, servers_up) + sizeof(uint32_t))
 #define SERVER_STATS_MIN_SIZE (offsetof(feed_server_stats, outstanding) + sizeof(uint32_t))
 
-void feed_loader_config_default(feed_loader_config *cfg)
+static void config_defaults(feed_loader_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     cfg->struct_size = sizeof(*cfg);
@@ -51,6 +53,22 @@ void feed_loader_config_default(feed_loader_config *cfg)
     cfg->batch_deadline_ms = 60000;
     cfg->unavailable_timeout_ms = 30000;
     cfg->resolve_interval_ms = 5000;
+}
+
+int feed_loader_config_init(feed_loader_config *cfg, size_t size)
+{
+    feed_loader_config full;
+    if (!cfg || size < CONFIG_MIN_SIZE || size > sizeof(full))
+        return FEED_EINVAL;
+    config_defaults(&full);
+    full.struct_size = size;
+    memcpy(cfg, &full, size);
+    return 0;
+}
+
+void(feed_loader_config_default)(feed_loader_config *cfg)
+{
+    feed_loader_config_init(cfg, CONFIG_0_5_SIZE);
 }
 
 static int check_config(const feed_loader_config *c, const char **why, char *tmsg, size_t cap)
@@ -92,7 +110,7 @@ static int check_config(const feed_loader_config *c, const char **why, char *tms
                                      c->demand_window_ms > CLIENT_DEMAND_WINDOW_MAX_MS))
         *why = "demand_window_ms";
     else if (c->job && c->job[0] && !client_job_valid(c->job))
-        *why = "job (1..128 bytes of letters, digits and " CLIENT_JOB_CHARS ")";
+        *why = "job (1..128 bytes of letters, digits and " FEED_NAME_CHARS ")";
     else if (c->job_weight > CLIENT_JOB_WEIGHT_MAX)
         *why = "job_weight (0..100)";
     for (int k = 0; !*why && k < 3; k++) {
@@ -170,7 +188,7 @@ int feed_loader_open(const feed_loader_config *caller_cfg, feed_loader **out)
         goto out;
     *out = NULL;
     /* Fields the caller's header did not have keep their defaults. */
-    feed_loader_config_default(&full);
+    config_defaults(&full);
     if (caller_cfg->struct_size < CONFIG_MIN_SIZE || caller_cfg->struct_size > sizeof(full)) {
         if (caller_cfg->log_fn && caller_cfg->struct_size >= CONFIG_MIN_SIZE)
             caller_cfg->log_fn(caller_cfg->log_user, FEED_LOG_ERROR,

@@ -12,6 +12,7 @@
 
 #include "feed/errors.h"
 #include "feed/log.h"
+#include "feed/names.h"
 
 static void *arena_alloc(void *ud, size_t size)
 {
@@ -173,19 +174,14 @@ static int augment_from_wire(const Feed__V1__TransformSpec *w, feed_augment *a, 
 static int job_from_wire(const Feed__V1__SessionOpen *o, feedd_session *sess, char *msg, size_t cap)
 {
     const char *job = o->job ? o->job : "";
-    size_t len = strlen(job);
-    if (len > FEEDD_JOB_NAME_MAX) {
-        snprintf(msg, cap, "open.job: %zu bytes > %d", len, FEEDD_JOB_NAME_MAX);
-        return FEED_EINVAL;
-    }
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)job[i];
-        bool alnum = (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
-        if (!alnum && !strchr(FEEDD_JOB_NAME_CHARS, c)) {
+    size_t len = strlen(job), bad = 0;
+    if (feed_name_check(job, &bad) != 0) {
+        if (len > FEED_NAME_MAX)
+            snprintf(msg, cap, "open.job: %zu bytes > %d", len, FEED_NAME_MAX);
+        else
             snprintf(msg, cap, "open.job: byte %zu (0x%02x) is not a letter, digit or one of %s",
-                     i, c, FEEDD_JOB_NAME_CHARS);
-            return FEED_EINVAL;
-        }
+                     bad, (unsigned char)job[bad], FEED_NAME_CHARS);
+        return FEED_EINVAL;
     }
     if (o->job_weight > FEEDD_JOB_WEIGHT_MAX) {
         snprintf(msg, cap, "open.job_weight: %u > %d", o->job_weight, FEEDD_JOB_WEIGHT_MAX);

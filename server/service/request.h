@@ -58,7 +58,7 @@ typedef struct feedd_session {
     uint64_t seed;
     uint32_t window;                             /* 1..max_window */
     char client_name[FEEDD_CLIENT_NAME_MAX + 1]; /* printable ASCII */
-    char job[FEEDD_JOB_NAME_MAX + 1];            /* "": the stream is a job of its own */
+    char job[FEED_NAME_MAX + 1];                 /* "": the stream is a job of its own */
     uint32_t job_weight;                         /* 1..FEEDD_JOB_WEIGHT_MAX */
 } feedd_session;
 

@@ -32,23 +32,22 @@
 #include <stdint.h>
 
 #include "feed/list.h"
+#include "feed/names.h"
 
-/* SessionOpen.job: at most FEEDD_JOB_NAME_MAX bytes, each a letter, a digit or one of
- * FEEDD_JOB_NAME_CHARS (request.c checks); job_weight 1..FEEDD_JOB_WEIGHT_MAX. */
-#define FEEDD_JOB_NAME_MAX 128
-#define FEEDD_JOB_NAME_CHARS "_.-:/@+="
+/* SessionOpen.job: a name as feed/names.h has it (request.c checks); job_weight
+ * 1..FEEDD_JOB_WEIGHT_MAX. */
 #define FEEDD_JOB_WEIGHT_MAX 100
 
 typedef struct feedd_share_member feedd_share_member;
 
 typedef struct feedd_share {
-    char name[FEEDD_JOB_NAME_MAX + 1]; /* "": a stream's own share */
-    uint32_t weight;                   /* 1..FEEDD_JOB_WEIGHT_MAX; 0 is taken as 1 */
-    uint32_t members;                  /* named: streams joined; 0 = a free table slot */
-    int label;                         /* its metrics label (metrics.h), set by the pool */
-    feed_list ring;                    /* of feedd_share_member with work, by rr */
-    feedd_share_member *cursor;        /* the member to serve next; NULL = no work */
-    feed_list_node rr;                 /* in the scheduler's ring while linked */
+    char name[FEED_NAME_MAX + 1]; /* "": a stream's own share */
+    uint32_t weight;              /* 1..FEEDD_JOB_WEIGHT_MAX; 0 is taken as 1 */
+    uint32_t members;             /* named: streams joined; 0 = a free table slot */
+    int label;                    /* its metrics label (metrics.h), set by the pool */
+    feed_list ring;               /* of feedd_share_member with work, by rr */
+    feedd_share_member *cursor;   /* the member to serve next; NULL = no work */
+    feed_list_node rr;            /* in the scheduler's ring while linked */
     bool linked;
     bool in_turn;   /* its credit was added for the turn it is in */
     int64_t credit; /* samples it may still claim this turn; may be negative (a debt) */
@@ -63,10 +62,10 @@ struct feedd_share_member {
 };
 
 typedef struct feedd_sched {
-    feed_list ring;        /* of feedd_share with work, by rr */
-    feedd_share *cursor;   /* the share whose turn it is; NULL = no work */
-    uint32_t quantum;      /* samples per turn per unit of weight; >= the largest claim */
-    feedd_share *table;    /* named shares */
+    feed_list ring;      /* of feedd_share with work, by rr */
+    feedd_share *cursor; /* the share whose turn it is; NULL = no work */
+    uint32_t quantum;    /* samples per turn per unit of weight; >= the largest claim */
+    feedd_share *table;  /* named shares */
     uint32_t table_cap;
 } feedd_sched;
 

@@ -410,6 +410,66 @@ static void test_struct_sizes(void **state)
     feed_loader_close(l);
 }
 
+/* The config as a caller built against the 0.5 header has it: it ends at tls_key_file. */
+#define CONFIG_0_5_SIZE (offsetof(feed_loader_config, tls_key_file) + sizeof(const char *))
+
+/* A 0.5-sized config in front of a canary, as a caller's older struct sits in its memory. */
+typedef union old_config {
+    feed_loader_config c;
+    unsigned char bytes[sizeof(feed_loader_config) + 64];
+} old_config;
+
+static void expect_canary(const old_config *u)
+{
+    for (size_t i = CONFIG_0_5_SIZE; i < sizeof u->bytes; i++)
+        assert_int_equal(u->bytes[i], 0xA5);
+    assert_int_equal(u->c.struct_size, CONFIG_0_5_SIZE);
+    assert_int_equal(u->c.batch_size, 256);
+    assert_int_equal(u->c.resolve_interval_ms, 5000);
+}
+
+/* A caller built against an older, smaller struct: feed_loader_config_init with its size, and
+ * the size-less feed_loader_config_default such a caller linked, write nothing past the struct;
+ * open reads nothing past it (the bytes after it are not a job name) and defaults the rest. */
+static void test_config_older_struct(void **state)
+{
+    (void)state;
+    old_config u;
+    memset(&u, 0xA5, sizeof u);
+    assert_int_equal(feed_loader_config_init(&u.c, CONFIG_0_5_SIZE), 0);
+    expect_canary(&u);
+    memset(&u, 0xA5, sizeof u);
+    (feed_loader_config_default)(&u.c);
+    expect_canary(&u);
+    assert_int_equal(feed_loader_config_init(&u.c, 8), FEED_EINVAL);
+    assert_int_equal(feed_loader_config_init(&u.c, sizeof u.c + 1), FEED_EINVAL);
+    assert_int_equal(feed_loader_config_init(NULL, sizeof u.c), FEED_EINVAL);
+    expect_canary(&u);
+    feed_loader_config c;
+    assert_int_equal(feed_loader_config_init(&c, sizeof c), 0);
+    assert_int_equal(c.struct_size, sizeof c);
+    const char *targets[] = {g_target};
+    u.c.targets = targets;
+    u.c.num_targets = 1;
+    u.c.dataset = "small";
+    u.c.transform.out_h = u.c.transform.out_w = SIDE;
+    u.c.batch_size = 8;
+    u.c.dtype = FEED_DTYPE_UINT8;
+    u.c.layout = FEED_LAYOUT_NHWC;
+    u.c.device = FEED_DEVICE_HOST;
+    feed_loader *l = NULL;
+    assert_int_equal(feed_loader_open(&u.c, &l), 0);
+    const char *job = feed_loader_job(l);
+    assert_non_null(job);
+    assert_true(strncmp(job, "proc-", 5) == 0 || strncmp(job, "run-", 4) == 0 ||
+                strncmp(job, "dist-", 5) == 0);
+    feed_batch *b = NULL;
+    assert_int_equal(feed_loader_next(l, &b), 0);
+    assert_int_equal(b->n, 8);
+    assert_int_equal(feed_loader_release(l, b, NULL), 0);
+    feed_loader_close(l);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -449,6 +509,7 @@ int main(void)
         cmocka_unit_test(test_close_from_log_callback),
         cmocka_unit_test(test_release_from_another_thread),
         cmocka_unit_test(test_struct_sizes),
+        cmocka_unit_test(test_config_older_struct),
         cmocka_unit_test_teardown(test_next_timed, resume_after_next_timed),
         cmocka_unit_test(test_training_thread_sends_nothing),
     };

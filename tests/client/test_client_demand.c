@@ -1,16 +1,18 @@
 /*
  * Fleet sizing end to end (README "Fleet sizing"): real feedd processes on
  * 127.0.0.1 port 0, libfeedclient reporting its training thread's demand on
- * its requests, real JPEGs (an ImageFolder the test support encodes). The
- * stimulus is the consumer's pace, not the clock: a loader that sleeps 100 ms
- * a batch of 4 (at most 40 samples/s) against two servers, and a loader that
- * takes batches as fast as they come from one single-threaded server. The
- * assertions are relations between the servers' metrics, never times: the
- * slow job is reported and the fleet it sees should shrink (desired <
- * servers the loader has up); the starving job waits and the fleet should
- * grow (desired > 1); once it leaves, the fleet comes back to 1. Polls are
- * hang guards only. Main thread only.
+ * its requests, real JPEGs (an ImageFolder the test support encodes). Only
+ * relations that hold at any speed are asserted here (CI runs this on a
+ * loaded 2-core machine and under ASan): the servers export a job's demand
+ * under its name, a paced job's rate is bounded by its pace, a job whose
+ * server was stopped reports a wait above 0, the desired size is at least
+ * one server, and a fleet without demand comes back to one. What the desired
+ * size is for given demand and capacity (1x, 2x, 4x, 0.5x, hysteresis, the
+ * per-window bound) is test_fleet's, on scripted inputs. Polls are hang
+ * guards only. Main thread only, but for the thread that resumes a stopped
+ * server.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -26,6 +28,7 @@
 #include "feed/client.h"
 #include "feed/errors.h"
 #include "feedtest.h"
+#include "feedtest_client.h"
 #include "feedtest_skip.h"
 
 #define SIDE 32u
@@ -35,13 +38,6 @@
 #define POLLS 1200
 
 static char g_root[256], g_arg[600];
-
-static void log_to_stderr(void *user, int level, const char *msg)
-{
-    (void)user;
-    if (level <= 1 || getenv("FEED_TEST_VERBOSE"))
-        fprintf(stderr, "  [client %d] %s\n", level, msg);
-}
 
 static void start(feed_test_server *s)
 {
@@ -73,22 +69,9 @@ static double val(const char *body, const char *series)
 static feed_loader *open_loader(const char *const *targets, size_t n, uint32_t batch)
 {
     feed_loader_config c;
-    feed_loader_config_default(&c);
-    c.targets = targets;
-    c.num_targets = n;
-    c.dataset = "demand";
-    c.transform.out_h = c.transform.out_w = SIDE;
-    c.batch_size = batch;
-    c.window_per_server = 2;
-    c.prefetch = 2;
-    c.dtype = FEED_DTYPE_UINT8;
-    c.layout = FEED_LAYOUT_NHWC;
-    c.device = FEED_DEVICE_HOST;
-    c.batch_deadline_ms = 120000;
-    c.unavailable_timeout_ms = 120000;
+    feed_test_host_config(&c, targets, n, "demand", SIDE, batch, NULL);
     c.demand_window_ms = 300;
     c.job = JOB;
-    c.log_fn = log_to_stderr;
     feed_loader *l = NULL;
     assert_int_equal(feed_loader_open(&c, &l), 0);
     return l;
@@ -109,20 +92,19 @@ static void take(feed_loader *l, uint32_t *epoch, useconds_t pause_us)
         usleep(pause_us);
 }
 
-/* The server has taken the loader's reports and moved a window on since: the job is there,
- * with a capacity measured. */
+/* The server has taken the loader's reports and moved a window on since: the job is there under
+ * its name, with the two servers the loader has up. */
 static bool sized(const char *m)
 {
     return val(m, "feedd_fleet_job_loaders{job=\"" JOB "\"}") == 1 &&
-           val(m, "feedd_fleet_servers_seen") == 2 &&
-           val(m, "feedd_fleet_capacity_samples_per_second") > 0 &&
-           val(m, "feedd_fleet_desired_servers") >= 1;
+           val(m, "feedd_fleet_servers_seen") == 2 && val(m, "feedd_fleet_desired_servers") >= 1;
 }
 
-/* A job far below one server's capacity, given two: the servers it uses report it and want
- * fewer servers than the two the loader has up; balancing may leave one server without work,
- * and a server without demand wants one server too. */
-static void test_slow_job_shrinks(void **state)
+/* A paced job over two servers: each server it uses exports it under the job's name, one
+ * loader, a rate no higher than the pace allows (the loader sleeps 100 ms a batch of 4: at most
+ * 40 samples/s, 1.5x for the window's edges), a wait fraction in [0, 1], and a desired size of at
+ * least one server. Balancing may leave one server without work; at least one is used. */
+static void test_job_reported_per_server(void **state)
 {
     (void)state;
     feed_test_server s[2];
@@ -137,30 +119,28 @@ static void test_slow_job_shrinks(void **state)
             free(m[i]);
             m[i] = snapshot(&s[i]);
         }
-        if ((sized(m[0]) || sized(m[1])) && val(m[0], "feedd_fleet_desired_servers") == 1 &&
-            val(m[1], "feedd_fleet_desired_servers") == 1)
+        if (sized(m[0]) || sized(m[1]))
             break;
         take(l, &epoch, 100000);
     }
     int used = 0;
     for (int i = 0; i < 2; i++) {
-        double rate = val(m[i], "feedd_fleet_job_samples_per_second{job=\"" JOB "\"}");
-        double wait = val(m[i], "feedd_fleet_job_wait_fraction{job=\"" JOB "\"}");
-        double desired = val(m[i], "feedd_fleet_desired_servers");
-        fprintf(stderr,
-                "  server %d: job %.1f samples/s, waiting %.3f; capacity %.1f; desired "
-                "%.0f (raw %.3f) of %.0f\n",
-                i, rate, wait, val(m[i], "feedd_fleet_capacity_samples_per_second"), desired,
-                val(m[i], "feedd_fleet_desired_servers_raw"),
-                val(m[i], "feedd_fleet_servers_seen"));
-        assert_true(desired == 1);
+        /* 0 until a server's first window has passed (one that was given no work may not
+         * have got there yet). */
+        assert_non_null(m[i]);
+        assert_true(val(m[i], "feedd_fleet_desired_servers") >= 0);
+        assert_true(val(m[i], "feedd_fleet_desired_servers_raw") >= 0);
+        assert_true(val(m[i], "feedd_fleet_capacity_samples_per_second") >= 0);
         if (!sized(m[i]))
             continue;
         used++;
-        assert_true(rate > 0 && rate <= 40.0 * 1.5);
+        assert_true(val(m[i], "feedd_fleet_desired_servers") >= 1);
+        double rate = val(m[i], "feedd_fleet_job_samples_per_second{job=\"" JOB "\"}");
+        double wait = val(m[i], "feedd_fleet_job_wait_fraction{job=\"" JOB "\"}");
+        assert_true(rate >= 0 && rate <= 40.0 * 1.5);
         assert_true(wait >= 0 && wait <= 1);
-        assert_true(desired < val(m[i], "feedd_fleet_servers_seen"));
         assert_true(val(m[i], "feedd_fleet_reports_total") > 0);
+        assert_true(val(m[i], "feedd_fleet_reports_dropped_total") == 0);
     }
     free(m[0]);
     free(m[1]);
@@ -170,10 +150,29 @@ static void test_slow_job_shrinks(void **state)
     assert_int_equal(feed_test_server_stop(&s[1]), 0);
 }
 
-/* A job that takes batches as fast as one single-threaded server makes them waits in next():
- * the server wants more servers than the one it is. Once the job leaves, the fleet it wants
- * comes back to one. */
-static void test_starving_job_grows_then_idle_shrinks(void **state)
+typedef struct resume_after {
+    feed_test_server *s;
+    useconds_t us;
+} resume_after;
+
+static void *resume_thread(void *arg)
+{
+    const resume_after *r = arg;
+    usleep(r->us);
+    feed_test_server_resume(r->s);
+    return NULL;
+}
+
+/*
+ * A job that waits: the server is stopped (every thread, feed_test_server_pause) while the
+ * loader takes batches, so next() runs out of what the loader holds and waits until a helper
+ * thread resumes the server. However fast or slow the machine, that wait is in the loader's
+ * window: the server exports a wait fraction above 0 for the job. The stop's length only sets how
+ * much of the window the wait is; a round that missed it (the loader had not drained its batches
+ * before the resume) is tried again. Once the job leaves, it is forgotten and the fleet it wants
+ * comes back to one server: no demand needs no capacity, whatever the server measured.
+ */
+static void test_waiting_job_then_idle_shrinks(void **state)
 {
     (void)state;
     feed_test_server s;
@@ -182,26 +181,28 @@ static void test_starving_job_grows_then_idle_shrinks(void **state)
     feed_loader *l = open_loader(t, 1, 8);
     uint32_t epoch = 0;
     char *m = NULL;
-    for (int polls = 0; polls < POLLS; polls++) {
+    resume_after r = {&s, 400000};
+    take(l, &epoch, 0);
+    for (int polls = 0; polls < POLLS / 10; polls++) {
         free(m);
         m = snapshot(&s);
-        if (val(m, "feedd_fleet_desired_servers") >= 2 &&
+        if (val(m, "feedd_fleet_job_wait_fraction{job=\"" JOB "\"}") > 0 &&
             val(m, "feedd_fleet_job_loaders{job=\"" JOB "\"}") == 1)
             break;
+        assert_int_equal(feed_test_server_pause(&s), 0);
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, resume_thread, &r), 0);
         for (int k = 0; k < 8; k++)
             take(l, &epoch, 0);
+        assert_int_equal(pthread_join(th, NULL), 0);
     }
     double wait = val(m, "feedd_fleet_job_wait_fraction{job=\"" JOB "\"}");
-    double desired = val(m, "feedd_fleet_desired_servers");
-    fprintf(stderr,
-            "  starving: waiting %.3f, %.1f samples/s, capacity %.1f, desired %.0f "
-            "(raw %.3f)\n",
-            wait, val(m, "feedd_fleet_job_samples_per_second{job=\"" JOB "\"}"),
-            val(m, "feedd_fleet_capacity_samples_per_second"), desired,
-            val(m, "feedd_fleet_desired_servers_raw"));
-    assert_true(wait > 0);
-    assert_true(desired > 1);
-    assert_true(val(m, "feedd_fleet_desired_servers_raw") > 1);
+    fprintf(stderr, "  waiting job: wait fraction %.3f, %.1f samples/s, desired %.0f\n", wait,
+            val(m, "feedd_fleet_job_samples_per_second{job=\"" JOB "\"}"),
+            val(m, "feedd_fleet_desired_servers"));
+    assert_true(wait > 0 && wait <= 1);
+    assert_true(val(m, "feedd_fleet_job_loaders{job=\"" JOB "\"}") == 1);
+    assert_true(val(m, "feedd_fleet_demand_samples_per_second") >= 0);
     feed_loader_close(l);
     /* Gone: forgotten after three windows, then the size halves each window down to 1. */
     for (int polls = 0; polls < POLLS; polls++) {
@@ -222,37 +223,22 @@ static void test_starving_job_grows_then_idle_shrinks(void **state)
 
 static int group_setup(void **state)
 {
-    (void)state;
-    if (feed_test_tmpdir("client-demand", g_root, sizeof g_root))
-        return -1;
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/data", g_root);
-    if (feed_test_make_imagefolder(dir, 4, 40, 7))
+    *state = g_root;
+    if (feed_test_tmp_imagefolder("client-demand", g_root, sizeof g_root, dir, sizeof dir, 4, 40,
+                                  7))
         return -1;
     snprintf(g_arg, sizeof g_arg, "demand=%s", dir);
     return 0;
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    feed_test_rmtree(g_root);
-    return 0;
-}
-
 int main(void)
 {
-    char exe[512];
-    const char *bdir = getenv("FEED_BUILD_DIR");
-    snprintf(exe, sizeof exe, "%s/server/feedd", bdir ? bdir : ".");
-    if (!bdir || access(exe, X_OK) != 0) {
-        printf("SKIP: feedd not built (%s)\n", exe);
+    if (!feed_test_have_feedd())
         return FEED_TEST_SKIP;
-    }
-    signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_slow_job_shrinks),
-        cmocka_unit_test(test_starving_job_grows_then_idle_shrinks),
+        cmocka_unit_test(test_job_reported_per_server),
+        cmocka_unit_test(test_waiting_job_then_idle_shrinks),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, feed_test_group_rmtree);
 }

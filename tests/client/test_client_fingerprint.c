@@ -30,6 +30,7 @@
 #include "feed/dataset.h"
 #include "feed/errors.h"
 #include "feedtest.h"
+#include "feedtest_client.h"
 #include "feedtest_skip.h"
 
 #define CLASSES 4u
@@ -77,21 +78,8 @@ static void start(feed_test_server *s, const char *dataset_arg)
 static feed_loader *open_loader(const char *const *targets, size_t n)
 {
     feed_loader_config c;
-    feed_loader_config_default(&c);
-    c.targets = targets;
-    c.num_targets = n;
-    c.dataset = "fp";
-    c.transform.out_h = c.transform.out_w = SIDE;
-    c.batch_size = BATCH;
+    feed_test_host_config(&c, targets, n, "fp", SIDE, BATCH, capture_log);
     c.seed = SEED;
-    c.window_per_server = 2;
-    c.prefetch = 2;
-    c.dtype = FEED_DTYPE_UINT8;
-    c.layout = FEED_LAYOUT_NHWC;
-    c.device = FEED_DEVICE_HOST;
-    c.batch_deadline_ms = 120000;
-    c.unavailable_timeout_ms = 120000;
-    c.log_fn = capture_log;
     feed_loader *l = NULL;
     assert_int_equal(feed_loader_open(&c, &l), 0);
     return l;
@@ -285,11 +273,11 @@ static int fingerprint_of(const char *dir, char *hex, uint64_t *count)
 
 static int group_setup(void **state)
 {
-    (void)state;
     char cmd[2048], path[700];
     uint64_t count_b = 0;
     struct stat before, after;
     const char *bdir = getenv("FEED_BUILD_DIR");
+    *state = g_root;
     if (feed_test_tmpdir("client-fingerprint", g_root, sizeof g_root))
         return -1;
     snprintf(g_a, sizeof g_a, "%s/a", g_root);
@@ -325,26 +313,13 @@ static int group_setup(void **state)
                : -1;
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    feed_test_rmtree(g_root);
-    return 0;
-}
-
 int main(void)
 {
-    char exe[512];
-    const char *bdir = getenv("FEED_BUILD_DIR");
-    snprintf(exe, sizeof exe, "%s/server/feedd", bdir ? bdir : ".");
-    if (!bdir || access(exe, X_OK) != 0) {
-        printf("SKIP: feedd not built (%s)\n", exe);
+    if (!feed_test_have_feedd())
         return FEED_TEST_SKIP;
-    }
-    signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_other_version_refused),
         cmocka_unit_test(test_tree_and_shards_agree),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, feed_test_group_rmtree);
 }

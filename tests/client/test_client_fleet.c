@@ -28,6 +28,7 @@
 #include "feed/client.h"
 #include "feed/errors.h"
 #include "feedtest.h"
+#include "feedtest_client.h"
 #include "feedtest_skip.h"
 #include "client_impl.h"
 #include "sched_impl.h"
@@ -47,13 +48,6 @@ typedef struct epoch_px {
     uint8_t *px;     /* [g_samples] samples by index */
     uint32_t *times; /* [g_samples] deliveries of each index */
 } epoch_px;
-
-static void log_to_stderr(void *user, int level, const char *msg)
-{
-    (void)user;
-    if (level <= 1 || getenv("FEED_TEST_VERBOSE"))
-        fprintf(stderr, "  [client %d] %s\n", level, msg);
-}
 
 static void start(feed_test_server *s, const char *cache_bytes)
 {
@@ -97,22 +91,9 @@ static void wait_idle(const feed_test_server *s, int skip)
 static feed_loader *open_loader(const char *const *targets, size_t n, uint32_t epoch)
 {
     feed_loader_config c;
-    feed_loader_config_default(&c);
-    c.targets = targets;
-    c.num_targets = n;
-    c.dataset = "fleet";
-    c.transform.out_h = c.transform.out_w = SIDE;
-    c.batch_size = BATCH;
+    feed_test_host_config(&c, targets, n, "fleet", SIDE, BATCH, NULL);
     c.seed = SEED;
     c.epoch = epoch;
-    c.window_per_server = 2;
-    c.prefetch = 2;
-    c.dtype = FEED_DTYPE_UINT8;
-    c.layout = FEED_LAYOUT_NHWC;
-    c.device = FEED_DEVICE_HOST;
-    c.batch_deadline_ms = 120000;
-    c.unavailable_timeout_ms = 120000;
-    c.log_fn = log_to_stderr;
     feed_loader *l = NULL;
     assert_int_equal(feed_loader_open(&c, &l), 0);
     return l;
@@ -336,7 +317,7 @@ static void test_server_killed_mid_epoch(void **state)
 
 static int group_setup(void **state)
 {
-    (void)state;
+    *state = g_root;
     if (feed_test_tmpdir("client-fleet", g_root, sizeof g_root))
         return -1;
     /* ctest always sets FEED_SAMPLE_DIR; the sample is used where it exists (a clone
@@ -363,26 +344,13 @@ static int group_setup(void **state)
     return g_samples > 0 && g_samples <= MAX_SAMPLES ? 0 : -1;
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    feed_test_rmtree(g_root);
-    return 0;
-}
-
 int main(void)
 {
-    char exe[512];
-    const char *bdir = getenv("FEED_BUILD_DIR");
-    snprintf(exe, sizeof exe, "%s/server/feedd", bdir ? bdir : ".");
-    if (!bdir || access(exe, X_OK) != 0) {
-        printf("SKIP: feedd not built (%s)\n", exe);
+    if (!feed_test_have_feedd())
         return FEED_TEST_SKIP;
-    }
-    signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fleet_caches_add_up),
         cmocka_unit_test(test_server_killed_mid_epoch),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, feed_test_group_rmtree);
 }

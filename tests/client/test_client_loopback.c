@@ -36,6 +36,7 @@
 #include "feed/errors.h"
 #include "feed/timeutil.h"
 #include "feedtest.h"
+#include "feedtest_client.h"
 #include "feedtest_skip.h"
 #include "norm_ref.h"
 #include "plan.h"
@@ -74,13 +75,6 @@ static char g_root[256];
 static char g_good[300], g_bad[300];
 static char g_good_arg[340], g_bad_arg[340];
 
-static void log_to_stderr(void *user, int level, const char *msg)
-{
-    (void)user;
-    if (level <= 1 || getenv("FEED_TEST_VERBOSE"))
-        fprintf(stderr, "  [client %d] %s\n", level, msg);
-}
-
 static void run_free(run *r)
 {
     for (size_t i = 0; i < r->count; i++)
@@ -107,7 +101,7 @@ static void base_cfg(feed_loader_config *c, const char *const *targets, size_t n
      * failover kills or stops a server, or sets a shorter deadline itself. */
     c->batch_deadline_ms = SETTLE_POLLS * 20;
     c->unavailable_timeout_ms = SETTLE_POLLS * 20;
-    c->log_fn = log_to_stderr;
+    c->log_fn = feed_test_log_stderr;
 }
 
 /* Takes one batch into r (copying everything) and releases it. Returns next()'s code. */
@@ -1139,14 +1133,8 @@ static int group_teardown(void **state)
 
 int main(void)
 {
-    char exe[512];
-    const char *bdir = getenv("FEED_BUILD_DIR");
-    snprintf(exe, sizeof exe, "%s/server/feedd", bdir ? bdir : ".");
-    if (!bdir || access(exe, X_OK) != 0) {
-        printf("SKIP: feedd not built (%s)\n", exe);
+    if (!feed_test_have_feedd())
         return FEED_TEST_SKIP;
-    }
-    signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_epoch_one_and_three_servers, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_rank_partitions, fx_setup, fx_teardown),

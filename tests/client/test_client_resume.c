@@ -22,27 +22,17 @@
 
 #include "feed/client.h"
 #include "feed/errors.h"
-#include "feed/rng.h"
+#include "feedtest.h"
 #include "plan.h"
 
 #define MAX_SEGS 8
 #define MAX_WORLD 16
 
-/* Independent Fisher-Yates, straight from the RNG contract. */
+/* The reference permutation (tests/support); never NULL here. */
 static uint64_t *ref_perm(uint64_t n, uint64_t seed, uint32_t epoch)
 {
-    uint64_t *p = malloc(n * sizeof(*p));
+    uint64_t *p = feed_test_ref_perm(n, seed, epoch);
     assert_non_null(p);
-    for (uint64_t i = 0; i < n; i++)
-        p[i] = i;
-    feed_rng r;
-    feed_rng_init(&r, seed, epoch, FEED_RNG_PERMUTATION_STREAM);
-    for (uint64_t i = n - 1; i > 0; i--) {
-        uint64_t j = feed_rng_below(&r, i + 1);
-        uint64_t t = p[i];
-        p[i] = p[j];
-        p[j] = t;
-    }
     return p;
 }
 

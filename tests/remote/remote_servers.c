@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -104,4 +105,43 @@ void remote_servers_stop(remote_servers *s)
     if (s->pid > 0)
         waitpid(s->pid, &status, 0);
     s->pid = -1;
+}
+
+long remote_servers_count(remote_servers *s, const char *cmd)
+{
+    long n = -1;
+    return remote_servers_cmd(s, cmd, &n, NULL) == 0 ? n : -1;
+}
+
+int remote_servers_wait_above(remote_servers *s, const char *cmd, long above, int timeout_ms)
+{
+    const struct timespec poll = {0, 20 * 1000000L};
+    for (int waited = 0; waited <= timeout_ms; waited += 20) {
+        if (remote_servers_count(s, cmd) > above)
+            return 0;
+        nanosleep(&poll, NULL);
+    }
+    return -1;
+}
+
+int remote_test_run(const char *cmd)
+{
+    int rc = system(cmd);
+    if (rc != 0)
+        fprintf(stderr, "failed (%d): %s\n", rc, cmd);
+    return rc;
+}
+
+int remote_test_make_shards(const char *build, const char *tmp, const char *data, unsigned classes,
+                            unsigned per_class, unsigned seed, unsigned shard_samples)
+{
+    char cmd[2048];
+    int n = snprintf(cmd, sizeof cmd,
+                     "'%s/server/tools/feed-gen-dataset' '%s/tree' --classes %u --per-class %u "
+                     "--seed %u >/dev/null && mkdir '%s' && '%s/server/tools/feed-pack' "
+                     "'%s/tree' '%s/shard' --format tar --shard-samples %u >/dev/null",
+                     build, tmp, classes, per_class, seed, data, build, tmp, data, shard_samples);
+    if (n < 0 || (size_t)n >= sizeof cmd)
+        return -1;
+    return remote_test_run(cmd);
 }

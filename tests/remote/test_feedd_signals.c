@@ -41,14 +41,6 @@ static const char *g_node, *g_script, *g_build;
 static remote_servers g_srv;
 static char g_tmp[256], g_data[300];
 
-static int run(const char *cmd)
-{
-    int rc = system(cmd);
-    if (rc != 0)
-        fprintf(stderr, "failed (%d): %s\n", rc, cmd);
-    return rc;
-}
-
 static uint64_t now_ms(void)
 {
     struct timespec ts;
@@ -64,17 +56,12 @@ static void sleep_ms(int ms)
 
 static int setup(void **state)
 {
-    char cmd[2048];
     (void)state;
     if (!g_build || feed_test_tmpdir("feed-signals-", g_tmp, sizeof g_tmp) != 0)
         return -1;
     snprintf(g_data, sizeof g_data, "%s/data", g_tmp);
-    snprintf(cmd, sizeof cmd,
-             "'%s/server/tools/feed-gen-dataset' '%s/tree' --classes 2 --per-class 8 --seed 3 "
-             ">/dev/null && mkdir '%s' && '%s/server/tools/feed-pack' '%s/tree' '%s/shard' "
-             "--format tar --shard-samples 8 >/dev/null",
-             g_build, g_tmp, g_data, g_build, g_tmp, g_data);
-    if (run(cmd) != 0 || remote_servers_start(&g_srv, g_node, g_script, g_data, 0) != 0)
+    if (remote_test_make_shards(g_build, g_tmp, g_data, 2, 8, 3, 8) != 0 ||
+        remote_servers_start(&g_srv, g_node, g_script, g_data, 0) != 0)
         return -1;
     unsetenv("AWS_SHARED_CREDENTIALS_FILE");
     unsetenv("AWS_PROFILE");
@@ -140,24 +127,6 @@ static int wait_exit(pid_t pid)
     return st;
 }
 
-/* Proxy requests so far. */
-static long store_requests(void)
-{
-    long n = -1;
-    assert_int_equal(remote_servers_cmd(&g_srv, "stats", &n, NULL), 0);
-    return n;
-}
-
-/* Waits (hang guard) until the store got more than `than` requests. */
-static void wait_requests(long than)
-{
-    uint64_t until = now_ms() + HANG_GUARD_MS;
-    while (store_requests() <= than) {
-        assert_true(now_ms() < until);
-        sleep_ms(20);
-    }
-}
-
 /* Waits (hang guard) for the port file: feedd serves. */
 static int wait_port(const char *port_file)
 {
@@ -198,7 +167,7 @@ static uint64_t term_and_wait(pid_t pid, const char *log)
     if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         char cmd[600];
         snprintf(cmd, sizeof cmd, "tail -n 20 '%s' >&2", log);
-        (void)run(cmd);
+        (void)remote_test_run(cmd);
     }
     assert_int_not_equal(st, -1);
     assert_true(WIFEXITED(st));
@@ -214,10 +183,11 @@ static void test_term_while_opening(void **state)
     snprintf(log, sizeof log, "%s/open.log", g_tmp);
     snprintf(port_file, sizeof port_file, "%s/open.port", g_tmp);
     assert_int_equal(remote_servers_cmd(&g_srv, "stall 1000000", NULL, NULL), 0);
-    long before = store_requests();
+    long before = remote_servers_count(&g_srv, "stats");
+    assert_true(before >= 0);
     pid_t pid = spawn_feedd(log, port_file);
     assert_true(pid > 0);
-    wait_requests(before);
+    assert_int_equal(remote_servers_wait_above(&g_srv, "stats", before, HANG_GUARD_MS), 0);
     uint64_t took = term_and_wait(pid, log);
     assert_true(log_has(log, "signal 15 during start-up (opening dataset s3)"));
     assert_int_equal(access(port_file, F_OK), -1);
@@ -253,8 +223,6 @@ static void test_term_while_draining(void **state)
     char log[400], port_file[400], target[64];
     feedtest_stream s;
     Feed__V1__TransformSpec spec = FEED__V1__TRANSFORM_SPEC__INIT;
-    Feed__V1__SessionOpen open;
-    Feed__V1__BatchRequest r = FEED__V1__BATCH_REQUEST__INIT;
     uint64_t idx[N_SAMPLES];
     (void)state;
     snprintf(log, sizeof log, "%s/drain.log", g_tmp);
@@ -270,23 +238,13 @@ static void test_term_while_draining(void **state)
         idx[i] = i;
     spec.mode = FEED__V1__TRANSFORM_MODE__TRANSFORM_MODE_EVAL;
     spec.out_height = spec.out_width = 32;
-    feed__v1__session_open__init(&open);
-    open.dataset = (char *)"s3";
-    open.transform = &spec;
-    open.seed = 5;
-    open.window = 1;
-    open.protocol_version = 1;
-    open.client_name = (char *)"test_feedd_signals";
-    r.open = &open;
-    r.batch_id = 1;
-    r.epoch = 1;
-    r.n_indices = N_SAMPLES;
-    r.indices = idx;
     assert_int_equal(remote_servers_cmd(&g_srv, "stall 1000000", NULL, NULL), 0);
-    long before = store_requests();
-    assert_int_equal(feedtest_stream_open(ch, 120, &s), 0);
-    assert_int_equal(feedtest_stream_send(&s, &r), 0);
-    wait_requests(before);
+    long before = remote_servers_count(&g_srv, "stats");
+    assert_true(before >= 0);
+    assert_int_equal(
+        feedtest_stream_open_batch(ch, 120, "s3", &spec, "test_feedd_signals", idx, N_SAMPLES, &s),
+        0);
+    assert_int_equal(remote_servers_wait_above(&g_srv, "stats", before, HANG_GUARD_MS), 0);
     uint64_t took = term_and_wait(pid, log);
     assert_true(log_has(log, "signal 15: draining"));
     printf("exit after SIGTERM while draining a batch stalled on the store "

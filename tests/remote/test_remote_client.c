@@ -190,18 +190,14 @@ static void test_kill_mid_epoch_over_s3_shards(void **state)
 
 static int setup(void **state)
 {
-    char cmd[2048], data[300];
+    char data[300];
     const char *build = getenv("FEED_BUILD_DIR");
     (void)state;
     if (!build || feed_test_tmpdir("feed-remote-client", g_root, sizeof g_root) != 0)
         return -1;
     snprintf(data, sizeof data, "%s/data", g_root);
-    snprintf(cmd, sizeof cmd,
-             "'%s/server/tools/feed-gen-dataset' '%s/tree' --classes %u --per-class %u "
-             "--seed 5 >/dev/null && mkdir '%s' && '%s/server/tools/feed-pack' '%s/tree' "
-             "'%s/shard' --format tar --shard-samples 10 >/dev/null",
-             build, g_root, CLASSES, PER_CLASS, data, build, g_root, data);
-    if (system(cmd) != 0 || remote_servers_start(&g_s3, g_node, g_script, data, 0) != 0)
+    if (remote_test_make_shards(build, g_root, data, CLASSES, PER_CLASS, 5, 10) != 0 ||
+        remote_servers_start(&g_s3, g_node, g_script, data, 0) != 0)
         return -1;
     unsetenv("AWS_SHARED_CREDENTIALS_FILE");
     unsetenv("AWS_PROFILE");

@@ -48,14 +48,6 @@ static grpc_channel *g_chan;
 static char g_tmp[256], g_log[400];
 static int g_httpproxy;
 
-static int run(const char *cmd)
-{
-    int rc = system(cmd);
-    if (rc != 0)
-        fprintf(stderr, "failed (%d): %s\n", rc, cmd);
-    return rc;
-}
-
 static int setup(void **state)
 {
     char cmd[2048], data[300], s3[512], http[512], local[512], ep[128], presigned[512];
@@ -66,12 +58,7 @@ static int setup(void **state)
     if (!build || feed_test_tmpdir("feed-remote-feedd-", g_tmp, sizeof g_tmp) != 0)
         return -1;
     snprintf(data, sizeof data, "%s/data", g_tmp);
-    snprintf(cmd, sizeof cmd,
-             "'%s/server/tools/feed-gen-dataset' '%s/tree' --classes 3 --per-class 8 --seed 3 "
-             ">/dev/null && mkdir '%s' && '%s/server/tools/feed-pack' '%s/tree' '%s/shard' "
-             "--format tar --shard-samples 8 >/dev/null",
-             build, g_tmp, data, build, g_tmp, data);
-    if (run(cmd) != 0)
+    if (remote_test_make_shards(build, g_tmp, data, 3, 8, 3, 8) != 0)
         return -1;
     /*
      * bad-000000.tar: shard 0 with its index damaged (one byte), so the index is ignored.
@@ -84,7 +71,7 @@ static int setup(void **state)
              "conv=notrunc 2>/dev/null && cp shard-000000.tar.idx lost-000000.tar.idx && "
              "printf 'no index' >lostidx-000000.tar.idx",
              data);
-    if (run(cmd) != 0 || remote_servers_start(&g_srv, g_node, g_script, data, 0) != 0)
+    if (remote_test_run(cmd) != 0 || remote_servers_start(&g_srv, g_node, g_script, data, 0) != 0)
         return -1;
     unsetenv("AWS_SHARED_CREDENTIALS_FILE");
     unsetenv("AWS_PROFILE");
@@ -137,8 +124,6 @@ static int teardown(void **state)
 static Feed__V1__Batch *fetch_n(const char *ds, size_t n)
 {
     Feed__V1__TransformSpec spec = FEED__V1__TRANSFORM_SPEC__INIT;
-    Feed__V1__SessionOpen open;
-    Feed__V1__BatchRequest r = FEED__V1__BATCH_REQUEST__INIT;
     uint64_t idx[N_SAMPLES];
     feedtest_stream s;
     for (uint64_t i = 0; i < N_SAMPLES; i++)
@@ -146,20 +131,8 @@ static Feed__V1__Batch *fetch_n(const char *ds, size_t n)
     spec.mode = FEED__V1__TRANSFORM_MODE__TRANSFORM_MODE_TRAIN;
     spec.out_height = spec.out_width = 48;
     spec.flip_prob = 0.5;
-    feed__v1__session_open__init(&open);
-    open.dataset = (char *)ds;
-    open.transform = &spec;
-    open.seed = 5;
-    open.window = 1;
-    open.protocol_version = 1;
-    open.client_name = (char *)"test_remote_feedd";
-    r.open = &open;
-    r.batch_id = 1;
-    r.epoch = 1;
-    r.n_indices = n;
-    r.indices = idx;
-    assert_int_equal(feedtest_stream_open(g_chan, 120, &s), 0);
-    assert_int_equal(feedtest_stream_send(&s, &r), 0);
+    assert_int_equal(
+        feedtest_stream_open_batch(g_chan, 120, ds, &spec, "test_remote_feedd", idx, n, &s), 0);
     Feed__V1__Batch *b = feedtest_stream_recv(&s);
     feedtest_stream_writes_done(&s);
     assert_null(feedtest_stream_recv(&s));

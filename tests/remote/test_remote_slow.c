@@ -42,29 +42,17 @@ static feed_test_server g_feedd;
 static grpc_channel *g_chan;
 static char g_tmp[256], g_store[64];
 
-static int run(const char *cmd)
-{
-    int rc = system(cmd);
-    if (rc != 0)
-        fprintf(stderr, "failed (%d): %s\n", rc, cmd);
-    return rc;
-}
-
 static int setup(void **state)
 {
-    char cmd[2048], data[300], http[512], local[512], log[400], retries[16];
+    char data[300], http[512], local[512], log[400], retries[16];
     const char *build = getenv("FEED_BUILD_DIR");
     feed_test_server_opts opts = {0};
     (void)state;
     if (!build || feed_test_tmpdir("feed-remote-slow-", g_tmp, sizeof g_tmp) != 0)
         return -1;
     snprintf(data, sizeof data, "%s/data", g_tmp);
-    snprintf(cmd, sizeof cmd,
-             "'%s/server/tools/feed-gen-dataset' '%s/tree' --classes 3 --per-class 8 --seed 3 "
-             ">/dev/null && mkdir '%s' && '%s/server/tools/feed-pack' '%s/tree' '%s/shard' "
-             "--format tar --shard-samples 8 >/dev/null",
-             build, g_tmp, data, build, g_tmp, data);
-    if (run(cmd) != 0 || remote_servers_start(&g_srv, g_node, g_script, data, 0) != 0)
+    if (remote_test_make_shards(build, g_tmp, data, 3, 8, 3, 8) != 0 ||
+        remote_servers_start(&g_srv, g_node, g_script, data, 0) != 0)
         return -1;
     snprintf(local, sizeof local, "local=%s/" SHARDS, data);
     snprintf(g_store, sizeof g_store, "http://127.0.0.1:%d", g_srv.httpproxy);
@@ -108,25 +96,11 @@ static int teardown(void **state)
 static void send_batch(feedtest_stream *s, const char *ds, const uint64_t *idx, size_t n)
 {
     Feed__V1__TransformSpec spec = FEED__V1__TRANSFORM_SPEC__INIT;
-    Feed__V1__SessionOpen open;
-    Feed__V1__BatchRequest r = FEED__V1__BATCH_REQUEST__INIT;
     spec.mode = FEED__V1__TRANSFORM_MODE__TRANSFORM_MODE_TRAIN;
     spec.out_height = spec.out_width = 48;
     spec.flip_prob = 0.5;
-    feed__v1__session_open__init(&open);
-    open.dataset = (char *)ds;
-    open.transform = &spec;
-    open.seed = 5;
-    open.window = 1;
-    open.protocol_version = 1;
-    open.client_name = (char *)"test_remote_slow";
-    r.open = &open;
-    r.batch_id = 1;
-    r.epoch = 1;
-    r.n_indices = n;
-    r.indices = (uint64_t *)idx;
-    assert_int_equal(feedtest_stream_open(g_chan, GUARD_S, s), 0);
-    assert_int_equal(feedtest_stream_send(s, &r), 0);
+    assert_int_equal(
+        feedtest_stream_open_batch(g_chan, GUARD_S, ds, &spec, "test_remote_slow", idx, n, s), 0);
 }
 
 /* One batch of idx[0, n) of ds on a stream of its own; fails when none comes within the guard. */
@@ -152,14 +126,6 @@ static Feed__V1__Batch *fetch_all(const char *ds)
     return fetch(ds, idx, N_SAMPLES);
 }
 
-/* Responses the proxy is drip-feeding now. */
-static long dripping(void)
-{
-    long n = -1;
-    assert_int_equal(remote_servers_cmd(&g_srv, "dripping", &n, NULL), 0);
-    return n;
-}
-
 static void test_local_served_while_store_drips(void **state)
 {
     uint64_t slow[SHARD_SAMPLES];
@@ -169,9 +135,7 @@ static void test_local_served_while_store_drips(void **state)
         slow[i] = i; /* all in shard-000000.tar */
     assert_int_equal(remote_servers_cmd(&g_srv, "drip shard-000000.tar", NULL, NULL), 0);
     send_batch(&s, "http", slow, SHARD_SAMPLES);
-    for (int i = 0; i < 20 * GUARD_S && dripping() < 1; i++)
-        usleep(50000);
-    assert_true(dripping() >= 1);
+    assert_int_equal(remote_servers_wait_above(&g_srv, "dripping", 0, GUARD_S * 1000), 0);
     /* The slow store is being read; the local dataset is served all the same. */
     for (int k = 0; k < 5; k++) {
         Feed__V1__Batch *b = fetch_all("local");
@@ -179,7 +143,8 @@ static void test_local_served_while_store_drips(void **state)
             assert_int_equal(b->status[i], FEED__V1__SAMPLE_STATUS__SAMPLE_OK);
         feed__v1__batch__free_unpacked(b, NULL);
     }
-    assert_true(dripping() >= 1); /* and its reads are still pending */
+    /* And its reads are still pending. */
+    assert_true(remote_servers_count(&g_srv, "dripping") >= 1);
     feedtest_stream_cancel(&s);
     feedtest_stream_finish(&s, NULL, 0);
     assert_int_equal(remote_servers_cmd(&g_srv, "undrip shard-000000.tar", NULL, NULL), 0);
@@ -207,7 +172,8 @@ static void test_fast_shards_served_slow_shard_fails(void **state)
         if (!strstr(b->errors[e]->message, why) ||
             !strstr(b->errors[e]->message, "shard-000001.tar"))
             fail_msg("want '%s' and the shard in: %s", why, b->errors[e]->message);
-    assert_true(dripping() >= 1); /* failed at the deadline, not by the store */
+    /* Failed at the deadline, not by the store. */
+    assert_true(remote_servers_count(&g_srv, "dripping") >= 1);
     feed__v1__batch__free_unpacked(b, NULL);
     feed__v1__batch__free_unpacked(ref, NULL);
     assert_int_equal(remote_servers_cmd(&g_srv, "undrip shard-000001.tar", NULL, NULL), 0);

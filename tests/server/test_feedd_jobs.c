@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include "feed/errors.h"
+#include "feed/names.h"
 #include "feedtest.h"
 #include "feedtest_grpc.h"
 #include "feedd_it.h"
@@ -293,7 +294,7 @@ static void test_job_fields_checked(void **state)
     Feed__V1__TransformSpec spec = train_spec(32);
     Feed__V1__SessionOpen open;
     uint64_t idx[1] = {0};
-    char long_name[FEEDD_JOB_NAME_MAX + 2];
+    char long_name[FEED_NAME_MAX + 2];
     memset(long_name, 'a', sizeof long_name - 1);
     long_name[sizeof long_name - 1] = '\0';
     make_open(&open, &spec, "good", 1, 1);
@@ -305,7 +306,7 @@ static void test_job_fields_checked(void **state)
     open.job_weight = FEEDD_JOB_WEIGHT_MAX + 1;
     expect_stream_error(chan, &open, idx, 1, GRPC_STATUS_INVALID_ARGUMENT, "open.job_weight");
     /* The longest name and the largest weight are served. */
-    long_name[FEEDD_JOB_NAME_MAX] = '\0';
+    long_name[FEED_NAME_MAX] = '\0';
     open.job = long_name;
     open.job_weight = FEEDD_JOB_WEIGHT_MAX;
     feedtest_stream st;

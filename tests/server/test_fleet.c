@@ -80,6 +80,73 @@ static void test_desired_hysteresis_and_bound(void **state)
     assert_int_equal(desired(1e9, 0, 1e-9, 0), 65536);
 }
 
+/* The desired size window after window, as tick() feeds it (prev: the last answer), for a job
+ * whose demand is a given multiple of one server's capacity. */
+static uint32_t settle(double multiple, double wait, uint32_t prev, int windows, uint32_t *path)
+{
+    for (int w = 0; w < windows; w++) {
+        prev = desired(1000 * multiple * (1 - wait), wait, 1000, prev);
+        if (path)
+            path[w] = prev;
+    }
+    return prev;
+}
+
+/* Demand 0.5x, 1x, 2x and 4x of one server: from any fleet of 1 to 8 the size settles within
+ * one server above the ideal (ceil of the multiple) and stays there; a job at half its rate
+ * because it waits half the time counts as its unstarved demand. */
+static void test_desired_settles(void **state)
+{
+    (void)state;
+    static const double multiples[] = {0.5, 1, 2, 4};
+    for (size_t i = 0; i < sizeof multiples / sizeof multiples[0]; i++) {
+        uint32_t ideal = multiples[i] < 1 ? 1 : (uint32_t)multiples[i];
+        for (uint32_t from = 1; from <= 8; from++) {
+            for (int starved = 0; starved < 2; starved++) {
+                uint32_t end = settle(multiples[i], starved ? 0.5 : 0, from, 8, NULL);
+                assert_true(end >= ideal && end <= ideal + 1);
+                assert_int_equal(settle(multiples[i], starved ? 0.5 : 0, end, 4, NULL), end);
+            }
+        }
+    }
+    /* From one server, 2x and 4x reach the ideal exactly (growth rounds up, not over). */
+    assert_int_equal(settle(2, 0, 1, 8, NULL), 2);
+    assert_int_equal(settle(4, 0, 1, 8, NULL), 4);
+}
+
+/* A step from 1x to 4x grows at most 2x a window (1, 2, 4); the step back down to 0.5x and then
+ * to no demand at all shrinks at most by half a window, to one server and no lower. */
+static void test_desired_steps(void **state)
+{
+    (void)state;
+    uint32_t up[3], down[4];
+    uint32_t n = settle(1, 0, 1, 2, NULL);
+    assert_int_equal(n, 1);
+    n = settle(4, 0, n, 3, up);
+    assert_int_equal(up[0], 2);
+    assert_int_equal(up[1], 4);
+    assert_int_equal(up[2], 4);
+    /* 8 servers' worth from 4: 8 at once (the bound allows 2x); 16x from 4: 8 first. */
+    assert_int_equal(settle(8, 0, 4, 1, NULL), 8);
+    assert_int_equal(settle(16, 0, 4, 1, NULL), 8);
+    n = settle(0.5, 0, n, 4, down);
+    assert_int_equal(down[0], 2);
+    assert_int_equal(down[1], 1);
+    assert_int_equal(down[3], 1);
+    /* Idle from 8: 4, 2, 1, 1. */
+    n = settle(0, 0, 8, 4, down);
+    assert_int_equal(down[0], 4);
+    assert_int_equal(down[1], 2);
+    assert_int_equal(down[2], 1);
+    assert_int_equal(down[3], 1);
+    /* Hysteresis both ways around 2 servers: 1.8x holds 2, 2.1x grows to 3, 2.0x from 3 holds 3
+     * (2 + 0.25 rounds up to 3), 1.75x from 3 comes down to 2. */
+    assert_int_equal(settle(1.8, 0, 2, 3, NULL), 2);
+    assert_int_equal(settle(2.1, 0, 2, 1, NULL), 3);
+    assert_int_equal(settle(2.0, 0, 3, 3, NULL), 3);
+    assert_int_equal(settle(1.75, 0, 3, 1, NULL), 2);
+}
+
 static char text[128 * 1024];
 
 static double metric(const char *series)
@@ -197,6 +264,8 @@ int main(void)
         cmocka_unit_test(test_desired_ratio),
         cmocka_unit_test(test_desired_starvation),
         cmocka_unit_test(test_desired_hysteresis_and_bound),
+        cmocka_unit_test(test_desired_settles),
+        cmocka_unit_test(test_desired_steps),
         cmocka_unit_test(test_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,7 +2,9 @@
  * Small ImageFolder datasets of real JPEGs for tests: feed-gen-dataset from
  * server/tools when it is built, else encoded here with libjpeg. Images are a
  * seed-dependent smooth pattern with some noise, so they compress like photos
- * (and the decoder's DCT scaling paths are exercised), at varied sizes.
+ * (and the decoder's DCT scaling paths are exercised), at varied sizes. Also
+ * the temp dir that holds one, and the reference epoch permutation tests
+ * compare the client's plan with.
  */
 #include "feedtest.h"
 
@@ -16,6 +18,7 @@
 #include <jpeglib.h>
 
 #include "feed/errors.h"
+#include "feed/rng.h"
 
 static uint32_t mix32(uint32_t x)
 {
@@ -124,4 +127,41 @@ int feed_test_make_imagefolder(const char *dir, unsigned classes, unsigned per_c
         }
     }
     return 0;
+}
+
+int feed_test_tmp_imagefolder(const char *prefix, char *root, size_t root_cap, char *dir,
+                              size_t dir_cap, unsigned classes, unsigned per_class, unsigned seed)
+{
+    int rc = feed_test_tmpdir(prefix, root, root_cap);
+    if (rc != 0)
+        return rc;
+    if ((size_t)snprintf(dir, dir_cap, "%s/data", root) >= dir_cap)
+        return FEED_EINVAL;
+    return feed_test_make_imagefolder(dir, classes, per_class, seed);
+}
+
+int feed_test_group_rmtree(void **state)
+{
+    const char *root = state ? *state : NULL;
+    if (root && root[0])
+        feed_test_rmtree(root);
+    return 0;
+}
+
+uint64_t *feed_test_ref_perm(uint64_t n, uint64_t seed, uint32_t epoch)
+{
+    uint64_t *p = n ? malloc(n * sizeof(*p)) : NULL;
+    if (!p)
+        return NULL;
+    for (uint64_t i = 0; i < n; i++)
+        p[i] = i;
+    feed_rng r;
+    feed_rng_init(&r, seed, epoch, FEED_RNG_PERMUTATION_STREAM);
+    for (uint64_t i = n - 1; i > 0; i--) {
+        uint64_t j = feed_rng_below(&r, i + 1);
+        uint64_t t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+    return p;
 }

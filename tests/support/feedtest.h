@@ -109,6 +109,24 @@ int feed_test_write_file(const char *path, const void *data, size_t len);
  */
 int feed_test_make_imagefolder(const char *dir, unsigned classes, unsigned per_class,
                                unsigned seed);
+/*
+ * A temp dir (feed_test_tmpdir(prefix) into root) holding an ImageFolder at root/data (into dir):
+ * feed_test_make_imagefolder(dir, classes, per_class, seed). 0, or the first error (root is set
+ * once the dir exists, so a group teardown can remove it).
+ */
+int feed_test_tmp_imagefolder(const char *prefix, char *root, size_t root_cap, char *dir,
+                              size_t dir_cap, unsigned classes, unsigned per_class, unsigned seed);
+/* A cmocka group teardown (int (*)(void **)): removes the temp dir whose path the group setup
+ * left in *state (a char array it owns), if any. Returns 0. */
+int feed_test_group_rmtree(void **state);
+
+/*
+ * The permutation of [0, n) the client's plan must draw for (seed, epoch): an independent
+ * Fisher-Yates straight from the RNG contract (feed/rng.h). malloc'd (the caller frees), NULL
+ * when out of memory or n is 0.
+ */
+uint64_t *feed_test_ref_perm(uint64_t n, uint64_t seed, uint32_t epoch);
+
 /* Encode one w x h RGB JPEG of a seed-dependent pattern at quality q into path. */
 int feed_test_write_jpeg(const char *path, unsigned w, unsigned h, unsigned seed, int quality);
 

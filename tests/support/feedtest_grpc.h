@@ -52,6 +52,14 @@ typedef struct feedtest_stream {
 int feedtest_stream_open(grpc_channel *ch, int deadline_s, feedtest_stream *s);
 /* Pack and send one request; 0, or FEED_EIO when the call is dead. */
 int feedtest_stream_send(feedtest_stream *s, const Feed__V1__BatchRequest *req);
+/*
+ * feedtest_stream_open, then the stream's first request: a session on dataset with spec (seed
+ * 5, window 1, protocol 1, client_name) and batch 1 of epoch 1 over idx[0, n). 0, or the
+ * open's or the send's error.
+ */
+int feedtest_stream_open_batch(grpc_channel *ch, int deadline_s, const char *dataset,
+                               const Feed__V1__TransformSpec *spec, const char *client_name,
+                               const uint64_t *idx, size_t n, feedtest_stream *s);
 /* Send raw bytes as one message (malformed-request tests). */
 int feedtest_stream_send_raw(feedtest_stream *s, const void *data, size_t len);
 /* Half-close. */

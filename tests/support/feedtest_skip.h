@@ -9,11 +9,13 @@
 #ifndef FEED_TESTS_SUPPORT_FEEDTEST_SKIP_H
 #define FEED_TESTS_SUPPORT_FEEDTEST_SKIP_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define FEED_TEST_SKIP 77
 
@@ -32,6 +34,22 @@ static inline bool feed_test_have_sample(void)
         return true;
     printf("SKIP: the ImageNet sample is absent (FEED_SAMPLE_DIR=%s)\n", dir ? dir : "unset");
     return false;
+}
+
+/* main()'s first check in a test that starts feedd: true when ${FEED_BUILD_DIR}/server/feedd
+ * is built, with SIGPIPE ignored (a server that goes away must not kill the test); otherwise
+ * prints why it skips (return FEED_TEST_SKIP then). */
+static inline bool feed_test_have_feedd(void)
+{
+    char exe[512];
+    const char *bdir = getenv("FEED_BUILD_DIR");
+    snprintf(exe, sizeof exe, "%s/server/feedd", bdir ? bdir : ".");
+    if (!bdir || access(exe, X_OK) != 0) {
+        printf("SKIP: feedd not built (%s)\n", exe);
+        return false;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    return true;
 }
 
 #endif

@@ -150,6 +150,28 @@ int feedtest_stream_send(feedtest_stream *s, const Feed__V1__BatchRequest *req)
     return send_bb(s, pack_message(&req->base));
 }
 
+int feedtest_stream_open_batch(grpc_channel *ch, int deadline_s, const char *dataset,
+                               const Feed__V1__TransformSpec *spec, const char *client_name,
+                               const uint64_t *idx, size_t n, feedtest_stream *s)
+{
+    Feed__V1__SessionOpen open;
+    Feed__V1__BatchRequest r = FEED__V1__BATCH_REQUEST__INIT;
+    feed__v1__session_open__init(&open);
+    open.dataset = (char *)dataset;
+    open.transform = (Feed__V1__TransformSpec *)spec;
+    open.seed = 5;
+    open.window = 1;
+    open.protocol_version = 1;
+    open.client_name = (char *)client_name;
+    r.open = &open;
+    r.batch_id = 1;
+    r.epoch = 1;
+    r.n_indices = n;
+    r.indices = (uint64_t *)idx;
+    int rc = feedtest_stream_open(ch, deadline_s, s);
+    return rc ? rc : feedtest_stream_send(s, &r);
+}
+
 int feedtest_stream_send_raw(feedtest_stream *s, const void *data, size_t len)
 {
     grpc_slice sl = grpc_slice_from_copied_buffer(data, len);

@@ -20,6 +20,7 @@
 #include "feed/errors.h"
 #include "feed/list.h"
 #include "feed/log.h"
+#include "feed/names.h"
 #include "feed/opts.h"
 #include "feed/rng.h"
 #include "feed/strutil.h"
@@ -507,6 +508,33 @@ static void test_cond_monotonic(void **state)
     pthread_mutex_destroy(&c.mu);
 }
 
+/* The name rules both sides share: the length bound, the character set, where it breaks. */
+static void test_name_check(void **state)
+{
+    (void)state;
+    char name[FEED_NAME_MAX + 2];
+    size_t bad = 99;
+    assert_int_equal(feed_name_check("", NULL), 0);
+    assert_int_equal(feed_name_check("run-Az09_.-:/@+=", NULL), 0);
+    memset(name, 'a', FEED_NAME_MAX);
+    name[FEED_NAME_MAX] = '\0';
+    assert_int_equal(feed_name_check(name, &bad), 0);
+    assert_int_equal(bad, 99);
+    name[FEED_NAME_MAX] = 'a';
+    name[FEED_NAME_MAX + 1] = '\0';
+    assert_int_equal(feed_name_check(name, &bad), FEED_EINVAL);
+    assert_int_equal(bad, FEED_NAME_MAX);
+    assert_int_equal(feed_name_check("job 1", &bad), FEED_EINVAL);
+    assert_int_equal(bad, 3);
+    assert_int_equal(feed_name_check("a\"b", &bad), FEED_EINVAL);
+    assert_int_equal(bad, 1);
+    assert_int_equal(feed_name_check("\xc3\xa9", &bad), FEED_EINVAL);
+    assert_int_equal(bad, 0);
+    assert_true(feed_name_char('@'));
+    assert_false(feed_name_char('\\'));
+    assert_false(feed_name_char('\0'));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -525,6 +553,7 @@ int main(void)
         cmocka_unit_test(test_utf8_valid),
         cmocka_unit_test(test_list),
         cmocka_unit_test(test_opts),
+        cmocka_unit_test(test_name_check),
         cmocka_unit_test(test_token_file),
         cmocka_unit_test(test_cond_monotonic),
     };

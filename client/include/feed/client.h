@@ -67,9 +67,9 @@ extern "C" {
 
 /* The version of this header; feed_client_version() gives the library's. */
 #define FEED_CLIENT_VERSION_MAJOR 0
-#define FEED_CLIENT_VERSION_MINOR 5
+#define FEED_CLIENT_VERSION_MINOR 6
 #define FEED_CLIENT_VERSION_PATCH 0
-#define FEED_CLIENT_VERSION_STRING "0.5.0"
+#define FEED_CLIENT_VERSION_STRING "0.6.0"
 /* MAJOR << 16 | MINOR << 8 | PATCH, for comparisons. */
 #define FEED_CLIENT_VERSION_NUM                                                                    \
     ((FEED_CLIENT_VERSION_MAJOR << 16) | (FEED_CLIENT_VERSION_MINOR << 8) |                        \
@@ -117,7 +117,7 @@ typedef enum feed_owner_routing {
 } feed_owner_routing;
 
 typedef struct feed_loader_config {
-    /* sizeof(feed_loader_config) as the caller was compiled; feed_loader_config_default sets it.
+    /* sizeof(feed_loader_config) as the caller was compiled; feed_loader_config_init sets it.
      * A library newer than the caller's header reads only the fields this size covers and
      * defaults the rest; one older than it refuses a larger size (FEED_EINVAL). Fields are only
      * ever added at the end. */
@@ -262,9 +262,23 @@ typedef struct feed_server_stats {
     bool fingerprint_differs;
 } feed_server_stats;
 
-/* Fills cfg with defaults: train transform 224, batch 256, ordered, window 4,
- * prefetch 4, fp32 NCHW with ImageNet mean/std, device 0, substitute. */
-FEED_EXPORT void feed_loader_config_default(feed_loader_config *cfg);
+/*
+ * Fills the first size bytes of cfg with defaults (train transform 224, batch 256, ordered,
+ * window 4, prefetch 4, fp32 NCHW with ImageNet mean/std, device 0, substitute) and sets
+ * struct_size to size. size is sizeof(feed_loader_config) as the caller was compiled: nothing
+ * past it is written, so a caller built against an older, smaller struct keeps working with a
+ * newer library. 0, or FEED_EINVAL with nothing written (cfg NULL, size below the first layout
+ * that carried struct_size (0.3) or above this library's).
+ */
+FEED_EXPORT int feed_loader_config_init(feed_loader_config *cfg, size_t size);
+/*
+ * feed_loader_config_init(cfg, sizeof *cfg). The function of the same name is for programs
+ * built against a header of 0.5 or older, which passed no size: it fills the 0.4/0.5 layout
+ * (up to and including tls_key_file) and sets struct_size to that; feed_loader_open defaults
+ * the fields after it.
+ */
+FEED_EXPORT void(feed_loader_config_default)(feed_loader_config *cfg);
+#define feed_loader_config_default(cfg) ((void)feed_loader_config_init((cfg), sizeof *(cfg)))
 
 /* Validates cfg, connects (Describe) and starts the epoch. FEED_EINVAL for a
  * bad config (a bad token or an unreadable TLS file too), FEED_ENOTFOUND for an

@@ -42,7 +42,7 @@ from .errors import (
 from . import elastic
 from .loader import HeldBatchesWarning, Loader
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"
 library_path = _lib.path
 
 

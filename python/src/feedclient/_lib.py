@@ -46,9 +46,10 @@ from ctypes import (
 
 # The library version this package is written against: the same major, at
 # least this minor (feed_loader_stream_wait came in 0.2, struct sizes in 0.3,
-# the token and TLS fields of the config in 0.4, feed_loader_next_timed in 0.5).
+# the token and TLS fields of the config in 0.4, feed_loader_next_timed in 0.5,
+# feed_loader_config_init with the job, augment and demand fields in 0.6).
 ABI_MAJOR = 0
-ABI_MINOR = 5
+ABI_MINOR = 6
 
 DEVICE_HOST = -1
 DTYPE_UINT8, DTYPE_FP16, DTYPE_BF16, DTYPE_FP32 = 0, 1, 2, 3
@@ -182,7 +183,7 @@ class ServerStats(Structure):
 
 # name: (restype, argtypes)
 _PROTOTYPES = {
-    "feed_loader_config_default": (None, [POINTER(LoaderConfig)]),
+    "feed_loader_config_init": (c_int, [POINTER(LoaderConfig), c_size_t]),
     "feed_loader_open": (c_int, [POINTER(LoaderConfig), POINTER(c_void_p)]),
     "feed_loader_close": (None, [c_void_p]),
     "feed_loader_next": (c_int, [c_void_p, POINTER(POINTER(Batch))]),

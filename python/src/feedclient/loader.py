@@ -259,7 +259,7 @@ class Loader:
         self._batch_bytes = batch_size * out_h * out_w * 3 * _DTYPES[dtype][1]
 
         cfg = _lib.LoaderConfig()
-        _lib.lib.feed_loader_config_default(ctypes.byref(cfg))
+        _lib.lib.feed_loader_config_init(ctypes.byref(cfg), ctypes.sizeof(cfg))
         self._targets_c = (ctypes.c_char_p * len(targets))(*[t.encode() for t in targets])
         self._dataset_c = dataset.encode()
         cfg.targets = self._targets_c
