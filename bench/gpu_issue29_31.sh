@@ -43,6 +43,8 @@ prep() {
   cp -L "$base/server/feedd" "$dir/base/server/feedd"
   cp -L "$base/bench/wire/feed-wire-bench" "$dir/base/bench/wire/feed-wire-bench"
   cp -L "$head/bench/scale/feed-scale-client" "$dir/bin/"
+  # feed-scale-client links libfeedclient by its soname; the bundle has it as libfeedclient.so.
+  cp -L "$head/client/libfeedclient.so.0" "$dir/lib/"
   strip --strip-debug "$dir/base/server/feedd" "$dir/base/bench/wire/feed-wire-bench" \
     "$dir/bin/feed-scale-client"
   cp "$root/bench/wire/ab.sh" "$root/bench/wire/ab_gpu.sh" "$dir/wire/"
