@@ -10,6 +10,8 @@
 #          (BUNDLE/base/server/feedd) against HEAD (BUNDLE/bin/feedd), the
 #          same libfeedclient (HEAD); order alternating by round; WARMUP 8 s,
 #          one 15 s window a run.
+# FIRST_ROUND (1): the first round's number, so that one set of rounds can be
+# split over two device calls (torch: FIRST_ROUND=4 ... 5 runs rounds 4 and 5).
 # BUNDLE: bench/make_gpu_bundle.sh of HEAD with BASE's feedd and
 # feed-wire-bench in BUNDLE/base/{server,bench/wire}/.
 set -uo pipefail
@@ -23,14 +25,17 @@ tree=$b/data/tree
 case "$what" in
   wire)
     mkdir -p "$b/head/server" "$b/head/bench/wire"
-    ln -sf "$b/bin/feedd" "$b/head/server/feedd"
-    ln -sf "$b/bin/feed-wire-bench" "$b/head/bench/wire/feed-wire-bench"
+    # Hard links (or copies), not symbolic ones: feed-wire-bench finds its feedd from
+    # /proc/self/exe (../../server/feedd), which a symbolic link resolves to bin/.
+    for f in server/feedd bench/wire/feed-wire-bench; do
+      ln -f "$b/bin/$(basename "$f")" "$b/head/$f" 2> /dev/null || cp -f "$b/bin/$(basename "$f")" "$b/head/$f"
+    done
     bash "$b/wire/ab.sh" "$b/base" "$b/head" "$out/wire" "$rounds" --dataset "$tree" \
       --threads 4 --mode preproc,cache --seconds 5 --warmup 1 --streams 4
     ;;
   torch)
     mkdir -p "$out/torch"
-    for r in $(seq "$rounds"); do
+    for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
       if [ $((r % 2)) = 1 ]; then order="base head"; else order="head base"; fi
       for v in $order; do
         feedd=$b/bin/feedd

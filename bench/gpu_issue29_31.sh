@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# gpu_issue29_31.sh MODE ... — issues 29 and 31 on the GPU machine, one device
+# call per mode (each under 9 minutes), from one bundle (copied into it as
+# run_all.sh). Every mode writes under OUT and prints a short table last.
+#
+#   prep BUNDLE HEAD_BUILD BASE_BUILD   (here, not on the GPU machine)
+#         the bundle: LEAN=1 bench/make_gpu_bundle.sh of HEAD_BUILD (a Release
+#         build with CUDA) with DATA_CLASSES (160) classes of
+#         FEED_SAMPLE_DIR, plus BASE_BUILD's feedd and feed-wire-bench in
+#         base/, wire/ab.sh and ab_gpu.sh, bin/feed-scale-client,
+#         scale/hpa_sim.py and gpu_scale.sh, and this script as run_all.sh;
+#         checks that BASE's libraries are in lib/ and prints the size.
+#   wire OUT    issue 29: feed-wire-bench BASE vs HEAD, ab_gpu.sh wire, ROUNDS
+#         (5) ABBA rounds, modes preproc and cache, 4 threads, 4 streams.
+#         Time: per run about 2 x (1 s warm-up + 5 s window + start and cache
+#         fill, ~3 s) = ~18 s; 4 runs a round: ~72 s a round, ~6 min for 5.
+#   torch1 OUT / torch2 OUT    issue 29: resnet18 (run_h2h.sh r18-feed-reenc:
+#         two feedd of 7 workers) with BASE's feedd vs HEAD's, ab_gpu.sh torch,
+#         rounds 1-3 (torch1) and 4-5 (torch2), order alternating by round.
+#         Time: per run ~15 s to start python, torch and the model + 8 s
+#         warm-up + 15 s window + ~5 s to stop = ~45 s; 2 runs a round; torch1
+#         ~4.5 min (plus ~10 s to re-encode the originals once), torch2 ~3 min.
+#         (All 5 rounds in one call would be ~7.5 min: too close to 9.)
+#   scale OUT   issue 31: bench/scale/gpu_scale.sh all: the steady-state
+#         desired size at 0.5x/1x/2x/4x (~2 min: calibration ~10 s, 4 x (20 s
+#         + ~3 s drain)) and resnet18 against one feedd of 4 and of 12 workers
+#         with the desired-size metric (~100 s each + 10 s tree): ~6 min.
+#
+# On the GPU machine, from the repository root with the bundle carried:
+#   bash gpu-bundle/run_all.sh wire "$OUT"
+set -uo pipefail
+mode=${1:?usage: gpu_issue29_31.sh prep BUNDLE HEAD_BUILD BASE_BUILD | wire|torch1|torch2|scale OUT}
+here=$(cd "$(dirname "$0")" && pwd)
+
+prep() {
+  local dir=$1 head base root
+  head=$(cd "$2" && pwd)
+  base=$(cd "$3" && pwd)
+  root=$(cd "$here/.." && pwd)
+  LEAN=1 FEED_SAMPLE_DIR=${FEED_SAMPLE_DIR:-/work/shared/datasets/imagenet-sample} \
+    DATA_CLASSES=${DATA_CLASSES:-160} "$root/bench/make_gpu_bundle.sh" "$dir" "$head" || return 1
+  mkdir -p "$dir/base/server" "$dir/base/bench/wire" "$dir/wire" "$dir/scale"
+  cp -L "$base/server/feedd" "$dir/base/server/feedd"
+  cp -L "$base/bench/wire/feed-wire-bench" "$dir/base/bench/wire/feed-wire-bench"
+  cp -L "$head/bench/scale/feed-scale-client" "$dir/bin/"
+  # feed-scale-client links libfeedclient by its soname; the bundle has it as libfeedclient.so.
+  cp -L "$head/client/libfeedclient.so.0" "$dir/lib/"
+  strip --strip-debug "$dir/base/server/feedd" "$dir/base/bench/wire/feed-wire-bench" \
+    "$dir/bin/feed-scale-client"
+  cp "$root/bench/wire/ab.sh" "$root/bench/wire/ab_gpu.sh" "$dir/wire/"
+  cp "$root/bench/scale/hpa_sim.py" "$root/bench/scale/gpu_scale.sh" "$dir/scale/"
+  cp "$root/bench/gpu_issue29_31.sh" "$dir/run_all.sh"
+  local missing=0 lib
+  for f in "$dir/base/server/feedd" "$dir/base/bench/wire/feed-wire-bench" "$dir/bin/feed-scale-client"; do
+    for lib in $(ldd "$f" | awk '/=> \//{print $3}'); do
+      case "$(basename "$lib")" in
+        libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libresolv.so*) continue ;;
+        libstdc++.so*|libgcc_s.so*) continue ;;
+        libcuda.so*|libcudart*|libcublas*|libnvidia-ml*|libnvrtc*|libnvJitLink*) continue ;;
+      esac
+      if ! cmp -s "$lib" "$dir/lib/$(basename "$lib")"; then
+        echo "prep: $(basename "$f") needs $lib, not (the same) in $dir/lib" >&2
+        missing=1
+      fi
+    done
+  done
+  [ "$missing" = 0 ] && echo "prep: every library BASE's binaries and feed-scale-client need is in $dir/lib"
+  du -sh "$dir"
+  return "$missing"
+}
+
+# torch_table OUT: BASE vs HEAD images/s per round from ab_gpu.sh torch's runs.
+torch_table() {
+  python3 - "$1/torch" <<'PY'
+import glob, json, os, re, statistics, sys
+d = sys.argv[1]
+runs = {}
+for p in glob.glob(os.path.join(d, "*-r*", "h2h.jsonl")):
+    v, r = re.match(r"(base|head)-r(\d+)$", os.path.basename(os.path.dirname(p))).groups()
+    wins = [json.loads(l) for l in open(p)]
+    if wins:
+        runs.setdefault(int(r), {})[v] = (statistics.median(w["img_per_s"] for w in wins),
+                                          statistics.median(w.get("nvml_util_pct") or 0 for w in wins))
+print("round  BASE img/s (GPU %)  HEAD img/s (GPU %)  HEAD/BASE")
+ratios = []
+for r in sorted(runs):
+    b, h = runs[r].get("base"), runs[r].get("head")
+    ratio = h[0] / b[0] if b and h else None
+    if ratio:
+        ratios.append(ratio)
+    fmt = lambda x: f"{x[0]:8,.0f} ({x[1]:3.0f})" if x else f"{'-':>14}"
+    print(f"{r:5d}  {fmt(b):>18}  {fmt(h):>18}  {ratio if ratio else float('nan'):9.3f}")
+if ratios:
+    print(f"HEAD/BASE median {statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f})"
+          f" over {len(ratios)} rounds of this call")
+PY
+}
+
+[ "$mode" != prep ] && mkdir -p "${2:?OUT}"
+case "$mode" in
+  prep) prep "${2:?BUNDLE}" "${3:?HEAD_BUILD}" "${4:?BASE_BUILD}" ;;
+  wire)
+    out=${2:?OUT}
+    bash "$here/wire/ab_gpu.sh" "$here" "$out" wire "${ROUNDS:-5}" > "$out/wire.log" 2>&1
+    echo "== issue 29, feed-wire-bench BASE vs HEAD (log: $out/wire.log)"
+    cat "$out/wire/summary.txt" ;;
+  torch1|torch2)
+    out=${2:?OUT}
+    first=1 last=3
+    [ "$mode" = torch2 ] && first=4 last=5
+    FIRST_ROUND=${FIRST_ROUND:-$first} bash "$here/wire/ab_gpu.sh" "$here" "$out" torch \
+      "${ROUNDS:-$last}" 2>&1 | tee "$out/torch.log"
+    echo "== issue 29, resnet18 with BASE's feedd vs HEAD's (r18-feed-reenc)"
+    torch_table "$out" | tee "$out/torch-summary.txt" ;;
+  scale)
+    out=${2:?OUT}
+    bash "$here/scale/gpu_scale.sh" "$here" "$out/scale" all ;;
+  *) echo "gpu_issue29_31.sh: prep, wire, torch1, torch2 or scale" >&2; exit 2 ;;
+esac
