@@ -60,6 +60,7 @@ typedef struct feedd_session {
     char client_name[FEEDD_CLIENT_NAME_MAX + 1]; /* printable ASCII */
     char job[FEEDD_JOB_NAME_MAX + 1];            /* "": the stream is a job of its own */
     uint32_t job_weight;                         /* 1..FEEDD_JOB_WEIGHT_MAX */
+    char share[FEEDD_JOB_NAME_MAX + 1];          /* SessionOpen.share; "": no sharing */
 } feedd_session;
 
 /* A BatchRequest that passed the checks. */
