@@ -56,7 +56,8 @@ static const key_def keys[] = {
      "tar shards; cache=SIDE (16..4096, off by default) serves it from the decoded-sample "
      "cache, images decoded once at a shorter side of at least SIDE; share=SIDE (16..4096, off "
      "by default; equal to cache= where both are set) lets jobs that send the same "
-     "SessionOpen.share decode each image once between them, at that side; bad_shards: a shard that "
+     "SessionOpen.share decode each image once between them, at that side; bad_shards: a shard "
+     "that "
      "cannot be read at start but has an index file fails its samples (serve, the default) or "
      "refuses the dataset (refuse); a dataset that cannot be opened is not served, the others "
      "are"},
@@ -240,11 +241,10 @@ static const char *dataset_options(const char *path, const char *end, feedd_data
         const char *opt = comma + 1;
         size_t n = (size_t)(end - opt);
         char v[32];
-        const char *side_key = n > strlen(cache_key) && strncmp(opt, cache_key, strlen(cache_key)) == 0
-                                   ? cache_key
-                               : n > strlen(share_key) && strncmp(opt, share_key, strlen(share_key)) == 0
-                                   ? share_key
-                                   : NULL;
+        const char *side_key =
+            n > strlen(cache_key) && strncmp(opt, cache_key, strlen(cache_key)) == 0   ? cache_key
+            : n > strlen(share_key) && strncmp(opt, share_key, strlen(share_key)) == 0 ? share_key
+                                                                                       : NULL;
         if (side_key && n - strlen(side_key) < sizeof v) {
             memcpy(v, opt + strlen(side_key), n - strlen(side_key));
             v[n - strlen(side_key)] = '\0';
@@ -304,10 +304,11 @@ static int add_dataset(feedd_config *cfg, const char *value, char *err, size_t c
     if (rc < 0)
         return rc;
     if (!eq || eq == value || end == eq + 1) {
-        feed_set_err(err, cap,
-                     "dataset: expected NAME=PATH[,cache=SIDE][,share=SIDE][,bad_shards=serve|refuse], got "
-                     "'%s'",
-                     shown(value, buf, sizeof buf));
+        feed_set_err(
+            err, cap,
+            "dataset: expected NAME=PATH[,cache=SIDE][,share=SIDE][,bad_shards=serve|refuse], got "
+            "'%s'",
+            shown(value, buf, sizeof buf));
         return FEED_EINVAL;
     }
     size_t nlen = (size_t)(eq - value), plen = (size_t)(end - (eq + 1));

@@ -34,7 +34,7 @@ typedef struct worker {
     feed_engine *engine;
     feed_buf scratch;
     feedd_window_entry *spare; /* the header the share window takes for its next entry */
-    feedd_crc_shift shift; /* for shift_len-byte samples; rebuilt when the size changes */
+    feedd_crc_shift shift;     /* for shift_len-byte samples; rebuilt when the size changes */
     size_t shift_len;
     bool started;
 } worker;
@@ -154,8 +154,8 @@ static feed_sample_status make_decoded(worker *w, feedd_job *job, uint32_t pos, 
     if (!entry && job->share_side && job->seat.group >= 0) {
         if (!w->spare)
             w->spare = feedd_window_spare_new();
-        how = feedd_window_get(win, &job->seat, job->ds_id, index, source, &w->spare, &shared,
-                               &img);
+        how =
+            feedd_window_get(win, &job->seat, job->ds_id, index, source, &w->spare, &shared, &img);
     }
     *hit = entry != NULL || how == FEEDD_WINDOW_HIT;
     if (!*hit) {

@@ -78,7 +78,7 @@ struct feedd_job {
     struct feedd_queue *queue; /* its queue while in running or fetching; guarded by pool mu */
     struct feedd_fetch_job *fetch; /* its fetched bytes (fetch.c); NULL: none */
     int fetch_rc;                  /* FEED_ENOMEM: its remote samples could not be fetched */
-    uint64_t submit_ns;        /* when it was queued: its samples' wait is counted from here */
+    uint64_t submit_ns;            /* when it was queued: its samples' wait is counted from here */
     atomic_uint remaining;
     atomic_bool cancelled;
     atomic_uint_fast64_t busy_ns;

@@ -53,7 +53,7 @@ typedef struct member {
 typedef struct group {
     char share[FEEDD_JOB_NAME_MAX + 1];
     uint32_t ds;
-    uint32_t gen; /* counts reuses of this slot, so old evictions are not taken for its own */
+    uint32_t gen;     /* counts reuses of this slot, so old evictions are not taken for its own */
     uint32_t streams; /* 0: a free slot */
     uint64_t live;    /* bit m: member m has a stream */
     member members[FEEDD_WINDOW_MEMBERS];
@@ -71,7 +71,7 @@ struct feedd_window {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* an entry left DECODING */
     uint64_t budget;
-    uint64_t used; /* mirrored in feedd_m.share_window_bytes, updated under mu */
+    uint64_t used;      /* mirrored in feedd_m.share_window_bytes, updated under mu */
     feedd_cache *cache; /* NULL: no dataset cached */
     uint32_t side[FEEDD_MAX_DATASETS];
     feedd_window_entry **buckets;
@@ -316,8 +316,7 @@ void feedd_window_spare_free(feedd_window_entry *e)
 static feedd_window_entry *find(feedd_window *w, int gi, uint32_t ds, uint64_t index)
 {
     feedd_window_entry *e = w->buckets[bucket_of(ds, index)];
-    while (e && (e->index != index || e->ds != ds || e->group != gi ||
-                 e->gen != w->groups[gi].gen))
+    while (e && (e->index != index || e->ds != ds || e->group != gi || e->gen != w->groups[gi].gen))
         e = e->hnext;
     return e;
 }

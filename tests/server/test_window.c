@@ -67,9 +67,9 @@ static feedd_window_find touch(env *e, feedd_window *w, const feedd_window_seat 
     feed_decoded img;
     feedd_window_find how = feedd_window_get(w, seat, 0, index, source, &spare, &entry, &img);
     if (how == FEEDD_WINDOW_DECODE)
-        assert_int_equal(feedd_window_decode(w, seat, entry, false, e->eng, e->jpeg, e->len, SIDE,
-                                             &img),
-                         FEED_SAMPLE_OK);
+        assert_int_equal(
+            feedd_window_decode(w, seat, entry, false, e->eng, e->jpeg, e->len, SIDE, &img),
+            FEED_SAMPLE_OK);
     if (entry)
         feedd_window_release(w, entry);
     feedd_window_spare_free(spare);
