@@ -2,7 +2,8 @@
 """Quick side-by-side of decode sharing on one feedd (issue 30 item 4): K jobs
 (different job names and seeds, one data order) each stream the same sample
 order from one server, with SessionOpen.share and without; prints aggregate
-samples/s for each. A Python grpcio driver; the real benchmark goes through
+samples/s for each and feedd's CPU time per sample (user + system, from
+/proc: steadier than samples/s on a loaded machine; it includes gRPC). A Python grpcio driver; the real benchmark goes through
 libfeedclient.
 
 usage: share_decode.py FEEDD PROTO_DIR DATASET [--jobs 4] [--threads 1]
@@ -81,6 +82,10 @@ def measure(pb, a, tmp, share):
         text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % proc.mport).read().decode()
         share = {l.split()[0]: l.split()[1] for l in text.splitlines()
                  if l.startswith("feedd_share_") and " " in l}
+        with open("/proc/%d/stat" % proc.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        share["cpu_ms_per_sample"] = "%.3f" % (1000 * cpu / sum(counts))
         return sum(counts) / dt, [c / dt for c in counts], share
     finally:
         proc.terminate()
@@ -109,7 +114,7 @@ def main():
         print("%-9s jobs=%d threads=%d: %.1f samples/s aggregate; per job %s; %s" %
               ("shared" if share else "unshared", a.jobs, a.threads, total,
                " ".join("%.1f" % p for p in per),
-               " ".join("%s=%s" % (k[len("feedd_share_"):], v) for k, v in sorted(m.items()))))
+               " ".join("%s=%s" % (k.replace("feedd_share_", ""), v) for k, v in sorted(m.items()))))
 
 
 if __name__ == "__main__":
