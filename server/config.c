@@ -51,10 +51,13 @@ static const key_def keys[] = {
     {"port-file", KEY_STR, OFF(port_file), SZ(port_file), 0, 0, "",
      "write the bound gRPC port here once listening"},
     {"dataset", KEY_DATASET, 0, 0, 0, 0, NULL,
-     "NAME=PATH[,cache=SIDE][,bad_shards=serve|refuse], repeatable: a directory is an "
+     "NAME=PATH[,cache=SIDE][,share=SIDE][,bad_shards=serve|refuse], repeatable: a directory is an "
      "ImageFolder, a file a pack, a .tar or a brace pattern (dir/shard-{000000..000146}.tar) "
      "tar shards; cache=SIDE (16..4096, off by default) serves it from the decoded-sample "
-     "cache, images decoded once at a shorter side of at least SIDE; bad_shards: a shard that "
+     "cache, images decoded once at a shorter side of at least SIDE; share=SIDE (16..4096, off "
+     "by default; equal to cache= where both are set) lets jobs that send the same "
+     "SessionOpen.share decode each image once between them, at that side; bad_shards: a shard "
+     "that "
      "cannot be read at start but has an index file fails its samples (serve, the default) or "
      "refuses the dataset (refuse); a dataset that cannot be opened is not served, the others "
      "are"},
@@ -110,6 +113,9 @@ static const key_def keys[] = {
      "on SIGTERM/SIGINT, stop within this long"},
     {"cache-bytes", KEY_BYTES, OFF(cache_bytes), 0, 0, 1024 * GiB, "0",
      "decoded-sample cache for the datasets with cache=SIDE, beside max-memory; 0 = none"},
+    {"share-window-bytes", KEY_BYTES, OFF(share_window_bytes), 0, 0, 1024 * GiB, "0",
+     "the share window: decoded images kept for the jobs that share them (datasets with "
+     "share=SIDE), beside max-memory as cache-bytes is; 0 = 64M when a dataset has share="},
     {"transport-memory", KEY_BYTES, OFF(transport_memory), 0, 0, 1024 * GiB, "256M",
      "anonymous resident memory allowed beyond what feedd holds at start, max-memory and "
      "cache-bytes; above it, a connection whose bytes in, less what reached feedd as calls and "
@@ -215,7 +221,7 @@ static void fmt_value(const key_def *k, uint64_t v, char *out, size_t cap)
 }
 
 /*
- * The options after a dataset's path, each ",cache=SIDE" (or "off") or
+ * The options after a dataset's path, each ",cache=SIDE", ",share=SIDE" (or "off") or
  * ",bad_shards=serve|refuse", taken from the end of value while the text
  * after its last comma is one: fills d and returns where the path ends.
  * FEED_EINVAL in *rc for a bad option value.
@@ -223,7 +229,7 @@ static void fmt_value(const key_def *k, uint64_t v, char *out, size_t cap)
 static const char *dataset_options(const char *path, const char *end, feedd_dataset_arg *d, int *rc,
                                    char *err, size_t cap)
 {
-    static const char cache_key[] = "cache=", bad_key[] = "bad_shards=";
+    static const char cache_key[] = "cache=", share_key[] = "share=", bad_key[] = "bad_shards=";
     *rc = 0;
     for (;;) {
         const char *comma = NULL;
@@ -235,19 +241,22 @@ static const char *dataset_options(const char *path, const char *end, feedd_data
         const char *opt = comma + 1;
         size_t n = (size_t)(end - opt);
         char v[32];
-        if (n > strlen(cache_key) && strncmp(opt, cache_key, strlen(cache_key)) == 0 &&
-            n - strlen(cache_key) < sizeof v) {
-            memcpy(v, opt + strlen(cache_key), n - strlen(cache_key));
-            v[n - strlen(cache_key)] = '\0';
+        const char *side_key =
+            n > strlen(cache_key) && strncmp(opt, cache_key, strlen(cache_key)) == 0   ? cache_key
+            : n > strlen(share_key) && strncmp(opt, share_key, strlen(share_key)) == 0 ? share_key
+                                                                                       : NULL;
+        if (side_key && n - strlen(side_key) < sizeof v) {
+            memcpy(v, opt + strlen(side_key), n - strlen(side_key));
+            v[n - strlen(side_key)] = '\0';
             uint64_t side = 0;
             if (strcmp(v, "off") != 0 &&
                 feed_parse_u64(v, FEEDD_CACHE_SIDE_MIN, FEEDD_CACHE_SIDE_MAX, &side) < 0) {
-                feed_set_err(err, cap, "dataset: cache=%s is not off or a shorter side %d..%d", v,
-                             FEEDD_CACHE_SIDE_MIN, FEEDD_CACHE_SIDE_MAX);
+                feed_set_err(err, cap, "dataset: %s%s is not off or a shorter side %d..%d",
+                             side_key, v, FEEDD_CACHE_SIDE_MIN, FEEDD_CACHE_SIDE_MAX);
                 *rc = FEED_EINVAL;
                 return end;
             }
-            d->cache_side = (uint32_t)side;
+            *(side_key == cache_key ? &d->cache_side : &d->share_side) = (uint32_t)side;
         } else if (n >= strlen(bad_key) && strncmp(opt, bad_key, strlen(bad_key)) == 0) {
             const char *b = opt + strlen(bad_key);
             size_t bl = (size_t)(end - b);
@@ -295,10 +304,11 @@ static int add_dataset(feedd_config *cfg, const char *value, char *err, size_t c
     if (rc < 0)
         return rc;
     if (!eq || eq == value || end == eq + 1) {
-        feed_set_err(err, cap,
-                     "dataset: expected NAME=PATH[,cache=SIDE][,bad_shards=serve|refuse], got "
-                     "'%s'",
-                     shown(value, buf, sizeof buf));
+        feed_set_err(
+            err, cap,
+            "dataset: expected NAME=PATH[,cache=SIDE][,share=SIDE][,bad_shards=serve|refuse], got "
+            "'%s'",
+            shown(value, buf, sizeof buf));
         return FEED_EINVAL;
     }
     size_t nlen = (size_t)(eq - value), plen = (size_t)(end - (eq + 1));
@@ -578,6 +588,17 @@ int feedd_config_parse(int argc, char **argv, feedd_config *cfg, char *err, size
                          cfg->datasets[i].name, cfg->datasets[i].cache_side);
             return FEED_EINVAL;
         }
+        if (cfg->datasets[i].share_side && cfg->datasets[i].cache_side &&
+            cfg->datasets[i].share_side != cfg->datasets[i].cache_side) {
+            feed_set_err(err, cap,
+                         "dataset %s: share=%u and cache=%u differ: a shared image and a cached "
+                         "one must be the same image",
+                         cfg->datasets[i].name, cfg->datasets[i].share_side,
+                         cfg->datasets[i].cache_side);
+            return FEED_EINVAL;
+        }
+        if (cfg->datasets[i].share_side && cfg->share_window_bytes == 0)
+            cfg->share_window_bytes = FEEDD_SHARE_WINDOW_DEFAULT;
     }
     return 0;
 }

@@ -16,11 +16,14 @@
 /* Bounds of a dataset's cache=SIDE (the decoded-sample cache's shorter side). */
 #define FEEDD_CACHE_SIDE_MIN 16
 #define FEEDD_CACHE_SIDE_MAX 4096
+/* --share-window-bytes 0 with a dataset with share=SIDE (the same bounds as cache=SIDE). */
+#define FEEDD_SHARE_WINDOW_DEFAULT (64ull << 20)
 
 typedef struct feedd_dataset_arg {
     char name[FEEDD_NAME_MAX];
     char path[FEEDD_PATH_MAX];
     uint32_t cache_side;   /* cache=SIDE: decoded-sample cache at this shorter side; 0 = off */
+    uint32_t share_side;   /* share=SIDE: decode shared between jobs at this side; 0 = off */
     int refuse_bad_shards; /* bad_shards=refuse (feed_dataset_limits.refuse_bad_shards) */
 } feedd_dataset_arg;
 
@@ -53,6 +56,7 @@ typedef struct feedd_config {
     uint32_t fleet_window_ms;  /* fleet.h's window */
     uint32_t send_stall_ms;    /* a send pending this long ends its stream; 0 = never */
     uint64_t cache_bytes;      /* decoded-sample cache, shared by the datasets with cache=SIDE */
+    uint64_t share_window_bytes; /* share window (window.h); 0 when no dataset has share= */
     uint64_t transport_memory; /* guard.h: beyond start, max_memory and cache_bytes; 0 = off */
     char listener[16];         /* "feedd" (grpc151/, where usable) or "grpc" (gRPC's own) */
     uint32_t idle_timeout_ms;  /* close a connection without calls this long; 0 = never */

@@ -30,6 +30,7 @@
 #include <grpc/grpc.h>
 
 #include "cache.h"
+#include "window.h"
 #include "config.h"
 #include "engine.h"
 #include "fd_budget.h"
@@ -292,6 +293,7 @@ int main(int argc, char **argv)
     feed_dataset *ds[FEEDD_MAX_DATASETS] = {0};
     feedd_served_dataset served[FEEDD_MAX_DATASETS];
     feedd_cache *cache = NULL;
+    feedd_window *window = NULL;
     feedd_pool *pool = NULL;
     feedd_service *svc = NULL;
     feedd_metrics_server *metrics = NULL;
@@ -380,6 +382,21 @@ int main(int argc, char **argv)
     if (cfg.cache_bytes && !cache)
         FEED_LOGW("--cache-bytes %llu: no dataset has cache=SIDE, so nothing is cached",
                   (unsigned long long)cfg.cache_bytes);
+    for (size_t k = 0; k < n_served; k++) {
+        uint32_t side = conf[k]->share_side;
+        if (!side)
+            continue;
+        rc = window ? 0 : feedd_window_new(cfg.share_window_bytes, cache, &window);
+        if (rc < 0)
+            goto out;
+        feedd_window_add_dataset(window, (uint32_t)k, side);
+        FEED_LOGI("dataset %s: decode shared between jobs that ask, shorter side >= %u, window "
+                  "%llu bytes",
+                  conf[k]->name, side, (unsigned long long)cfg.share_window_bytes);
+    }
+    if (cfg.share_window_bytes && !window)
+        FEED_LOGW("--share-window-bytes %llu: no dataset has share=SIDE, so nothing is shared",
+                  (unsigned long long)cfg.share_window_bytes);
     feed_engine_limits elim;
     feed_engine_limits_default(&elim);
     elim.max_pixels = cfg.max_pixels;
@@ -393,8 +410,8 @@ int main(int argc, char **argv)
     };
     signals_step("starting workers", "");
     feedd_fleet_init(cfg.threads, cfg.fleet_window_ms);
-    rc = feedd_pool_new(cfg.threads, &elim, cfg.max_jpeg_bytes, cache, cfg.task_samples, &flim,
-                        &pool);
+    rc = feedd_pool_new(cfg.threads, &elim, cfg.max_jpeg_bytes, cache, window, cfg.task_samples,
+                        &flim, &pool);
     if (rc < 0) {
         FEED_LOGE("worker pool: %s", feed_strerror(rc));
         goto out;
@@ -457,6 +474,7 @@ out:
     FEED_LOGD("service stopped");
     feedd_metrics_stop(metrics);
     feedd_pool_free(pool);
+    feedd_window_free(window);
     feedd_cache_free(cache);
     FEED_LOGD("workers stopped");
     if (grpc_up)

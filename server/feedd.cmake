@@ -43,6 +43,7 @@ add_executable(feedd
   ${CMAKE_CURRENT_LIST_DIR}/net/certcheck.c
   ${CMAKE_CURRENT_LIST_DIR}/net/trust.c
   ${CMAKE_CURRENT_LIST_DIR}/work/cache.c
+  ${CMAKE_CURRENT_LIST_DIR}/work/window.c
   ${CMAKE_CURRENT_LIST_DIR}/work/crc_combine.c)
 target_include_directories(feedd PRIVATE ${FEED_SERVER_INCLUDE_DIRS})
 target_compile_definitions(feedd PRIVATE ${FEEDD_GRPC151_DEFS})

@@ -303,6 +303,25 @@ char *feedd_metrics_render(size_t *len)
           ldg(&m->cache_bytes));
     gauge(&t, "feedd_cache_budget_bytes", "The decoded-sample cache's budget (--cache-bytes).",
           ldg(&m->cache_budget));
+    counter(&t, "feedd_share_hits_total",
+            "Samples of sharing streams made from an image another job decoded into the share "
+            "window.",
+            ld(&m->share_hits));
+    counter(&t, "feedd_share_decodes_total",
+            "Images a sharing stream decoded into the share window for its group.",
+            ld(&m->share_decodes));
+    counter(&t, "feedd_share_alone_total",
+            "Samples of sharing streams decoded for themselves alone: no other live job in the "
+            "group, the window full, the image evicted before the job read it, or a decode "
+            "waited for too long.",
+            ld(&m->share_alone));
+    counter(&t, "feedd_share_evictions_total",
+            "Share window images evicted to make room before every job of their group read them.",
+            ld(&m->share_evictions));
+    gauge(&t, "feedd_share_window_bytes",
+          "Bytes charged to the share window (headers and images), never above "
+          "--share-window-bytes.",
+          ldg(&m->share_window_bytes));
     feed_remote_stats rs;
     feed_remote_stats_get(&rs);
     counter(&t, "feedd_remote_requests_total",

@@ -44,6 +44,10 @@ typedef struct feedd_metrics {
     atomic_uint_fast64_t cache_stale; /* hits dropped: the sample's file changed on disk */
     atomic_int_fast64_t cache_bytes;  /* charged to the decoded-sample cache */
     atomic_int_fast64_t cache_budget; /* its --cache-bytes while it exists */
+    /* The share window (window.h): lookups that found the image, decodes into it, samples of
+     * sharing streams decoded alone, entries evicted before every member read them, bytes. */
+    atomic_uint_fast64_t share_hits, share_decodes, share_alone, share_evictions;
+    atomic_int_fast64_t share_window_bytes;
     atomic_uint_fast64_t remote_late; /* remote samples failed: not fetched by the batch deadline */
     atomic_int_fast64_t queue_depth;      /* samples waiting for a worker */
     atomic_int_fast64_t active_streams;   /* open Stream calls */

@@ -199,7 +199,7 @@ bool feedd_ports_choose_listener(const feedd_config *cfg)
 /*
  * The transport memory guard over the connections feedd's listeners accept.
  * Its limit is what the process holds now (datasets' indexes, the cache's
- * tables, the workers) plus batch memory, the cache's budget and
+ * tables, the workers) plus batch memory, the cache's and the share window's budgets and
  * --transport-memory. 0 or FEED_ENOMEM.
  */
 static int start_guard(feedd_service *svc)
@@ -208,7 +208,8 @@ static int start_guard(feedd_service *svc)
     if (!cfg->transport_memory)
         return 0;
     uint64_t rss = feedd_guard_rss();
-    uint64_t limit = rss + cfg->max_memory + cfg->cache_bytes + cfg->transport_memory;
+    uint64_t limit = rss + cfg->max_memory + cfg->cache_bytes + cfg->share_window_bytes +
+                     cfg->transport_memory;
     uint64_t burst = cfg->max_request_bytes + GUARD_BURST_EXTRA;
     FEED_LOGI("transport guard: a connection is cut once gRPC holds more than %llu KiB of it "
               "undelivered, before a call passed the token check or while memory is above %llu "

@@ -168,28 +168,37 @@ static int augment_from_wire(const Feed__V1__TransformSpec *w, feed_augment *a, 
     return 0;
 }
 
-/* SessionOpen.job and job_weight into sess; 0 or INVALID_ARGUMENT text naming the field. The
- * name keys the pool's shares and labels metrics, so it is refused, never cut or rewritten:
- * two jobs must not merge into one. */
-static int job_from_wire(const Feed__V1__SessionOpen *o, feedd_session *sess, char *msg, size_t cap)
+/* A job or share name (field `what`) into out (FEED_NAME_MAX + 1 bytes); 0 or
+ * INVALID_ARGUMENT text naming the field. The name keys the pool's shares (or the share
+ * window's groups) and labels metrics, so it is refused, never cut or rewritten: two jobs must
+ * not merge into one. */
+static int name_from_wire(const char *what, const char *name, char *out, char *msg, size_t cap)
 {
-    const char *job = o->job ? o->job : "";
-    size_t len = strlen(job), bad = 0;
-    if (feed_name_check(job, &bad) != 0) {
+    size_t len = strlen(name), bad = 0;
+    if (feed_name_check(name, &bad) != 0) {
         if (len > FEED_NAME_MAX)
-            snprintf(msg, cap, "open.job: %zu bytes > %d", len, FEED_NAME_MAX);
+            snprintf(msg, cap, "%s: %zu bytes > %d", what, len, FEED_NAME_MAX);
         else
-            snprintf(msg, cap, "open.job: byte %zu (0x%02x) is not a letter, digit or one of %s",
-                     bad, (unsigned char)job[bad], FEED_NAME_CHARS);
+            snprintf(msg, cap, "%s: byte %zu (0x%02x) is not a letter, digit or one of %s", what,
+                     bad, (unsigned char)name[bad], FEED_NAME_CHARS);
         return FEED_EINVAL;
     }
+    memcpy(out, name, len + 1);
+    return 0;
+}
+
+/* SessionOpen.job, job_weight and share into sess; 0 or INVALID_ARGUMENT text naming the
+ * field. */
+static int job_from_wire(const Feed__V1__SessionOpen *o, feedd_session *sess, char *msg, size_t cap)
+{
+    if (name_from_wire("open.job", o->job ? o->job : "", sess->job, msg, cap) < 0)
+        return FEED_EINVAL;
     if (o->job_weight > FEEDD_JOB_WEIGHT_MAX) {
         snprintf(msg, cap, "open.job_weight: %u > %d", o->job_weight, FEEDD_JOB_WEIGHT_MAX);
         return FEED_EINVAL;
     }
-    memcpy(sess->job, job, len + 1);
     sess->job_weight = o->job_weight ? o->job_weight : 1;
-    return 0;
+    return name_from_wire("open.share", o->share ? o->share : "", sess->share, msg, cap);
 }
 
 static grpc_status_code open_session(const feedd_request_env *env, const Feed__V1__SessionOpen *o,
@@ -224,9 +233,10 @@ static grpc_status_code open_session(const feedd_request_env *env, const Feed__V
         if (*c < 0x20 || *c > 0x7e)
             *c = '?';
     sess->opened = true;
-    FEED_LOGI("stream %s: session open client='%s' job='%s' weight=%u dataset=%s mode=%s %ux%u "
-              "window=%u",
-              peer, sess->client_name, sess->job, sess->job_weight, env->datasets[ds].name,
+    FEED_LOGI("stream %s: session open client='%s' job='%s' weight=%u share='%s' dataset=%s "
+              "mode=%s %ux%u window=%u",
+              peer, sess->client_name, sess->job, sess->job_weight, sess->share,
+              env->datasets[ds].name,
               sess->tf.mode == FEED_TRANSFORM_EVAL ? "eval" : "train", sess->tf.out_h,
               sess->tf.out_w, sess->window);
     return GRPC_STATUS_OK;
@@ -280,12 +290,16 @@ grpc_status_code feedd_request_batch(const feedd_request_env *env, feedd_arena *
     a->used = 0;
     static const uint32_t open_dataset[] = {1, 1}; /* BatchRequest.open.dataset */
     static const uint32_t open_job[] = {1, 8};     /* BatchRequest.open.job */
+    static const uint32_t open_share[] = {1, 10};  /* BatchRequest.open.share */
     int nul = feedd_wire_has_nul(buf, len, open_dataset, 2);
     int nul_job = nul == 0 ? feedd_wire_has_nul(buf, len, open_job, 2) : 0;
-    Feed__V1__BatchRequest *r =
-        nul == 0 && nul_job == 0 ? feed__v1__batch_request__unpack(&a->alloc, len, buf) : NULL;
-    if (nul == 1 || nul_job == 1) {
-        snprintf(msg, cap, "open.%s: contains a NUL byte", nul == 1 ? "dataset" : "job");
+    int nul_share = nul == 0 && nul_job == 0 ? feedd_wire_has_nul(buf, len, open_share, 2) : 0;
+    Feed__V1__BatchRequest *r = nul == 0 && nul_job == 0 && nul_share == 0
+                                    ? feed__v1__batch_request__unpack(&a->alloc, len, buf)
+                                    : NULL;
+    if (nul == 1 || nul_job == 1 || nul_share == 1) {
+        snprintf(msg, cap, "open.%s: contains a NUL byte",
+                 nul == 1 ? "dataset" : nul_job == 1 ? "job" : "share");
         goto out;
     }
     if (!r) {

@@ -22,6 +22,7 @@
 #include "feed.pb-c.h"
 #include "fleet.h"
 #include "feed/dataset.h"
+#include "feed/names.h"
 #include "feed/transform.h"
 #include "share.h"
 
@@ -60,6 +61,7 @@ typedef struct feedd_session {
     char client_name[FEEDD_CLIENT_NAME_MAX + 1]; /* printable ASCII */
     char job[FEED_NAME_MAX + 1];                 /* "": the stream is a job of its own */
     uint32_t job_weight;                         /* 1..FEEDD_JOB_WEIGHT_MAX */
+    char share[FEED_NAME_MAX + 1];          /* SessionOpen.share; "": no sharing */
 } feedd_session;
 
 /* A BatchRequest that passed the checks. */

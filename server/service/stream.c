@@ -428,8 +428,12 @@ static void handle_request(stream *s, const uint8_t *buf, size_t len, feedd_sm_o
     bool was_open = s->sess.opened;
     grpc_status_code code = feedd_request_batch(&svc->env, &s->cqt->arena, buf, len, s->peer,
                                                 &s->sess, &req, msg, sizeof msg);
-    if (!was_open && s->sess.opened)
+    if (!was_open && s->sess.opened) {
         feedd_pool_join(svc->pool, &s->q, s->sess.job, s->sess.job_weight, s->peer);
+        if (s->sess.share[0])
+            feedd_pool_share(svc->pool, &s->q, s->sess.ds_id, &s->sess.tf, s->sess.share,
+                             s->sess.job, s->peer);
+    }
     publish_client(s);
     if (code == GRPC_STATUS_OK && req.has_demand)
         feedd_fleet_report(feedd_session_job(&s->sess), &req.demand, feed_now_ns());

@@ -162,6 +162,7 @@ void feedd_unary_describe(feedd_service *svc, grpc_call *call, grpc_byte_buffer 
         di->num_samples = feed_dataset_count(d->ds);
         di->format = (char *)feed_dataset_format(d->ds);
         di->cache_side = feedd_pool_cache_side(svc->pool, (uint32_t)i);
+        di->share_side = feedd_pool_share_side(svc->pool, (uint32_t)i);
         di->fingerprint = (char *)feed_dataset_fingerprint(d->ds);
         uint32_t nc = feed_dataset_num_classes(d->ds);
         names[n] = calloc(nc ? nc : 1, sizeof(char *));

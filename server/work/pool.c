@@ -33,7 +33,8 @@ typedef struct worker {
     pthread_t thread;
     feed_engine *engine;
     feed_buf scratch;
-    feedd_crc_shift shift; /* for shift_len-byte samples; rebuilt when the size changes */
+    feedd_window_entry *spare; /* the header the share window takes for its next entry */
+    feedd_crc_shift shift;     /* for shift_len-byte samples; rebuilt when the size changes */
     size_t shift_len;
     bool started;
 } worker;
@@ -46,6 +47,7 @@ struct feedd_pool {
     uint32_t n_workers;
     uint32_t task;
     feedd_cache *cache;
+    feedd_window *window;
     feedd_fetch *fetch;
     worker *workers;
 };
@@ -116,43 +118,64 @@ static void count_stages(const feed_stage_times *times)
 }
 
 /*
- * A sample of a cached dataset: from the cached image on a hit; on a miss,
- * decode the whole image at the cache's size (into a new entry when the
- * budget has room) and make the sample from that, so a hit and a miss give
- * the same bytes. A sample that fails to decode is not cached, nor one the
- * client says another server owns (job->not_owner: decoded the same way, into
- * the engine's scratch). A hit whose bytes changed since it was decoded (its
+ * A sample made from the whole image decoded at `side`: a cached dataset's
+ * (the decoded-sample cache) or a sharing stream's (the share window), so
+ * that a hit and a miss give the same bytes. The cache first: on a hit, from
+ * the cached image; a hit whose bytes changed since it was decoded (its
  * file's or shard's stamp, feed_dataset_sample_stamp) is dropped and made
  * again from the dataset, as an uncached server would: one stat() per cached
- * sample, so that no two servers disagree on a sample's bytes.
+ * sample, so that no two servers disagree on a sample's bytes. Then, for a
+ * seated stream, the window (window.h): its image, or this worker decodes it
+ * for the group (into the cache when the cache admits it). Otherwise decode
+ * alone: into a new cache entry when the budget has room, else scratch. A
+ * sample that fails to decode is kept nowhere, nor one the client says
+ * another server owns (job->not_owner) admitted to the cache.
  */
-static feed_sample_status make_cached(worker *w, feedd_job *job, uint32_t pos, uint32_t side,
-                                      bool *hit)
+static feed_sample_status make_decoded(worker *w, feedd_job *job, uint32_t pos, uint32_t side,
+                                       bool *hit)
 {
-    feedd_cache *cache = w->pool->cache;
+    feedd_cache *cache = feedd_cache_side(w->pool->cache, job->ds_id) ? w->pool->cache : NULL;
+    feedd_window *win = w->pool->window;
     uint64_t index = job->indices[pos];
     uint8_t *out = job->data + (size_t)pos * job->sample_bytes;
     feed_stage_times times = {0, 0};
     feed_decoded img;
     feed_sample_status st = FEED_SAMPLE_OK;
     uint64_t source = feed_dataset_sample_stamp(job->ds, index);
-    feedd_cache_entry *entry = feedd_cache_get(cache, job->ds_id, index, &img);
+    feedd_cache_entry *entry = cache ? feedd_cache_get(cache, job->ds_id, index, &img) : NULL;
     if (entry && source && feedd_cache_source(entry) != source) {
         feedd_count(&feedd_m.cache_stale, 1);
         feedd_cache_drop(cache, job->ds_id, index, entry);
         feedd_cache_release(cache, entry);
         entry = NULL;
     }
-    *hit = entry != NULL;
-    if (!entry) {
+    feedd_window_entry *shared = NULL;
+    feedd_window_find how = FEEDD_WINDOW_ALONE;
+    if (!entry && job->share_side && job->seat.group >= 0) {
+        if (!w->spare)
+            w->spare = feedd_window_spare_new();
+        how =
+            feedd_window_get(win, &job->seat, job->ds_id, index, source, &w->spare, &shared, &img);
+    }
+    *hit = entry != NULL || how == FEEDD_WINDOW_HIT;
+    if (!*hit) {
         const uint8_t *jpeg = NULL;
         size_t len = 0;
-        if (read_sample(w, job, pos, &jpeg, &len, &st) < 0)
+        if (read_sample(w, job, pos, &jpeg, &len, &st) < 0) {
+            if (shared) {
+                feedd_window_abandon(win, shared);
+                feedd_window_release(win, shared);
+            }
             return st;
+        }
         uint64_t t0 = feed_now_ns();
-        if (job->not_owner) {
+        if (shared) {
+            st = feedd_window_decode(win, &job->seat, shared, cache && !job->not_owner, w->engine,
+                                     jpeg, len, side, &img);
+        } else if (job->not_owner || !cache) {
             st = feed_engine_decode(w->engine, jpeg, len, side, NULL, NULL, &img);
-            feedd_count(&feedd_m.cache_not_owned, 1);
+            if (cache)
+                feedd_count(&feedd_m.cache_not_owned, 1);
         } else {
             st = feedd_cache_decode(cache, w->engine, job->ds_id, index, jpeg, len, side, &img,
                                     &entry);
@@ -177,6 +200,8 @@ static feed_sample_status make_cached(worker *w, feedd_job *job, uint32_t pos, u
     }
     if (entry)
         feedd_cache_release(cache, entry);
+    if (shared)
+        feedd_window_release(win, shared);
     count_stages(&times);
     return st;
 }
@@ -221,8 +246,10 @@ static void make_sample(worker *w, feedd_job *job, uint32_t pos)
     uint32_t side = feedd_cache_side(w->pool->cache, job->ds_id);
     bool hit = false;
 
-    if (cache_serves(job->tf, side)) {
-        st = make_cached(w, job, pos, side, &hit);
+    if (!cache_serves(job->tf, side))
+        side = job->share_side;
+    if (side) {
+        st = make_decoded(w, job, pos, side, &hit);
     } else {
         const uint8_t *jpeg = NULL;
         size_t len = 0;
@@ -366,8 +393,8 @@ uint32_t feedd_pool_cache_side(const feedd_pool *p, uint32_t ds)
 }
 
 int feedd_pool_new(uint32_t threads, const feed_engine_limits *lim, uint64_t max_jpeg_bytes,
-                   feedd_cache *cache, uint32_t task_samples, const feedd_fetch_limits *fetch,
-                   feedd_pool **out)
+                   feedd_cache *cache, feedd_window *window, uint32_t task_samples,
+                   const feedd_fetch_limits *fetch, feedd_pool **out)
 {
     int rc = FEED_ENOMEM;
     feedd_fetch_limits fl;
@@ -379,6 +406,7 @@ int feedd_pool_new(uint32_t threads, const feed_engine_limits *lim, uint64_t max
     p->n_workers = threads ? threads : 1;
     p->task = task_samples;
     p->cache = cache;
+    p->window = window;
     if (feedd_sched_init(&p->sched, task_samples > AUTO_TASK_MAX ? task_samples : AUTO_TASK_MAX,
                          FEEDD_JOBS_MAX) < 0)
         goto fail;
@@ -428,6 +456,7 @@ void feedd_pool_free(feedd_pool *p)
             pthread_join(w->thread, NULL);
         feed_engine_free(w->engine);
         feed_buf_free(&w->scratch);
+        feedd_window_spare_free(w->spare);
     }
     /* After the workers, which may still be making samples of fetched bytes. */
     feedd_fetch_free(p->fetch);
@@ -454,11 +483,41 @@ void feedd_pool_join(feedd_pool *p, feedd_queue *q, const char *job, uint32_t we
     }
 }
 
+void feedd_pool_share(feedd_pool *p, feedd_queue *q, uint32_t ds, const feed_transform *tf,
+                      const char *share, const char *job, const char *peer)
+{
+    uint32_t side = feedd_window_side(p->window, ds);
+    if (!side) {
+        FEED_LOGI("stream %s: share '%s' is not used: its dataset has no share=SIDE on this "
+                  "server; each image is decoded for this stream alone",
+                  peer, share);
+        return;
+    }
+    if (!cache_serves(tf, side)) {
+        FEED_LOGI("stream %s: share '%s' is not used: the transform's output is larger than the "
+                  "dataset's share side %u; each image is decoded for this stream alone",
+                  peer, share, side);
+        return;
+    }
+    q->share_side = side;
+    if (feedd_window_join(p->window, ds, share, job, &q->seat) < 0)
+        FEED_LOGW("stream %s: share '%s' is full (%d jobs, %d groups at most): this stream "
+                  "decodes alone, with the same pixels",
+                  peer, share, FEEDD_WINDOW_MEMBERS, FEEDD_WINDOW_GROUPS);
+}
+
+uint32_t feedd_pool_share_side(const feedd_pool *p, uint32_t ds)
+{
+    return feedd_window_side(p->window, ds);
+}
+
 void feedd_pool_leave(feedd_pool *p, feedd_queue *q)
 {
     pthread_mutex_lock(&p->mu);
     feedd_sched_leave(&p->sched, &q->member);
     pthread_mutex_unlock(&p->mu);
+    if (q->share_side)
+        feedd_window_leave(p->window, &q->seat);
 }
 
 void feedd_pool_submit(feedd_pool *p, feedd_queue *q, feedd_job *job)
@@ -472,6 +531,8 @@ void feedd_pool_submit(feedd_pool *p, feedd_queue *q, feedd_job *job)
     feedd_gauge(&feedd_m.queue_depth, job->n);
     job->fetch = NULL;
     job->fetch_rc = 0;
+    job->share_side = q->share_side;
+    job->seat = q->share_side ? q->seat : FEEDD_WINDOW_NO_SEAT;
     if (feedd_fetch_wants(job)) {
         /* Linked before the stage has it: its ready call may come before submit returns. */
         pthread_mutex_lock(&p->mu);

@@ -37,6 +37,7 @@
 #include "feed/transform.h"
 #include "fetch.h"
 #include "share.h"
+#include "window.h"
 
 typedef struct feedd_pool feedd_pool;
 typedef struct feedd_job feedd_job;
@@ -56,6 +57,10 @@ struct feedd_job {
     /* BatchRequest.ownership NOT_OWNER: another server owns these samples; a miss is decoded
      * without admission to the cache. */
     bool not_owner;
+    /* Its stream's share (feedd_pool_share): made from images at share_side (0 = not), through
+     * the window when seated (seat.group >= 0). */
+    uint32_t share_side;
+    feedd_window_seat seat;
     const uint64_t *indices;
     uint32_t n;
     uint8_t *data; /* n * sample_bytes */
@@ -73,7 +78,7 @@ struct feedd_job {
     struct feedd_queue *queue; /* its queue while in running or fetching; guarded by pool mu */
     struct feedd_fetch_job *fetch; /* its fetched bytes (fetch.c); NULL: none */
     int fetch_rc;                  /* FEED_ENOMEM: its remote samples could not be fetched */
-    uint64_t submit_ns;        /* when it was queued: its samples' wait is counted from here */
+    uint64_t submit_ns;            /* when it was queued: its samples' wait is counted from here */
     atomic_uint remaining;
     atomic_bool cancelled;
     atomic_uint_fast64_t busy_ns;
@@ -86,18 +91,22 @@ typedef struct feedd_queue {
     feed_list fetching; /* of feedd_job, by qlink: in the fetch stage */
     feedd_share_member member; /* its place in the order (share.h); linked: unclaimed samples */
     int label;                 /* its job's metrics label (metrics.h) */
+    uint32_t share_side;       /* feedd_pool_share: 0 = not sharing */
+    feedd_window_seat seat;    /* valid while share_side; group -1: decodes alone */
 } feedd_queue;
 
 /*
  * Start `threads` workers and the fetch stage (fetch: NULL = its defaults).
  * cache may be NULL (no dataset cached); a dataset the cache has
  * (feedd_cache_side) is served from it when the transform asks for no more
- * than the cached size (see pool.c). task_samples 0 = auto. 0, FEED_ENOMEM
- * or FEED_EINVAL (an engine could not be made).
+ * than the cached size (see pool.c). window may be NULL (no dataset
+ * shared); streams seated in it (feedd_pool_share) share decoded images.
+ * task_samples 0 = auto. 0, FEED_ENOMEM or FEED_EINVAL (an engine could not
+ * be made).
  */
 int feedd_pool_new(uint32_t threads, const feed_engine_limits *lim, uint64_t max_jpeg_bytes,
-                   feedd_cache *cache, uint32_t task_samples, const feedd_fetch_limits *fetch,
-                   feedd_pool **out);
+                   feedd_cache *cache, feedd_window *window, uint32_t task_samples,
+                   const feedd_fetch_limits *fetch, feedd_pool **out);
 /* The decoded-sample cache's shorter side for dataset ds; 0 = not cached. Any thread. */
 uint32_t feedd_pool_cache_side(const feedd_pool *p, uint32_t ds);
 /* Stop and join the workers; queued work is dropped without done calls. Accepts NULL. */
@@ -111,7 +120,19 @@ void feedd_pool_free(feedd_pool *p);
  */
 void feedd_pool_join(feedd_pool *p, feedd_queue *q, const char *job, uint32_t weight,
                      const char *peer);
-/* q leaves its job; it has no work left in the pool (cancelled or finished). */
+/*
+ * After join, for a stream that sent SessionOpen.share (non-empty): seat q in
+ * the share window's group (ds, share) as a member of job ("" = its own).
+ * Its samples are then made from the whole image decoded at the dataset's
+ * share side, found in the window or not (a full group: never found, and
+ * logged). A dataset without share= or a transform larger than the share
+ * side: served as before, and logged once with peer.
+ */
+void feedd_pool_share(feedd_pool *p, feedd_queue *q, uint32_t ds, const feed_transform *tf,
+                      const char *share, const char *job, const char *peer);
+/* The share window's side for dataset ds; 0 = not shared. Any thread. */
+uint32_t feedd_pool_share_side(const feedd_pool *p, uint32_t ds);
+/* q leaves its job and its share seat; it has no work left in the pool (cancelled or finished). */
 void feedd_pool_leave(feedd_pool *p, feedd_queue *q);
 /* Queue a job (job->n >= 1) at the tail of q. */
 void feedd_pool_submit(feedd_pool *p, feedd_queue *q, feedd_job *job);

@@ -272,7 +272,7 @@ static void test_pool_round_robin(void **state)
 
     pthread_mutex_init(&fair.mu, NULL);
     pthread_cond_init(&fair.cv, NULL);
-    assert_int_equal(feedd_pool_new(1, NULL, 64 << 20, NULL, PER_JOB, NULL, &fair.pool), 0);
+    assert_int_equal(feedd_pool_new(1, NULL, 64 << 20, NULL, NULL, PER_JOB, NULL, &fair.pool), 0);
     static feedd_job jobs[A_JOBS + 1];
     static uint64_t idx[PER_JOB] = {0, 3, 5, 7};
     static uint8_t data[A_JOBS + 1][PER_JOB * 16 * 16 * 3];
@@ -376,7 +376,7 @@ static void test_pool_cancel_claimed(void **state)
     pthread_mutex_init(&fair.mu, NULL);
     pthread_cond_init(&fair.cv, NULL);
     fair.n_done = 0;
-    assert_int_equal(feedd_pool_new(1, NULL, 64 << 20, NULL, N, NULL, &fair.pool), 0);
+    assert_int_equal(feedd_pool_new(1, NULL, 64 << 20, NULL, NULL, N, NULL, &fair.pool), 0);
     static feedd_job job;
     static uint64_t idx[N];
     static uint8_t data[N * 32 * 32 * 3];
@@ -450,7 +450,7 @@ static void svc_env_open(svc_env *e)
     assert_int_equal(parse(err, sizeof err, &e->cfg, 9, argv), 0);
     assert_int_equal(feed_dataset_open(ds_dir, NULL, &e->ds, err, sizeof err), 0);
     e->served = (feedd_served_dataset){"d", e->ds};
-    assert_int_equal(feedd_pool_new(1, NULL, 64 << 20, NULL, 0, NULL, &e->pool), 0);
+    assert_int_equal(feedd_pool_new(1, NULL, 64 << 20, NULL, NULL, 0, NULL, &e->pool), 0);
     grpc_init();
 }
 
