@@ -283,6 +283,8 @@ struct feed_loader {
     char *dataset;
     char *augment; /* cfg.augment copied; NULL: none */
     char job[CLIENT_JOB_MAX + 1]; /* cfg.job, or the derived name (job.h); cfg.job points here */
+    char share[CLIENT_JOB_MAX + 1]; /* cfg.share copied ("": none); cfg.share points here */
+    uint64_t aug_seed;              /* cfg.aug_seed if aug_seed_set, else cfg.seed */
     char **targets;
     /* The transport's (net/), from conn_start to conn_stop, then read-only: what every channel and call
      * carries (cfg's token and TLS files are read there and not kept). */
