@@ -1,6 +1,6 @@
 /*
- * Decode sharing, the client's side (feed_loader_config.aug_seed, aug_seed_set, share; README
- * "Shared decode") against a real feedd over gRPC: the augmentation seed keys the pixels the
+ * Decode sharing, the client's side (feed_loader_config.aug_seed, aug_seed_set, share;
+ * docs/design/server.md "Shared decode") against a real feedd over gRPC: the augmentation seed keys the pixels the
  * servers make while seed alone keys the order, an unset aug seed is exactly the seed (today's
  * pixels), the share name's checks, and a resume that names another aug seed is refused (rank
  * states, combined states, and states written before the aug seed, which mean aug seed = seed).

@@ -197,9 +197,9 @@ typedef struct feed_loader_config {
     /* The job's weight against the other jobs on the same servers: 0 = 1, at most 100. Every
      * rank should send the same. */
     uint32_t job_weight;
-    /* Decode sharing (README "Shared decode"). The seed of each sample's augmentation (crop box,
-     * flip, augment; sent to the servers as SessionOpen.seed) when aug_seed_set; else seed keys
-     * both the epoch plan and the augmentation, as it always has. A sweep whose jobs share
+    /* Decode sharing (docs/design/server.md "Shared decode"). The seed of each sample's
+     * augmentation (crop box, flip, augment; sent to the servers as SessionOpen.seed) when
+     * aug_seed_set; else seed keys both the epoch plan and the augmentation, as it always has. A sweep whose jobs share
      * decode keeps one seed (the same sample order) and gives each job its own aug_seed. */
     uint64_t aug_seed;
     bool aug_seed_set;

@@ -303,7 +303,8 @@ class Loader:
     decode-sharing group (the same rules as ``job``): jobs that name the same group for the
     same dataset get each source image decoded once for all of them while it is in a server's
     share window (feedd ``--dataset NAME=PATH,share=SIDE``). A sweep gives its jobs one
-    ``seed``, one ``share`` and each its own ``aug_seed`` (README "Shared decode").
+    ``seed``, one ``share`` and each its own ``aug_seed`` (docs/design/server.md
+    "Shared decode").
 
     ``resume`` is a state to continue from, as :meth:`load_state_dict` takes: this rank's own
     :meth:`state_dict`, or the combined state of every rank of a job of any world size
