@@ -7,7 +7,8 @@
 # images/s ratio (median and range over the rounds), each job's rate against the mean of the
 # four, and on the warm cache each job's rate against a quarter of the single job's.
 # Environment: BUILD (build), DATA (the shared ImageNet sample), ROUNDS (5), THREADS (2),
-# SIDE (256: share=SIDE and cache=SIDE), SHARE_WINDOW_BYTES (feedd's default),
+# SIDE (256: share=SIDE and cache=SIDE), SIZE (224: the jobs' output side),
+# SHARE_WINDOW_BYTES (feedd's default),
 # PARTS (share,cache; "unshared,cache" against a feedd without the share window).
 set -euo pipefail
 out=$(mkdir -p "${1:?usage: share_runs.sh OUTDIR}" && cd "$1" && pwd)
@@ -16,7 +17,7 @@ b=${BUILD:-build}
 export PYTHONPATH=python/src FEEDCLIENT_LIBRARY=$b/client/libfeedclient.so
 /usr/bin/python3 bench/fault/share.py --feedd "$b/server/feedd" \
   --data "${DATA:-/work/shared/datasets/imagenet-sample}" --rounds "${ROUNDS:-5}" \
-  --threads "${THREADS:-2}" --side "${SIDE:-256}" \
+  --threads "${THREADS:-2}" --side "${SIDE:-256}" --size "${SIZE:-224}" \
   --share-window-bytes "${SHARE_WINDOW_BYTES:-}" --parts "${PARTS:-share,cache}" \
   --json "$out/runs.jsonl" > /dev/null
 /usr/bin/python3 bench/fault/share_table.py "$out/runs.jsonl" | tee "$out/table.md"
