@@ -282,7 +282,9 @@ struct feed_loader {
     feed_loader_config cfg; /* immutable; strings below are our copies */
     char *dataset;
     char *augment; /* cfg.augment copied; NULL: none */
-    char job[FEED_NAME_MAX + 1]; /* cfg.job, or the derived name (job.h); cfg.job points here */
+    char job[FEED_NAME_MAX + 1];   /* cfg.job, or the derived name (job.h); cfg.job points here */
+    char share[FEED_NAME_MAX + 1]; /* cfg.share copied ("": none); cfg.share points here */
+    uint64_t aug_seed;             /* cfg.aug_seed if aug_seed_set, else cfg.seed */
     char **targets;
     /* The transport's (net/), from conn_start to conn_stop, then read-only: what every channel and call
      * carries (cfg's token and TLS files are read there and not kept). */

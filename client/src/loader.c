@@ -113,6 +113,8 @@ static int check_config(const feed_loader_config *c, const char **why, char *tms
         *why = "job (1..128 bytes of letters, digits and " FEED_NAME_CHARS ")";
     else if (c->job_weight > CLIENT_JOB_WEIGHT_MAX)
         *why = "job_weight (0..100)";
+    else if (c->share && c->share[0] && !client_job_valid(c->share))
+        *why = "share (1..128 bytes of letters, digits and " FEED_NAME_CHARS ")";
     for (int k = 0; !*why && k < 3; k++) {
         if (!(c->std[k] != 0.0f))
             *why = "std";
@@ -244,6 +246,9 @@ int feed_loader_open(const feed_loader_config *caller_cfg, feed_loader **out)
     else
         client_job_default(cfg->dataset, cfg->seed, l->job, sizeof l->job);
     l->cfg.job = l->job;
+    snprintf(l->share, sizeof l->share, "%s", cfg->share ? cfg->share : "");
+    l->cfg.share = l->share;
+    l->aug_seed = cfg->aug_seed_set ? cfg->aug_seed : cfg->seed;
     l->cfg.targets = (const char *const *)l->targets;
 
     uint32_t bs = cfg->batch_size;

@@ -7,14 +7,16 @@
  * feed_loader_resume runs on the training thread, like set_epoch (loader_install_epoch takes mu).
  *
  * Layout, little-endian, no padding:
- *   header (56 bytes): u32 magic "FDST", u16 version 1, u16 kind (1 rank, 2 combined),
+ *   header (64 bytes): u32 magic "FDST", u16 version 2, u16 kind (1 rank, 2 combined),
  *     u64 dataset size, u64 seed, u64 dataset name hash, u64 transform hash, u32 epoch,
- *     u32 batch size, u8 drop_last, 3 zero bytes, u32 number of segments;
+ *     u32 batch size, u8 drop_last, 3 zero bytes, u32 number of segments, u64 aug seed;
  *   each segment: u32 world, u32 zero, u64 consumed[world];
  *   a rank state then: u32 world, u32 rank, u64 consumed.
  * In a rank state the segments are the worlds the epoch ran under before this rank's own; in a
  * combined state they are all of them, the last the world whose states were joined. Hashes are
  * FNV-1a 64 over the dataset name, and over the transform's fields and the augment text.
+ * Version 1 (before the aug seed) is read too: its header ends before the aug seed (56 bytes),
+ * and the loaders that wrote it keyed the augmentation with the seed.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,17 +30,18 @@
 #include "client_impl.h"
 
 #define STATE_MAGIC 0x54534446u /* "FDST" */
-#define STATE_VERSION 1u
+#define STATE_VERSION 2u
 #define KIND_RANK 1u
 #define KIND_COMBINED 2u
-#define HEADER_BYTES 56u
+#define HEADER_BYTES 64u
+#define HEADER_V1_BYTES 56u
 #define SEGMENT_HEAD_BYTES 8u
 #define RANK_TAIL_BYTES 16u
 
 /* A state read back: segs[i].consumed point into counts, which the view owns. */
 typedef struct state_view {
     uint32_t kind;
-    uint64_t dataset_size, seed, dataset_hash, transform_hash;
+    uint64_t dataset_size, seed, aug_seed, dataset_hash, transform_hash;
     uint32_t epoch, batch_size;
     bool drop_last;
     resume_chain chain;
@@ -73,7 +76,7 @@ static uint64_t hash_double(uint64_t h, double d)
     return hash_u64(h, v);
 }
 
-/* Everything that decides a sample's pixels besides (seed, epoch, index). */
+/* Everything that decides a sample's pixels besides (aug seed, epoch, index). */
 static uint64_t transform_hash(const feed_loader_config *c)
 {
     const feed_transform *t = &c->transform;
@@ -188,6 +191,7 @@ static int encode(const state_view *v, const client_resume_segment *extra, void 
     put32(p + 44, v->batch_size);
     p[48] = v->drop_last;
     put32(p + 52, v->chain.num_segs + (extra ? 1u : 0u));
+    put64(p + 56, v->aug_seed);
     p += HEADER_BYTES;
     for (uint32_t s = 0; s <= v->chain.num_segs; s++) {
         const client_resume_segment *seg = s < v->chain.num_segs ? &v->chain.segs[s] : extra;
@@ -220,12 +224,18 @@ static int decode(const void *buf, size_t len, state_view *v, char *why, size_t 
     const uint8_t *p = buf;
     int rc = FEED_EINVAL;
     memset(v, 0, sizeof(*v));
-    if (!buf || len < HEADER_BYTES || len > FEED_STATE_MAX_BYTES || get32(p) != STATE_MAGIC) {
+    if (!buf || len < HEADER_V1_BYTES || len > FEED_STATE_MAX_BYTES ||
+        get32(p) != STATE_MAGIC) {
         snprintf(why, why_cap, "not a feedclient state");
         goto out;
     }
-    if (p[4] != STATE_VERSION || p[5] != 0) {
+    if ((p[4] != STATE_VERSION && p[4] != 1) || p[5] != 0) {
         snprintf(why, why_cap, "state version %u unknown", (unsigned)(p[4] | p[5] << 8));
+        goto out;
+    }
+    size_t header = p[4] == 1 ? HEADER_V1_BYTES : HEADER_BYTES;
+    if (len < header) {
+        snprintf(why, why_cap, "not a feedclient state");
         goto out;
     }
     v->kind = p[6];
@@ -237,6 +247,7 @@ static int decode(const void *buf, size_t len, state_view *v, char *why, size_t 
     v->batch_size = get32(p + 44);
     v->drop_last = p[48] != 0;
     v->chain.num_segs = get32(p + 52);
+    v->aug_seed = header == HEADER_BYTES ? get64(p + 56) : v->seed;
     if ((v->kind != KIND_RANK && v->kind != KIND_COMBINED) || p[7] != 0 ||
         v->chain.num_segs > FEED_STATE_MAX_SEGMENTS || v->batch_size == 0 ||
         v->dataset_size == 0) {
@@ -244,7 +255,7 @@ static int decode(const void *buf, size_t len, state_view *v, char *why, size_t 
         goto out;
     }
     /* First pass: the worlds, so the counts can be allocated once and bounded. */
-    size_t off = HEADER_BYTES;
+    size_t off = header;
     uint64_t ranks = 0;
     for (uint32_t s = 0; s < v->chain.num_segs; s++) {
         if (len - off < SEGMENT_HEAD_BYTES)
@@ -264,7 +275,7 @@ static int decode(const void *buf, size_t len, state_view *v, char *why, size_t 
     v->chain.counts = malloc(ranks ? ranks * sizeof(uint64_t) : 1);
     if (!v->chain.counts)
         goto out;
-    off = HEADER_BYTES;
+    off = header;
     uint64_t *c = v->chain.counts;
     for (uint32_t s = 0; s < v->chain.num_segs; s++) {
         off += SEGMENT_HEAD_BYTES;
@@ -316,6 +327,9 @@ static bool identity_differs(const state_view *a, const char *what_a, const stat
     else if (a->seed != b->seed)
         snprintf(why, why_cap, "seed differs (%s: %llu, %s: %llu)", what_a,
                  (unsigned long long)a->seed, what_b, (unsigned long long)b->seed);
+    else if (a->aug_seed != b->aug_seed)
+        snprintf(why, why_cap, "aug_seed differs (%s: %llu, %s: %llu)", what_a,
+                 (unsigned long long)a->aug_seed, what_b, (unsigned long long)b->aug_seed);
     else if (a->transform_hash != b->transform_hash)
         snprintf(why, why_cap,
                  "transform differs (%s and %s differ in transform, size or augment)", what_a,
@@ -482,6 +496,7 @@ static void loader_view(const loader *l, uint64_t num_samples, state_view *v)
     memset(v, 0, sizeof(*v));
     v->dataset_size = num_samples;
     v->seed = l->cfg.seed;
+    v->aug_seed = l->aug_seed;
     v->dataset_hash = fnv1a(FNV_START, l->cfg.dataset, strlen(l->cfg.dataset));
     v->transform_hash = transform_hash(&l->cfg);
     v->batch_size = l->cfg.batch_size;

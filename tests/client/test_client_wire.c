@@ -2,7 +2,8 @@
  * The client's Batch reader and checks (client/src/net/wire.c), no sockets: the
  * reader over gRPC slices and over one flat span (pixels straight into the
  * slot, any slicing, truncations, fields out of order), the Batch checks
- * against what was asked, and the bump allocator.
+ * against what was asked, and the bump allocator; the BatchRequest that opens a stream carries
+ * what the loader opens it with (the augmentation seed, job, share).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 #include "feed.pb-c.h"
 #include "feed/crc32c.h"
 #include "feed/errors.h"
+#include "feed/transform.h"
 #include "wire.h"
 
 /* A packed Batch for batch_id/indices with n samples of h x w. */
@@ -232,10 +234,48 @@ static void test_wire_batch(void **state)
     grpc_shutdown();
 }
 
+/* The open request as a server reads it: seed, job and share as given; none sends "". */
+static void test_wire_open(void **state)
+{
+    (void)state;
+    grpc_init();
+    feed_transform t;
+    feed_transform_default_train(&t);
+    wire_open wo = {.dataset = "ds", .transform = &t, .seed = 0xfeed0000000009ull, .window = 4,
+                    .client_name = "test", .job = "sweep", .job_weight = 2,
+                    .share = "sweep/lr:7"};
+    const uint64_t idx[2] = {3, 1};
+    for (int pass = 0; pass < 2; pass++) {
+        grpc_byte_buffer *bb = wire_pack_request(&wo, 7, 1, idx, 2, 0, NULL);
+        assert_non_null(bb);
+        grpc_byte_buffer_reader rd;
+        assert_true(grpc_byte_buffer_reader_init(&rd, bb));
+        grpc_slice flat = grpc_byte_buffer_reader_readall(&rd);
+        grpc_byte_buffer_reader_destroy(&rd);
+        Feed__V1__BatchRequest *req = feed__v1__batch_request__unpack(
+            NULL, GRPC_SLICE_LENGTH(flat), GRPC_SLICE_START_PTR(flat));
+        assert_non_null(req);
+        assert_non_null(req->open);
+        assert_string_equal(req->open->dataset, "ds");
+        assert_int_equal(req->open->seed, 0xfeed0000000009ull);
+        assert_string_equal(req->open->job, pass ? "" : "sweep");
+        assert_int_equal(req->open->job_weight, 2);
+        assert_string_equal(req->open->share, pass ? "" : "sweep/lr:7");
+        assert_int_equal(req->n_indices, 2);
+        feed__v1__batch_request__free_unpacked(req, NULL);
+        grpc_slice_unref(flat);
+        grpc_byte_buffer_destroy(bb);
+        wo.job = NULL;
+        wo.share = NULL;
+    }
+    grpc_shutdown();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wire_batch),
+        cmocka_unit_test(test_wire_open),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -65,6 +65,9 @@ int main(void)
     FIELD(feed_loader_config, demand_window_ms);
     FIELD(feed_loader_config, job);
     FIELD(feed_loader_config, job_weight);
+    FIELD(feed_loader_config, aug_seed);
+    FIELD(feed_loader_config, aug_seed_set);
+    FIELD(feed_loader_config, share);
 
     SIZE(feed_batch);
     FIELD(feed_batch, data);

@@ -397,3 +397,62 @@ def test_job_name_and_weight_reach_feedd(spawn, tmp_path, monkeypatch):
         make(srv, job_weight=0)
     with pytest.raises(ValueError, match="job_weight"):
         make(srv, job_weight=101)
+
+
+def _by_index(batches):
+    """{sample index: image} and the order of one epoch's (images, labels, indices)."""
+    order = torch.cat([b[2] for b in batches]).tolist()
+    pixels = {int(i): img for images, _, idx in batches for img, i in zip(images, idx)}
+    return order, pixels
+
+
+def test_aug_seed_keys_pixels_and_seed_the_order(server):
+    """aug_seed= keys the servers' crops, seed= the order; None is exactly seed (the pixels of
+    a loader without it). A sweep's jobs keep one order with their own crops."""
+    runs = {}
+    for key, kw in {"plain": {}, "same": {"aug_seed": 7}, "other": {"aug_seed": 8},
+                    "seed8": {"seed": 8}}.items():
+        with make(server, with_indices=True, **kw) as loader:
+            runs[key] = _by_index(epoch_batches(loader))
+    (order, plain), (same_order, same), (other_order, other) = (
+        runs["plain"], runs["same"], runs["other"])
+    assert same_order == order and other_order == order
+    assert all(torch.equal(plain[i], same[i]) for i in plain)
+    assert sum(not torch.equal(plain[i], other[i]) for i in plain) > len(plain) // 2
+    # seed 8 alone crops every sample as (seed 7, aug_seed 8) does, in another order.
+    assert runs["seed8"][0] != order
+    assert all(torch.equal(other[i], runs["seed8"][1][i]) for i in other)
+
+
+def test_state_dict_refuses_other_aug_seed(server):
+    with make(server, aug_seed=3) as loader:
+        state = loader.state_dict()
+    assert state["aug_seed"] == 3
+    for kw in ({"aug_seed": 4}, {}):
+        with make(server, **kw) as other:
+            with pytest.raises(ValueError, match="aug_seed"):
+                other.load_state_dict(state)
+    with make(server, aug_seed=3) as same:
+        same.load_state_dict(state)
+    # A state from before aug_seed resumes where the aug seed is the seed.
+    with make(server) as loader:
+        old = {k: v for k, v in loader.state_dict().items() if k != "aug_seed"}
+    with make(server, aug_seed=7) as same:
+        same.load_state_dict(old)
+    with make(server, aug_seed=9) as other:
+        with pytest.raises(ValueError, match="aug_seed"):
+            other.load_state_dict(old)
+
+
+def test_share_and_aug_seed_arguments(server):
+    with make(server, share="sweep/lr:7", aug_seed=2**64 - 1) as loader:
+        images, _ = next(iter(loader))
+        assert images.shape[0] == 8
+    with pytest.raises(ValueError, match="share"):
+        make(server, share="has space")
+    with pytest.raises(TypeError, match="share"):
+        make(server, share=3)
+    with pytest.raises(ValueError, match="aug_seed"):
+        make(server, aug_seed=-1)
+    with pytest.raises(ValueError, match="aug_seed"):
+        make(server, aug_seed=2**64)

@@ -197,6 +197,19 @@ typedef struct feed_loader_config {
     /* The job's weight against the other jobs on the same servers: 0 = 1, at most 100. Every
      * rank should send the same. */
     uint32_t job_weight;
+    /* Decode sharing (docs/design/server.md "Shared decode"). The seed of each sample's
+     * augmentation (crop box, flip, augment; sent to the servers as SessionOpen.seed) when
+     * aug_seed_set; else seed keys both the epoch plan and the augmentation, as it always has. A sweep whose jobs share
+     * decode keeps one seed (the same sample order) and gives each job its own aug_seed. */
+    uint64_t aug_seed;
+    bool aug_seed_set;
+    /* The share group this loader's streams join (SessionOpen.share): the jobs that name the
+     * same group for the same dataset get each source image decoded once for all of them while
+     * it is in a server's share window (feedd --dataset NAME=PATH,share=SIDE). It saves decodes
+     * only where the jobs ask for the same samples at about the same time: the same seed, world
+     * and batch size. Pixels are the same as without it. NULL or "": none. The same characters
+     * and length as job; copied by feed_loader_open. */
+    const char *share;
 } feed_loader_config;
 
 typedef struct feed_batch {
@@ -356,9 +369,9 @@ FEED_EXPORT int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server
 /*
  * Elastic resume (README "Resume at another world size"). A state is a byte string
  * the library writes and reads (little-endian, versioned, at most FEED_STATE_MAX_BYTES): the
- * epoch's plan identity (dataset name and size, seed, transform and augment, batch size,
- * drop_last), the epoch, and where the epoch stands. "Consumed" means handed to the caller by
- * next(): a batch handed out counts as done whether or not it was released or its step
+ * epoch's plan identity (dataset name and size, seed, augmentation seed, transform and augment,
+ * batch size, drop_last), the epoch, and where the epoch stands. "Consumed" means handed to the
+ * caller by next(): a batch handed out counts as done whether or not it was released or its step
  * finished. Exact with ordered = true (the default), where batches are handed out in plan
  * order. feed_loader_resume runs on the training thread, like set_epoch; the others on any.
  *
@@ -371,7 +384,7 @@ FEED_EXPORT int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server
  * the first (world - left % world) % world of them are handed out twice), and rank r takes
  * positions r, r+world, ..., cut into batches. A sample counts as consumed once any copy of it
  * (a padding copy too) was handed out. Each sample's pixels are those it has in any run:
- * augmentation is keyed by (seed, epoch, sample index). The epoch after a resumed one follows
+ * augmentation is keyed by (aug seed, epoch, sample index). The epoch after a resumed one follows
  * the normal plan for the new world. A resumed loader's rank states combine again, so an epoch
  * may change world size several times (at most FEED_STATE_MAX_SEGMENTS).
  */
@@ -397,8 +410,8 @@ FEED_EXPORT int feed_state_combine(const void *const *states, const size_t *lens
 /* Continues from state: a combined state at this loader's world and rank (any world), or a
  * rank state of this loader's world and rank (the same-world resume). Like set_epoch, drops the
  * batches not handed out. FEED_EINVAL when the state does not fit this loader: why names what
- * differs (dataset, dataset size, seed, transform, batch size or drop_last for a rank state,
- * world or rank for a rank state) and the log says it too; FEED_ENOMEM. */
+ * differs (dataset, dataset size, seed, aug_seed, transform, batch size or drop_last for a rank
+ * state, world or rank for a rank state) and the log says it too; FEED_ENOMEM. */
 FEED_EXPORT int feed_loader_resume(feed_loader *l, const void *state, size_t len, char *why,
                                    size_t why_cap);
 /* The epoch a state (rank or combined) is of. 0 or FEED_EINVAL (not a well-formed state). */

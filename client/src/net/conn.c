@@ -250,11 +250,12 @@ static void start_stream(loader *l, server *s)
     wire_open wo = {.dataset = l->dataset,
                     .transform = &l->cfg.transform,
                     .augment = l->augment,
-                    .seed = l->cfg.seed,
+                    .seed = l->aug_seed,
                     .window = s->window,
                     .client_name = name,
                     .job = l->job,
-                    .job_weight = l->cfg.job_weight};
+                    .job_weight = l->cfg.job_weight,
+                    .share = l->share};
     open_bb = wire_pack_request(&wo, 0, 0, NULL, 0, 0, NULL);
     if (!open_bb || !conn_send(l, s, open_bb))
         goto fail_up;

@@ -259,6 +259,7 @@ void *wire_pack_request(const wire_open *open, uint64_t batch_id, uint32_t epoch
         so.client_name = (char *)open->client_name;
         so.job = (char *)(open->job ? open->job : "");
         so.job_weight = open->job_weight;
+        so.share = (char *)(open->share ? open->share : "");
         req.open = &so;
     }
     req.batch_id = batch_id;

@@ -83,11 +83,12 @@ typedef struct wire_open {
     const char *dataset;
     const feed_transform *transform;
     const char *augment; /* NULL: none */
-    uint64_t seed;
+    uint64_t seed; /* SessionOpen.seed: the augmentation seed */
     uint32_t window;
     const char *client_name;
     const char *job; /* SessionOpen.job; NULL: none */
     uint32_t job_weight;
+    const char *share; /* SessionOpen.share; NULL: none */
 } wire_open;
 /* BatchRequest.demand (demand.h). */
 typedef struct wire_demand {

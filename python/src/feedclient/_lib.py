@@ -122,6 +122,9 @@ class LoaderConfig(Structure):
         ("demand_window_ms", c_uint32),
         ("job", c_char_p),
         ("job_weight", c_uint32),
+        ("aug_seed", c_uint64),
+        ("aug_seed_set", c_bool),
+        ("share", c_char_p),
     ]
 
 

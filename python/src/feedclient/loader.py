@@ -163,6 +163,14 @@ class Loader:
     of host, process id, dataset and seed. :attr:`job` says which name is in
     use (it labels feedd's ``feedd_job_*`` metrics).
 
+    ``aug_seed`` keys each sample's augmentation (crop, flip, ``augment``) while ``seed`` keys
+    the epoch order; ``None`` (default) uses ``seed`` for both, as before. ``share`` names a
+    decode-sharing group (the same rules as ``job``): jobs that name the same group for the
+    same dataset get each source image decoded once for all of them while it is in a server's
+    share window (feedd ``--dataset NAME=PATH,share=SIDE``). A sweep gives its jobs one
+    ``seed``, one ``share`` and each its own ``aug_seed`` (docs/design/server.md
+    "Shared decode").
+
     ``resume`` is a state to continue from, as :meth:`load_state_dict` takes: this rank's own
     :meth:`state_dict`, or the combined state of every rank of a job of any world size
     (:mod:`feedclient.elastic`), of which this rank takes its share of the rest of the epoch.
@@ -210,6 +218,8 @@ class Loader:
         resume: Optional[Dict[str, Any]] = None,
         job: Optional[str] = None,
         job_weight: int = 1,
+        aug_seed: Optional[int] = None,
+        share: Optional[str] = None,
     ) -> None:
         if isinstance(targets, str):
             targets = [targets]
@@ -238,8 +248,15 @@ class Loader:
         job_weight = operator.index(job_weight)
         if not 1 <= job_weight <= 100:
             raise ValueError(f"feedclient.Loader: job_weight must be in [1, 100], not {job_weight}")
-        if job is not None and not isinstance(job, str):
-            raise TypeError(f"feedclient.Loader: job must be a str, not {type(job).__name__}")
+        for name, value in (("job", job), ("share", share)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(
+                    f"feedclient.Loader: {name} must be a str, not {type(value).__name__}")
+        if aug_seed is not None:
+            aug_seed = operator.index(aug_seed)
+            if not 0 <= aug_seed < 2**64:
+                raise ValueError(
+                    f"feedclient.Loader: aug_seed must be in [0, 2**64), not {aug_seed}")
         held_memory_limit = operator.index(held_memory_limit)
         if held_memory_limit < 0:
             raise ValueError("feedclient.Loader: held_memory_limit must be >= 0 bytes")
@@ -270,6 +287,10 @@ class Loader:
         self._job_c = job.encode() if job is not None else None
         cfg.job = self._job_c
         cfg.job_weight = job_weight
+        self._share_c = share.encode() if share is not None else None
+        cfg.share = self._share_c
+        cfg.aug_seed_set = aug_seed is not None
+        cfg.aug_seed = aug_seed if aug_seed is not None else 0
         if transform == "eval":
             _lib.lib.feed_transform_default_eval(ctypes.byref(cfg.transform))
             cfg.transform.resize_size = resize_size
@@ -322,6 +343,7 @@ class Loader:
         self._config = {
             "dataset": dataset,
             "seed": seed,
+            "aug_seed": seed if aug_seed is None else aug_seed,
             "batch_size": batch_size,
             "rank": rank,
             "world": world,
@@ -428,7 +450,9 @@ class Loader:
         combined = "combined" in state
         if not combined:
             for key, value in self._config.items():
-                if state.get(key) != value:
+                # A state from before aug_seed: the seed keyed the augmentation.
+                default = state.get("seed") if key == "aug_seed" else None
+                if state.get(key, default) != value:
                     hint = ("; combine the states of every rank (feedclient.elastic) to resume "
                             "at another world size" if key in ("rank", "world") else "")
                     raise ValueError(
