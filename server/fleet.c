@@ -1,5 +1,5 @@
 /*
- * Fleet sizing; see fleet.h and README "Fleet sizing".
+ * Fleet sizing; see fleet.h and docs/guide/sizing.md.
  *
  * Demand: each loader's last report, by its id, in a fixed table (mu). A
  * loader that has sent nothing for three windows (its own or this server's,

@@ -1,5 +1,5 @@
 /*
- * Fleet sizing (README "Fleet sizing"): what the loaders report of their own
+ * Fleet sizing (docs/guide/sizing.md): what the loaders report of their own
  * demand (BatchRequest.demand, kept per loader and summed per job), what this
  * server can make (its workers' busy time per sample, decode and cache hit as
  * they come), and from the two the number of servers the fleet should have,

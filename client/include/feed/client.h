@@ -105,7 +105,7 @@ typedef enum feed_bad_sample_policy {
 
 typedef void (*feed_client_log_fn)(void *user, int level, const char *message);
 
-/* Owner routing (README "Owner routing"): each sample of the dataset has one owning server,
+/* Owner routing (docs/design/client.md, owner routing): each sample of the dataset has one owning server,
  * by rendezvous hashing of (sample index, server target) over the servers the loader knows;
  * a batch goes out as one piece per owner, so that each server's decoded-sample cache holds
  * only its share and the fleet's caches add up. A down or straggling owner's samples go to
@@ -183,7 +183,7 @@ typedef struct feed_loader_config {
     /* The window over which the loader measures its own demand, milliseconds (0: 10000;
      * else 100..3600000): the fraction of wall time the calling thread waited in
      * feed_loader_next() and the samples per second it took, sent to the servers with every
-     * request once a window has closed (README "Fleet sizing"). */
+     * request once a window has closed (docs/guide/sizing.md). */
     uint32_t demand_window_ms;
     /* The job this loader's streams belong to (proto/feed.proto SessionOpen.job; README
      * "Jobs share a server"): a server shares its workers between jobs in proportion to their
@@ -367,7 +367,7 @@ FEED_EXPORT int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server
                                          size_t out_size);
 
 /*
- * Elastic resume (README "Resume at another world size"). A state is a byte string
+ * Elastic resume (docs/design/client.md, resume at another world size). A state is a byte string
  * the library writes and reads (little-endian, versioned, at most FEED_STATE_MAX_BYTES): the
  * epoch's plan identity (dataset name and size, seed, augmentation seed, transform and augment,
  * batch size, drop_last), the epoch, and where the epoch stands. "Consumed" means handed to the

@@ -155,7 +155,7 @@ class Loader:
     ``job`` names the training job this loader belongs to and ``job_weight``
     (1..100) its weight: a server shares its workers between jobs in
     proportion to their weights, not between connections, so an 8-rank job
-    and a 1-rank job get equal shares (README "Jobs share a server"). Every
+    and a 1-rank job get equal shares (docs/design/server.md, jobs). Every
     rank of one run must name the same job. ``None`` derives it the same way
     on every rank: ``"run-" + $TORCHELASTIC_RUN_ID`` when set and not
     ``"none"``; else ``"dist-"`` and a digest of ``$MASTER_ADDR``,

@@ -2,7 +2,7 @@
  * A dataset's fingerprint: a SHA-256 over what a server serves under a name,
  * taken at open from what the format already knows (no image byte is read),
  * so that a client can refuse a server serving other data under the same
- * name and count (README "Dataset fingerprint").
+ * name and count (docs/design/data.md, the fingerprint).
  *
  * What goes in, in this order (integers little-endian):
  *   "feedd-dataset-fingerprint-v1" and a NUL;
