@@ -79,6 +79,8 @@ int remote_servers_cmd(remote_servers *s, const char *cmd, long *requests, long 
     char line[512];
     long r = 0, c = 0;
     int rc = -1;
+    if (!s->to || !s->from) /* not started (a failed setup's teardown) */
+        goto out;
     if (fprintf(s->to, "%s\n", cmd) < 0 || fflush(s->to) != 0 || !fgets(line, sizeof line, s->from))
         goto out;
     if (sscanf(line, "ok requests=%ld connections=%ld", &r, &c) == 2) {
