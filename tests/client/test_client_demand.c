@@ -12,7 +12,6 @@
  * guards only. Main thread only, but for the thread that resumes a stopped
  * server.
  */
-#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -150,26 +149,32 @@ static void test_job_reported_per_server(void **state)
     assert_int_equal(feed_test_server_stop(&s[1]), 0);
 }
 
-typedef struct resume_after {
-    feed_test_server *s;
-    useconds_t us;
-} resume_after;
-
-static void *resume_thread(void *arg)
+/* Takes batches while the server is stopped until next() finds none ready within 50 ms: the
+ * training thread has run dry and waits (a timed-out next() goes on with the same wait, which
+ * the loader counts when the batch comes). A hang guard bounds the batches the loader may hold. */
+static void take_until_dry(feed_loader *l, uint32_t *epoch)
 {
-    const resume_after *r = arg;
-    usleep(r->us);
-    feed_test_server_resume(r->s);
-    return NULL;
+    for (int k = 0; k < 1000; k++) {
+        feed_batch *b = NULL;
+        int rc = feed_loader_next_timed(l, &b, 50);
+        if (rc == FEED_ETIMEDOUT)
+            return;
+        if (rc == FEED_EEOF) {
+            assert_int_equal(feed_loader_set_epoch(l, ++*epoch, 0), 0);
+            continue;
+        }
+        assert_int_equal(rc, 0);
+        assert_int_equal(feed_loader_release(l, b, NULL), 0);
+    }
+    fail_msg("the loader never ran dry with its server stopped");
 }
 
 /*
  * A job that waits: the server is stopped (every thread, feed_test_server_pause) while the
- * loader takes batches, so next() runs out of what the loader holds and waits until a helper
- * thread resumes the server. However fast or slow the machine, that wait is in the loader's
- * window: the server exports a wait fraction above 0 for the job. The stop's length only sets how
- * much of the window the wait is; a round that missed it (the loader had not drained its batches
- * before the resume) is tried again. Once the job leaves, it is forgotten and the fleet it wants
+ * loader takes batches until next() has run dry and waited (take_until_dry), then resumed: the
+ * event, not a clock, decides when. That wait is in the loader's window, so the server exports a
+ * wait fraction above 0 for the job; a round whose report has not reached the server yet is
+ * tried again. Once the job leaves, it is forgotten and the fleet it wants
  * comes back to one server: no demand needs no capacity, whatever the server measured.
  */
 static void test_waiting_job_then_idle_shrinks(void **state)
@@ -181,7 +186,6 @@ static void test_waiting_job_then_idle_shrinks(void **state)
     feed_loader *l = open_loader(t, 1, 8);
     uint32_t epoch = 0;
     char *m = NULL;
-    resume_after r = {&s, 400000};
     take(l, &epoch, 0);
     for (int polls = 0; polls < POLLS / 10; polls++) {
         free(m);
@@ -190,11 +194,9 @@ static void test_waiting_job_then_idle_shrinks(void **state)
             val(m, "feedd_fleet_job_loaders{job=\"" JOB "\"}") == 1)
             break;
         assert_int_equal(feed_test_server_pause(&s), 0);
-        pthread_t th;
-        assert_int_equal(pthread_create(&th, NULL, resume_thread, &r), 0);
-        for (int k = 0; k < 8; k++)
-            take(l, &epoch, 0);
-        assert_int_equal(pthread_join(th, NULL), 0);
+        take_until_dry(l, &epoch);
+        assert_int_equal(feed_test_server_resume(&s), 0);
+        take(l, &epoch, 0);
     }
     double wait = val(m, "feedd_fleet_job_wait_fraction{job=\"" JOB "\"}");
     fprintf(stderr, "  waiting job: wait fraction %.3f, %.1f samples/s, desired %.0f\n", wait,

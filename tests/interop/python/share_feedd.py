@@ -152,7 +152,7 @@ def main():
         ja.batch(1)
         check(s.metric("feedd_share_window_bytes") > 0, "B has not read A's batch 1 yet")
         jb.close()
-        for _ in range(200):
+        for _ in range(1200):  # a hang guard (60 s), not a timing bound: the event is the stream's end
             if s.metric("feedd_share_window_bytes") == 0:
                 break
             time.sleep(0.05)
