@@ -81,14 +81,21 @@ static uint64_t one_entry(const env *e)
     return feedd_window_charge(e->pixel_bytes);
 }
 
+/* A window of `budget` bytes sharing dataset 0 at SIDE. */
+static feedd_window *window_of(uint64_t budget)
+{
+    feedd_window *w = NULL;
+    assert_int_equal(feedd_window_new(budget, NULL, &w), 0);
+    assert_int_equal(feedd_window_add_dataset(w, 0, SIDE), 0);
+    return w;
+}
+
 static void test_members_read_then_free(void **state)
 {
     (void)state;
     env e;
     env_open(&e);
-    feedd_window *w = NULL;
-    assert_int_equal(feedd_window_new(10 * one_entry(&e), NULL, &w), 0);
-    assert_int_equal(feedd_window_add_dataset(w, 0, SIDE), 0);
+    feedd_window *w = window_of(10 * one_entry(&e));
     feedd_window_seat a, b, c;
     assert_int_equal(feedd_window_join(w, 0, "sweep", "jobA", &a), 0);
     assert_int_equal(feedd_window_join(w, 0, "sweep", "jobB", &b), 0);
@@ -121,9 +128,7 @@ static void test_two_streams_one_member(void **state)
     (void)state;
     env e;
     env_open(&e);
-    feedd_window *w = NULL;
-    assert_int_equal(feedd_window_new(10 * one_entry(&e), NULL, &w), 0);
-    assert_int_equal(feedd_window_add_dataset(w, 0, SIDE), 0);
+    feedd_window *w = window_of(10 * one_entry(&e));
     feedd_window_seat a0, a1, b;
     assert_int_equal(feedd_window_join(w, 0, "s", "jobA", &a0), 0);
     assert_int_equal(feedd_window_join(w, 0, "s", "jobA", &a1), 0);
@@ -155,10 +160,8 @@ static void test_fifo_bound_and_behind(void **state)
     (void)state;
     env e;
     env_open(&e);
-    feedd_window *w = NULL;
     uint64_t budget = 3 * one_entry(&e);
-    assert_int_equal(feedd_window_new(budget, NULL, &w), 0);
-    assert_int_equal(feedd_window_add_dataset(w, 0, SIDE), 0);
+    feedd_window *w = window_of(budget);
     feedd_window_seat a, b;
     assert_int_equal(feedd_window_join(w, 0, "s", "A", &a), 0);
     assert_int_equal(feedd_window_join(w, 0, "s", "B", &b), 0);
@@ -208,9 +211,7 @@ static void test_failed_and_stale(void **state)
     (void)state;
     env e;
     env_open(&e);
-    feedd_window *w = NULL;
-    assert_int_equal(feedd_window_new(10 * one_entry(&e), NULL, &w), 0);
-    assert_int_equal(feedd_window_add_dataset(w, 0, SIDE), 0);
+    feedd_window *w = window_of(10 * one_entry(&e));
     feedd_window_seat a, b;
     assert_int_equal(feedd_window_join(w, 0, "s", "A", &a), 0);
     assert_int_equal(feedd_window_join(w, 0, "s", "B", &b), 0);
