@@ -21,6 +21,11 @@
 #         warm-up + 15 s window + ~5 s to stop = ~45 s; 2 runs a round; torch1
 #         ~4.5 min (plus ~10 s to re-encode the originals once), torch2 ~3 min.
 #         (All 5 rounds in one call would be ~7.5 min: too close to 9.)
+#   share OUT   issue 30: bench/fault/share.py (four jobs of a sweep on one feedd of
+#         THREADS (8) workers: decode shared vs unshared, ROUNDS (5) rounds, then
+#         the same four on a warm decoded cache against one job alone) on the
+#         bundle's original JPEGs, each listed REPEAT (20) times (3,200 files).
+#         Time: per round ~2 x (3 s to start the jobs + 2-8 s) ~20 s; ~3 min.
 #   scale OUT   issue 31: bench/scale/gpu_scale.sh all: the steady-state
 #         desired size at 0.5x/1x/2x/4x (~2 min: calibration ~10 s, 4 x (20 s
 #         + ~3 s drain)) and resnet18 against one feedd of 4 and of 12 workers
@@ -29,7 +34,7 @@
 # On the GPU machine, from the repository root with the bundle carried:
 #   bash gpu-bundle/run_all.sh wire "$OUT"
 set -uo pipefail
-mode=${1:?usage: gpu_issue29_31.sh prep BUNDLE HEAD_BUILD BASE_BUILD | wire|torch1|torch2|scale OUT}
+mode=${1:?usage: gpu_issue29_31.sh prep BUNDLE HEAD_BUILD BASE_BUILD | wire|torch1|torch2|share|scale OUT}
 here=$(cd "$(dirname "$0")" && pwd)
 
 prep() {
@@ -49,6 +54,8 @@ prep() {
     "$dir/bin/feed-scale-client"
   cp "$root/bench/wire/ab.sh" "$root/bench/wire/ab_gpu.sh" "$dir/wire/"
   cp "$root/bench/scale/hpa_sim.py" "$root/bench/scale/gpu_scale.sh" "$dir/scale/"
+  mkdir -p "$dir/share"
+  cp "$root/bench/fault/share.py" "$root/bench/fault/share_table.py" "$dir/share/"
   cp "$root/bench/gpu_issue29_31.sh" "$dir/run_all.sh"
   local missing=0 lib
   for f in "$dir/base/server/feedd" "$dir/base/bench/wire/feed-wire-bench" "$dir/bin/feed-scale-client"; do
@@ -112,8 +119,27 @@ case "$mode" in
       "${ROUNDS:-$last}" 2>&1 | tee "$out/torch.log"
     echo "== issue 29, resnet18 with BASE's feedd vs HEAD's (r18-feed-reenc)"
     torch_table "$out" | tee "$out/torch-summary.txt" ;;
+  share)
+    out=${2:?OUT}
+    tree=/tmp/feedd-share-tree
+    [ -d "$tree" ] || python3 - "$here/data/tree" "$tree" "${REPEAT:-20}" <<'PY'
+import os, sys
+src, dst, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for c in sorted(os.listdir(src)):
+    os.makedirs(os.path.join(dst, c))
+    for f in os.listdir(os.path.join(src, c)):
+        for r in range(repeat):
+            os.symlink(os.path.join(src, c, f), os.path.join(dst, c, f"r{r}_{f}"))
+PY
+    export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export PYTHONPATH="$here/python" FEEDCLIENT_LIBRARY="$here/lib/libfeedclient.so"
+    python3 "$here/share/share.py" --feedd "$here/bin/feedd" --data "$tree" \
+      --rounds "${ROUNDS:-5}" --threads "${THREADS:-8}" --side 256 --size 224 \
+      --json "$out/runs.jsonl" > "$out/share.log" 2>&1
+    echo "== issue 30, decode shared vs unshared, four jobs, feedd --threads ${THREADS:-8} (log: $out/share.log)"
+    python3 "$here/share/share_table.py" "$out/runs.jsonl" | tee "$out/table.md" ;;
   scale)
     out=${2:?OUT}
     bash "$here/scale/gpu_scale.sh" "$here" "$out/scale" all ;;
-  *) echo "gpu_issue29_31.sh: prep, wire, torch1, torch2 or scale" >&2; exit 2 ;;
+  *) echo "gpu_issue29_31.sh: prep, wire, torch1, torch2, share or scale" >&2; exit 2 ;;
 esac
