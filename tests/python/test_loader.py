@@ -364,6 +364,31 @@ def test_other_dataset_version_refused(data_dir, tmp_path, spawn):
         b.stop()
 
 
+def test_demand_window_reaches_feedd(spawn, tmp_path):
+    """demand_window= sets the window over which the loader measures its demand: with 0.2 s,
+    windows close while the test reads and feedd exports the job's demand; bad values are
+    ValueErrors."""
+    port_file = tmp_path / "metrics.port"
+    srv = spawn(["--metrics-listen", "127.0.0.1:0", "--metrics-port-file", str(port_file)])
+    for _ in range(3000):  # hang guard: feedd writes it right after the gRPC port file
+        if port_file.exists() and port_file.read_text().strip():
+            break
+        time.sleep(0.01)
+    metrics_url = f"http://127.0.0.1:{int(port_file.read_text())}/metrics"
+    pattern = re.compile(r'^feedd_fleet_job_samples_per_second\{job="demand-w"\} (\S+)$', re.M)
+    got = None
+    with make(srv, job="demand-w", demand_window=0.2) as loader:
+        start = time.monotonic()
+        while got is None or float(got.group(1)) <= 0:
+            assert time.monotonic() - start < 120, "feedd never exported the job's demand"
+            for _ in loader:  # a request after a closed window carries the demand
+                time.sleep(0.05)
+            got = pattern.search(urllib.request.urlopen(metrics_url, timeout=30).read().decode())
+    for bad in (0.05, 3601.0):
+        with pytest.raises(ValueError, match="demand_window"):
+            make(srv, demand_window=bad)
+
+
 def test_job_name_and_weight_reach_feedd(spawn, tmp_path, monkeypatch):
     """job= and job_weight= go on every stream (feedd counts the samples under the job); the
     default name follows the launcher's environment; bad values are ValueErrors."""

@@ -130,7 +130,10 @@ class Loader:
     while it owes batches, or leaving a keepalive ping unanswered this long,
     is failed over; a slow one never sooner), ``unavailable_timeout`` (no server
     for this long: iteration raises :class:`UnavailableError`),
-    ``resolve_interval`` (DNS re-resolution of ``dns:///`` targets).
+    ``resolve_interval`` (DNS re-resolution of ``dns:///`` targets),
+    ``demand_window`` (0.1 to 3600, default 10: the window over which the loader measures the
+    time next() waited and the samples it handed out, and reports both to the servers, which
+    size the fleet from them: docs/guide/sizing.md).
 
     Trust: ``token`` is the servers' bearer token (feedd ``--auth-token-file``),
     sent on every call; ``None`` takes ``$FEED_TOKEN`` if set. ``tls_ca`` (a
@@ -209,6 +212,7 @@ class Loader:
         batch_deadline: float = 60.0,
         unavailable_timeout: float = 30.0,
         resolve_interval: float = 5.0,
+        demand_window: float = 10.0,
         token: Optional[str] = None,
         tls_ca: Union[str, "os.PathLike[str]", None] = None,
         tls_cert: Union[str, "os.PathLike[str]", None] = None,
@@ -319,6 +323,10 @@ class Loader:
         cfg.batch_deadline_ms = _ms(batch_deadline, "batch_deadline")
         cfg.unavailable_timeout_ms = _ms(unavailable_timeout, "unavailable_timeout")
         cfg.resolve_interval_ms = _ms(resolve_interval, "resolve_interval")
+        if not 0.1 <= demand_window <= 3600:
+            raise ValueError(
+                f"feedclient.Loader: demand_window must be in [0.1, 3600] s, not {demand_window}")
+        cfg.demand_window_ms = _ms(demand_window, "demand_window")
 
         # Read by feed_loader_open; kept alive until it returns.
         self._trust_c = [None if v is None else os.fsencode(v)
