@@ -315,6 +315,10 @@ char *feedd_metrics_render(size_t *len)
             "group, the window full, the image evicted before the job read it, or a decode "
             "waited for too long.",
             ld(&m->share_alone));
+    counter(&t, "feedd_share_waits_total",
+            "Lookups of sharing streams that found their image being decoded by another worker "
+            "and waited for it (single flight), at most 2 s each.",
+            ld(&m->share_waits));
     counter(&t, "feedd_share_evictions_total",
             "Share window images evicted to make room before every job of their group read them.",
             ld(&m->share_evictions));

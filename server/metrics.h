@@ -46,7 +46,7 @@ typedef struct feedd_metrics {
     atomic_int_fast64_t cache_budget; /* its --cache-bytes while it exists */
     /* The share window (window.h): lookups that found the image, decodes into it, samples of
      * sharing streams decoded alone, entries evicted before every member read them, bytes. */
-    atomic_uint_fast64_t share_hits, share_decodes, share_alone, share_evictions;
+    atomic_uint_fast64_t share_hits, share_decodes, share_alone, share_evictions, share_waits;
     atomic_int_fast64_t share_window_bytes;
     atomic_uint_fast64_t remote_late; /* remote samples failed: not fetched by the batch deadline */
     atomic_int_fast64_t queue_depth;      /* samples waiting for a worker */

@@ -393,6 +393,8 @@ feedd_window_find feedd_window_get(feedd_window *w, const feedd_window_seat *sea
     }
     if (e) {
         e->refs++;
+        if (e->state == DECODING)
+            feedd_count(&feedd_m.share_waits, 1);
         while (e->state == DECODING &&
                feed_cond_wait_until(&w->cv, &w->mu, deadline) != FEED_ETIMEDOUT) {
         }

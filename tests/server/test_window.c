@@ -4,8 +4,9 @@
  * every live member has read it), a member leaving (it pins nothing), FIFO
  * eviction of unread entries with the byte bound never passed, the evicted-key
  * memory (a member behind does not insert what the others have read), a
- * group of one (inserts nothing), failed decodes (kept nowhere) and stale
- * source stamps. Through real feedd processes: tests/python/test_share_feedd.py.
+ * group of one (inserts nothing), failed decodes (kept nowhere), stale
+ * source stamps, and single flight across two threads (a worker that finds
+ * its image being decoded waits for it; one withdrawn sends it to decode alone). Through real feedd processes: tests/python/test_share_feedd.py.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,11 +15,16 @@
 
 #include <cmocka.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "feed/errors.h"
+#include "feed/thread.h"
+#include "feed/timeutil.h"
 #include "feedtest.h"
 #include "metrics.h"
 #include "window.h"
@@ -243,6 +249,101 @@ static void test_failed_and_stale(void **state)
     env_close(&e);
 }
 
+/* A second worker's lookup of one sample, on a thread of its own. */
+typedef struct lookup {
+    feedd_window *w;
+    feedd_window_seat seat;
+    uint64_t index;
+    feedd_window_find how;
+    uint64_t took_ns;
+    uint8_t *pixels; /* a copy of what a HIT gave, pixel_bytes long */
+    size_t pixel_bytes;
+} lookup;
+
+static void *lookup_run(void *arg)
+{
+    lookup *l = arg;
+    feedd_window_entry *spare = feedd_window_spare_new(), *entry = NULL;
+    feed_decoded img;
+    uint64_t t0 = feed_now_ns();
+    l->how = feedd_window_get(l->w, &l->seat, 0, l->index, 0, &spare, &entry, &img);
+    l->took_ns = feed_now_ns() - t0;
+    if (l->how == FEEDD_WINDOW_HIT && (l->pixels = malloc(l->pixel_bytes)) != NULL)
+        memcpy(l->pixels, img.pixels, l->pixel_bytes);
+    if (entry)
+        feedd_window_release(l->w, entry);
+    feedd_window_spare_free(spare);
+    return NULL;
+}
+
+/* Until a lookup has started waiting (feedd_share_waits_total moved past `before`). A hang
+ * guard of 60 s, not a timing assertion. */
+static void until_waiting(uint64_t before)
+{
+    uint64_t give_up = feed_now_ns() + 60ull * 1000000000u;
+    while (atomic_load(&feedd_m.share_waits) == before) {
+        assert_true(feed_now_ns() < give_up);
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+}
+
+static void test_single_flight(void **state)
+{
+    (void)state;
+    env e;
+    env_open(&e);
+    feedd_window *w = window_of(10 * one_entry(&e));
+    feedd_window_seat a, b, c;
+    assert_int_equal(feedd_window_join(w, 0, "s", "A", &a), 0);
+    assert_int_equal(feedd_window_join(w, 0, "s", "B", &b), 0);
+    assert_int_equal(feedd_window_join(w, 0, "s", "C", &c), 0);
+    /* A's lookup inserts sample 5 and leaves its decode to A; B's, on another thread, finds
+     * it decoding and waits; A decodes: B gets A's image, not a decode of its own. */
+    feedd_window_entry *spare = feedd_window_spare_new(), *entry = NULL;
+    feed_decoded img;
+    assert_int_equal(feedd_window_get(w, &a, 0, 5, 0, &spare, &entry, &img), FEEDD_WINDOW_DECODE);
+    uint64_t waits = atomic_load(&feedd_m.share_waits);
+    lookup l = {.w = w, .seat = b, .index = 5, .pixel_bytes = e.pixel_bytes};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, lookup_run, &l), 0);
+    until_waiting(waits);
+    assert_int_equal(feedd_window_decode(w, &a, entry, false, e.eng, e.jpeg, e.len, SIDE, &img),
+                     FEED_SAMPLE_OK);
+    pthread_join(t, NULL);
+    /* Only a wait past FEEDD_WINDOW_WAIT_MS (a machine stalled that long) may end alone. */
+    if (l.how != FEEDD_WINDOW_HIT) {
+        assert_int_equal(l.how, FEEDD_WINDOW_ALONE);
+        assert_true(l.took_ns >= (uint64_t)FEEDD_WINDOW_WAIT_MS * 1000000u);
+    } else {
+        assert_non_null(l.pixels);
+        assert_memory_equal(l.pixels, img.pixels, e.pixel_bytes);
+        free(l.pixels);
+    }
+    feedd_window_release(w, entry);
+    assert_int_equal(feedd_window_used(w), one_entry(&e)); /* C has not read it */
+    assert_int_equal(touch(&e, w, &c, 5, 0), FEEDD_WINDOW_HIT);
+    assert_int_equal(feedd_window_used(w), 0);
+    /* A's decode is withdrawn (its bytes could not be read): the waiting B decodes alone. */
+    if (!spare)
+        spare = feedd_window_spare_new();
+    assert_int_equal(feedd_window_get(w, &a, 0, 6, 0, &spare, &entry, &img), FEEDD_WINDOW_DECODE);
+    waits = atomic_load(&feedd_m.share_waits);
+    l = (lookup){.w = w, .seat = b, .index = 6, .pixel_bytes = e.pixel_bytes};
+    assert_int_equal(pthread_create(&t, NULL, lookup_run, &l), 0);
+    until_waiting(waits);
+    feedd_window_abandon(w, entry);
+    feedd_window_release(w, entry);
+    pthread_join(t, NULL);
+    assert_int_equal(l.how, FEEDD_WINDOW_ALONE);
+    assert_int_equal(feedd_window_used(w), 0);
+    feedd_window_spare_free(spare);
+    feedd_window_leave(w, &a);
+    feedd_window_leave(w, &b);
+    feedd_window_leave(w, &c);
+    feedd_window_free(w);
+    env_close(&e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -250,6 +351,7 @@ int main(void)
         cmocka_unit_test(test_two_streams_one_member),
         cmocka_unit_test(test_fifo_bound_and_behind),
         cmocka_unit_test(test_failed_and_stale),
+        cmocka_unit_test(test_single_flight),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
