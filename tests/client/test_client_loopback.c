@@ -84,24 +84,13 @@ static void run_free(run *r)
 
 static void base_cfg(feed_loader_config *c, const char *const *targets, size_t n, uint32_t batch)
 {
-    feed_loader_config_default(c);
-    c->targets = targets;
-    c->num_targets = n;
-    c->dataset = "small";
-    c->transform.out_h = c->transform.out_w = SIDE;
-    c->batch_size = batch;
+    feed_test_host_config(c, targets, n, "small", SIDE, batch, NULL);
     c->seed = SEED;
     c->epoch = EPOCH;
-    c->window_per_server = 2;
-    c->prefetch = 2;
-    c->dtype = FEED_DTYPE_UINT8;
-    c->layout = FEED_LAYOUT_NHWC;
-    c->device = FEED_DEVICE_HOST;
     /* No healthy server falls silent this long, however loaded the machine: a test that wants a
      * failover kills or stops a server, or sets a shorter deadline itself. */
     c->batch_deadline_ms = SETTLE_POLLS * 20;
     c->unavailable_timeout_ms = SETTLE_POLLS * 20;
-    c->log_fn = feed_test_log_stderr;
 }
 
 /* Takes one batch into r (copying everything) and releases it. Returns next()'s code. */

@@ -26,6 +26,7 @@
 #include "feed/errors.h"
 #include "feed/tar.h"
 #include "feedtest.h"
+#include "feedtest_client.h"
 #include "feedtest_skip.h"
 
 #define CLASSES 4u
@@ -64,19 +65,10 @@ static void run_free(run *r)
 
 static void cfg(feed_loader_config *c, const char *const *targets, size_t n)
 {
-    feed_loader_config_default(c);
-    c->targets = targets;
-    c->num_targets = n;
-    c->dataset = "small";
-    c->transform.out_h = c->transform.out_w = SIDE;
-    c->batch_size = BATCH;
+    feed_test_host_config(c, targets, n, "small", SIDE, BATCH, NULL);
     c->seed = SEED;
     c->epoch = EPOCH;
     c->window_per_server = 1;
-    c->prefetch = 2;
-    c->dtype = FEED_DTYPE_UINT8;
-    c->layout = FEED_LAYOUT_NHWC;
-    c->device = FEED_DEVICE_HOST;
     c->batch_deadline_ms = SETTLE_POLLS * 20;
     c->unavailable_timeout_ms = SETTLE_POLLS * 20;
 }
