@@ -2,8 +2,9 @@
  * Fleet sizing (docs/guide/sizing.md): what the loaders report of their own
  * demand (BatchRequest.demand, kept per loader and summed per job), what this
  * server can make (its workers' busy time per sample, decode and cache hit as
- * they come; encoded samples, a copy each, are counted apart and left out), and from the two the number of servers the fleet should have,
- * exported as feedd_fleet_desired_servers for an autoscaler.
+ * they come; encoded samples, a copy each, are counted apart and left out),
+ * and from the two the number of servers the fleet should have, exported as
+ * feedd_fleet_desired_servers for an autoscaler.
  *
  * One process-wide instance. feedd_fleet_sample is lock-free (atomics, any
  * worker); reports and renders take the instance's mutex, a leaf (nothing is

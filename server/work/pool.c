@@ -260,8 +260,8 @@ static void make_encoded(worker *w, feedd_job *job, uint32_t pos)
             } else if (len > room) {
                 st = FEED_SAMPLE_IO_ERROR;
                 snprintf(job->errors[pos], sizeof job->errors[pos],
-                         "read: %zu bytes, more than the %zu at open: changed since the open",
-                         len, room);
+                         "read: %zu bytes, more than the %zu at open: changed since the open", len,
+                         room);
             } else {
                 memcpy(job->data + job->enc_off[pos], jpeg, len);
                 job->enc_len[pos] = (uint32_t)len;

@@ -63,7 +63,7 @@ struct feedd_job {
     feedd_window_seat seat;
     const uint64_t *indices;
     uint32_t n;
-    uint8_t *data; /* n * sample_bytes; encoded: enc_off[n] */
+    uint8_t *data;       /* n * sample_bytes; encoded: enc_off[n] */
     size_t sample_bytes; /* 0 for an encoded job */
     /* BatchRequest.encoded (encoded.h): NULL for pixels. Else n + 1 entries, sample i's room in
      * data being [enc_off[i], enc_off[i + 1]); status and errors are set at acceptance
