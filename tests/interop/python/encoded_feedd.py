@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Encoded batches (BatchRequest.encoded) through real feedd processes and
 Debian's python3-grpcio, over a generated ImageFolder of real JPEGs, a pack
-and tar shards made from it by feed-pack: each sample's bytes are the file's
+and tar shards made from it by feed-pack, local and from an HTTP store: each sample's bytes are the file's
 bytes exactly, labels and indices as requested, the CRC32C right; encoded
 and pixel requests interleaved on one stream leave the pixels as a stream of
 pixels alone gets them; a corrupt JPEG comes back whole (status OK: nothing
@@ -162,7 +162,8 @@ def main():
         subprocess.run([gen, ds, "--classes", "2", "--per-class", "8", "--seed", "5"],
                        check=True, stdout=subprocess.DEVNULL)
         # A pack and tar shards of the clean tree, byte for byte.
-        pk, tar = os.path.join(tmp, "d.pack"), os.path.join(tmp, "shard")
+        pk, tar = os.path.join(tmp, "d.pack"), os.path.join(tmp, "shards", "shard")
+        os.mkdir(os.path.dirname(tar))
         subprocess.run([pack, ds, pk], check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
         subprocess.run([pack, ds, tar, "--format", "tar", "--shard-samples", "5"], check=True,
@@ -292,15 +293,36 @@ def main():
         st.close()
 
         # A pack and tar shards: the same bytes.
-        shards = [x for x in os.listdir(tmp) if x.startswith("shard-") and x.endswith(".tar")]
+        shards = [x for x in os.listdir(os.path.dirname(tar)) if x.endswith(".tar")]
         check(len(shards) > 1, "feed-pack wrote tar shards")
-        for name, path in (("pack", pk),
-                           ("tar", "%s-{000000..%06d}.tar" % (tar, len(shards) - 1))):
-            p = start(["--dataset", "d=" + path])
-            st = Stream(pb, p)
-            idx = list(range(n_clean))[::-1]
+        pattern = "shard-{000000..%06d}.tar" % (len(shards) - 1)
+        idx = list(range(n_clean))[::-1]
+        for name, path in (("pack", pk), ("tar", os.path.join(os.path.dirname(tar), pattern))):
+            st = Stream(pb, start(["--dataset", "d=" + path]))
             check_exact(pb, st.ask(1, idx, encoded=True), clean, idx, name)
             st.close()
+
+        # The same shards from an HTTP store (tests/remote/servers.js: scripts/test.sh runs npm
+        # ci there; a missing node_modules fails the test, as the remote tests do), through the
+        # fetch stage.
+        node = shutil.which("node")
+        check(node is not None, "node is needed for the HTTP store")
+        js = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "remote",
+                          "servers.js")
+        store = subprocess.Popen([node, js, "--data", os.path.dirname(tar), "--bucket", "feed"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            ready = store.stdout.readline().split()
+            check(ready and ready[0] == "ready", "servers.js did not start (npm ci in "
+                  "tests/remote?): %r" % ready)
+            http = dict(kv.split("=") for kv in ready[1:])["http"]
+            st = Stream(pb, start(["--dataset", "d=http://127.0.0.1:%s/%s" % (http, pattern)]))
+            check_exact(pb, st.ask(1, idx, encoded=True), clean, idx, "http")
+            check(st.ask(2, idx[:4]).height == 16, "http: pixels after bytes")
+            st.close()
+        finally:
+            store.stdin.close()
+            store.wait(timeout=60)
         print("encoded_feedd: ok")
         return 0
     finally:
