@@ -26,6 +26,7 @@ add_executable(feedd
   ${CMAKE_CURRENT_LIST_DIR}/config.c
   ${CMAKE_CURRENT_LIST_DIR}/work/fd_budget.c
   ${CMAKE_CURRENT_LIST_DIR}/work/pool.c
+  ${CMAKE_CURRENT_LIST_DIR}/work/encoded.c
   ${CMAKE_CURRENT_LIST_DIR}/work/share.c
   ${CMAKE_CURRENT_LIST_DIR}/work/fetch.c
   ${CMAKE_CURRENT_LIST_DIR}/service/service.c

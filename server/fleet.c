@@ -35,7 +35,10 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { KIND_DECODE, KIND_CACHE_HIT, KIND_COUNT };
+#define KIND_COUNT FEEDD_FLEET_KINDS
+/* Kinds below this are what the capacity counts: encoded samples cost a read and a copy, and
+ * counted with decodes they would make the server look faster than its decodes are. */
+#define KIND_CAPACITY FEEDD_FLEET_ENCODED
 
 /* The most servers the desired size names; far beyond any fleet, it keeps the arithmetic
  * finite whatever a loader reports. */
@@ -148,7 +151,7 @@ void feedd_fleet_init(uint32_t threads, uint32_t window_ms)
     pthread_mutex_unlock(&fleet.mu);
 }
 
-void feedd_fleet_sample(bool cache_hit, uint64_t busy_ns)
+void feedd_fleet_sample(feedd_fleet_kind kind, uint64_t busy_ns)
 {
     static _Thread_local bool registered;
     if (!registered) {
@@ -157,15 +160,16 @@ void feedd_fleet_sample(bool cache_hit, uint64_t busy_ns)
         if (slot < FLEET_WORKERS_MAX)
             atomic_store(&fleet.tids[slot], (int)gettid());
     }
-    int k = cache_hit ? KIND_CACHE_HIT : KIND_DECODE;
+    int k = (unsigned)kind < KIND_COUNT ? (int)kind : FEEDD_FLEET_DECODE;
     atomic_fetch_add_explicit(&fleet.busy_ns[k], busy_ns, memory_order_relaxed);
     atomic_fetch_add_explicit(&fleet.samples[k], 1, memory_order_relaxed);
 }
 
+/* Summed over the kinds the capacity counts. */
 static uint64_t total(atomic_uint_fast64_t *c)
 {
     uint64_t sum = 0;
-    for (int k = 0; k < KIND_COUNT; k++)
+    for (int k = 0; k < KIND_CAPACITY; k++)
         sum += atomic_load_explicit(&c[k], memory_order_relaxed);
     return sum;
 }
@@ -363,7 +367,7 @@ static void put_jobs(out_text *t, const job_sum *sums, size_t n, const char *nam
 
 size_t feedd_fleet_render(char *buf, size_t cap, uint64_t now_ns)
 {
-    static const char *const kinds[KIND_COUNT] = {"decode", "cache_hit"};
+    static const char *const kinds[KIND_COUNT] = {"decode", "cache_hit", "encoded"};
     job_sum sums[FEEDD_FLEET_LOADERS_MAX];
     out_text t = {buf, 0, cap};
     if (cap)
@@ -392,7 +396,8 @@ size_t feedd_fleet_render(char *buf, size_t cap, uint64_t now_ns)
     put(&t, "feedd_fleet_capacity_samples_per_second %.6g\n", fleet.capacity);
     header(&t, "feedd_fleet_worker_seconds_total", "counter",
            "Worker busy time per sample kind (decode: from the JPEG; cache_hit: from the "
-           "decoded-sample cache).");
+           "decoded-sample cache; encoded: bytes copied for an encoded batch, not in the "
+           "capacity).");
     for (int k = 0; k < KIND_COUNT; k++)
         put(&t, "feedd_fleet_worker_seconds_total{kind=\"%s\"} %.6f\n", kinds[k],
             (double)atomic_load_explicit(&fleet.busy_ns[k], memory_order_relaxed) / 1e9);

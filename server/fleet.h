@@ -2,8 +2,9 @@
  * Fleet sizing (docs/guide/sizing.md): what the loaders report of their own
  * demand (BatchRequest.demand, kept per loader and summed per job), what this
  * server can make (its workers' busy time per sample, decode and cache hit as
- * they come), and from the two the number of servers the fleet should have,
- * exported as feedd_fleet_desired_servers for an autoscaler.
+ * they come; encoded samples, a copy each, are counted apart and left out),
+ * and from the two the number of servers the fleet should have, exported as
+ * feedd_fleet_desired_servers for an autoscaler.
  *
  * One process-wide instance. feedd_fleet_sample is lock-free (atomics, any
  * worker); reports and renders take the instance's mutex, a leaf (nothing is
@@ -63,8 +64,17 @@ uint32_t feedd_fleet_desired(const feedd_fleet_job *jobs, size_t n_jobs, double 
 
 /* Before any other call: the workers the pool runs and the window's length. */
 void feedd_fleet_init(uint32_t threads, uint32_t window_ms);
-/* A worker finished one sample after busy_ns of work; cache_hit: made from the decoded cache. */
-void feedd_fleet_sample(bool cache_hit, uint64_t busy_ns);
+/* What a worker made of a sample: decoded from the JPEG, made from the decoded cache, or its
+ * bytes copied for an encoded batch (not a decode: left out of the capacity). */
+typedef enum feedd_fleet_kind {
+    FEEDD_FLEET_DECODE,
+    FEEDD_FLEET_CACHE_HIT,
+    FEEDD_FLEET_ENCODED,
+    FEEDD_FLEET_KINDS
+} feedd_fleet_kind;
+
+/* A worker finished one sample of this kind after busy_ns of work. */
+void feedd_fleet_sample(feedd_fleet_kind kind, uint64_t busy_ns);
 /* A loader's report on a stream of job `job` (at most FEED_NAME_MAX bytes kept). */
 void feedd_fleet_report(const char *job, const feedd_demand *d, uint64_t now_ns);
 /* The fleet's metrics as Prometheus text at buf (at most cap bytes, NUL-terminated); returns

@@ -231,7 +231,8 @@ char *feedd_metrics_render(size_t *len)
     t.p[0] = '\0';
     counter(&t, "feedd_samples_total", "Samples made, any status.", ld(&m->samples));
     counter(&t, "feedd_batches_total", "Batches handed to gRPC.", ld(&m->batches));
-    counter(&t, "feedd_bytes_total", "Batch pixel bytes handed to gRPC.", ld(&m->bytes));
+    counter(&t, "feedd_bytes_total",
+            "Batch data bytes handed to gRPC (pixels, or encoded samples).", ld(&m->bytes));
     counter(&t, "feedd_requests_total", "Batch requests accepted.", ld(&m->requests));
     counter(&t, "feedd_requests_refused_total",
             "Batch requests refused (bad request, window, memory), each ending its stream.",

@@ -9,6 +9,7 @@
  * Runs on whichever thread starts the send (a completion-queue thread or a
  * pool worker), under the stream's lock; it touches only the job it is given.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,35 +86,44 @@ grpc_byte_buffer *feedd_batch_pack(batch_job *bj, uint32_t h, uint32_t w, const 
     m.status = st;
     m.n_errors = n_err;
     m.errors = errp;
-    m.height = h;
-    m.width = w;
-    m.channels = 3;
-    m.dtype = FEED__V1__DTYPE__DTYPE_UINT8;
-    m.layout = FEED__V1__LAYOUT__LAYOUT_NHWC;
+    bool encoded = bj->enc_off != NULL;
+    if (!encoded) {
+        m.height = h;
+        m.width = w;
+        m.channels = 3;
+        m.dtype = FEED__V1__DTYPE__DTYPE_UINT8;
+        m.layout = FEED__V1__LAYOUT__LAYOUT_NHWC;
+    }
     /*
      * protobuf-c writes fields in number order, so the message is the fields
      * before data (1-11), data's key, length and bytes, then the fields after
-     * it (13-14), each part packed on its own: the same bytes as packing the
+     * it (13-15), each part packed on its own: the same bytes as packing the
      * whole Batch, with the pixels a slice of their own. Like protobuf-c,
-     * empty data (proto3) is left out.
+     * empty data (proto3) is left out. An encoded batch's data is the first
+     * data_len bytes of its buffer; the slice frees the whole buffer.
      */
     Feed__V1__Batch after = FEED__V1__BATCH__INIT;
     after.crc32c = bj->crc;
     after.server_busy_ns = atomic_load(&bj->job.busy_ns);
+    if (encoded) {
+        after.n_encoded_lengths = n;
+        after.encoded_lengths = bj->enc_len;
+    }
     feedd_mem_buf *mem = bj->mem;
     bj->mem = NULL;
+    size_t data_len = encoded ? bj->job.data_len : mem->bytes;
     uint8_t prefix[2 * VARINT_MAX];
     size_t prefix_len = 0;
-    if (mem->bytes) {
+    if (data_len) {
         prefix_len = put_varint(prefix, DATA_KEY);
-        prefix_len += put_varint(prefix + prefix_len, mem->bytes);
+        prefix_len += put_varint(prefix + prefix_len, data_len);
     }
     grpc_slice parts[3];
     size_t n_parts = 0;
     parts[n_parts++] = pack_slice(&m, prefix, prefix_len);
-    if (mem->bytes)
+    if (data_len)
         parts[n_parts++] =
-            grpc_slice_new_with_user_data(mem->data, mem->bytes, feedd_memory_buf_free, mem);
+            grpc_slice_new_with_user_data(mem->data, data_len, feedd_memory_buf_free, mem);
     else
         feedd_memory_buf_free(mem);
     if (feed__v1__batch__get_packed_size(&after))

@@ -67,8 +67,9 @@ typedef struct feedd_session {
 /* A BatchRequest that passed the checks. */
 typedef struct feedd_batch_request {
     const Feed__V1__BatchRequest *r; /* in the arena; NULL: the request only opened the session */
-    size_t sample_bytes;             /* out_h * out_w * 3 */
-    uint64_t bytes;                  /* n_indices * sample_bytes */
+    bool encoded;                    /* BatchRequest.encoded: sized at acceptance (encoded.h) */
+    size_t sample_bytes;             /* out_h * out_w * 3; 0 when encoded */
+    uint64_t bytes;                  /* n_indices * sample_bytes; 0 when encoded */
     bool has_demand;                 /* the request carried BatchRequest.demand, checked */
     feedd_demand demand;
 } feedd_batch_request;

@@ -123,6 +123,8 @@ struct batch_job {
     feed_sample_status *status;
     uint32_t *sample_crc;
     char (*errors)[FEEDD_SAMPLE_MSG_MAX + 1];
+    uint64_t *enc_off;         /* encoded: job.enc_off's entries; else NULL */
+    uint32_t *enc_len;         /* encoded: job.enc_len's entries; else NULL */
     feedd_sm_job sm;           /* the stream's state machine links it */
     feed_list_node inbox_link; /* in its stream's inbox, guarded by the stream's inbox_mu */
     job_event event;           /* what it was posted for */

@@ -38,6 +38,7 @@
 #include "feed/log.h"
 #include "feed/timeutil.h"
 #include "feed.pb-c.h"
+#include "encoded.h"
 #include "guard.h"
 #include "metrics.h"
 #include "service_int.h"
@@ -123,6 +124,8 @@ static void job_free(batch_job *bj)
     free(bj->status);
     free(bj->sample_crc);
     free(bj->errors);
+    free(bj->enc_off);
+    free(bj->enc_len);
     free(bj);
 }
 
@@ -207,6 +210,7 @@ static void send_batch(stream *s, batch_job *bj)
 {
     feedd_sm_out out = {0};
     uint64_t bytes = bj->mem->bytes;
+    uint64_t sent = bj->enc_off ? bj->job.data_len : bytes;
     feedd_gauge(&feedd_m.inflight_batches, -1);
     grpc_byte_buffer *bb = feedd_batch_pack(bj, s->sess.tf.out_h, s->sess.tf.out_w, s->peer);
     job_free(bj);
@@ -224,9 +228,9 @@ static void send_batch(stream *s, batch_job *bj)
     if (started) {
         s->mem_sending = bytes;
         s->batches_sent++;
-        s->bytes_sent += bytes;
+        s->bytes_sent += sent;
         feedd_count(&feedd_m.batches, 1);
-        feedd_count(&feedd_m.bytes, bytes);
+        feedd_count(&feedd_m.bytes, sent);
         feedd_sm_on_send_started(&s->sm, feed_now_ns());
     } else {
         stream_mem_sub(s, bytes);
@@ -364,9 +368,11 @@ void feedd_stream_on_wake(stream *s)
 }
 
 /* Everything of a job but its pixel buffer, which waits for the memory caps. NULL: no memory. */
-static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sample_bytes)
+static batch_job *job_new(stream *s, const feedd_batch_request *req)
 {
+    const Feed__V1__BatchRequest *r = req->r;
     uint32_t n = (uint32_t)r->n_indices;
+    size_t sample_bytes = req->sample_bytes;
     batch_job *bj = calloc(1, sizeof *bj);
     if (bj) {
         bj->indices = malloc(n * sizeof *bj->indices);
@@ -374,18 +380,30 @@ static batch_job *job_new(stream *s, const Feed__V1__BatchRequest *r, size_t sam
         bj->status = malloc(n * sizeof *bj->status);
         bj->sample_crc = malloc(n * sizeof *bj->sample_crc);
         bj->errors = malloc(n * sizeof *bj->errors);
-        if (!bj->indices || !bj->labels || !bj->status || !bj->sample_crc || !bj->errors) {
+        if (req->encoded) {
+            bj->enc_off = malloc((n + 1) * sizeof *bj->enc_off);
+            bj->enc_len = malloc(n * sizeof *bj->enc_len);
+        }
+        if (!bj->indices || !bj->labels || !bj->status || !bj->sample_crc || !bj->errors ||
+            (req->encoded && (!bj->enc_off || !bj->enc_len))) {
             job_free(bj);
             bj = NULL;
         }
     }
     if (bj) {
         const feed_dataset *ds = s->svc->datasets[s->sess.ds_id].ds;
+        const feedd_config *cfg = s->svc->cfg;
         memcpy(bj->indices, r->indices, n * sizeof *bj->indices);
         for (uint32_t i = 0; i < n; i++)
             bj->labels[i] = feed_dataset_label(ds, r->indices[i]);
         bj->wait.acct = &s->mem;
         bj->wait.bytes = (uint64_t)n * sample_bytes;
+        if (req->encoded)
+            bj->wait.bytes =
+                feedd_encoded_plan(ds, bj->indices, n, cfg->max_jpeg_bytes, cfg->max_batch_bytes,
+                                   bj->enc_off, bj->status, bj->errors);
+        bj->job.enc_off = bj->enc_off;
+        bj->job.enc_len = bj->enc_len;
         bj->owner = s;
         bj->batch_id = r->batch_id;
         bj->job.ds = ds;
@@ -450,7 +468,7 @@ static void handle_request(stream *s, const uint8_t *buf, size_t len, feedd_sm_o
                  (unsigned long long)req.bytes);
         feedd_sm_fail(&s->sm, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, out);
     } else if (req.r) {
-        batch_job *bj = job_new(s, req.r, req.sample_bytes);
+        batch_job *bj = job_new(s, &req);
         if (!bj)
             feedd_sm_fail(&s->sm, GRPC_STATUS_RESOURCE_EXHAUSTED, "memory: allocation failed", out);
         else if (!feedd_sm_on_request(&s->sm, s->sess.window, &bj->sm, out))

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "crc_combine.h"
+#include "encoded.h"
 #include "feed/buf.h"
 #include "feed/crc32c.h"
 #include "feed/errors.h"
@@ -236,6 +237,47 @@ static void name_failed_sample(feedd_job *job, uint32_t pos, feed_sample_status 
     }
 }
 
+/*
+ * A sample of an encoded job: its bytes, read as a decode reads them (the
+ * fetch stage's, else the dataset's), copied into its room; nothing decoded,
+ * nothing cached. A sample refused at acceptance keeps its status. Bytes
+ * beyond the room are a tree's file that grew since the open: an I/O error,
+ * as a file that changed under a read is.
+ */
+static void make_encoded(worker *w, feedd_job *job, uint32_t pos)
+{
+    uint64_t t0 = feed_now_ns();
+    feed_sample_status st = job->status[pos];
+    size_t room = (size_t)(job->enc_off[pos + 1] - job->enc_off[pos]);
+    job->enc_len[pos] = 0;
+    if (st == FEED_SAMPLE_OK) {
+        const uint8_t *jpeg = NULL;
+        size_t len = 0;
+        if (read_sample(w, job, pos, &jpeg, &len, &st) == 0) {
+            if (len == 0) {
+                st = FEED_SAMPLE_EMPTY;
+                snprintf(job->errors[pos], sizeof job->errors[pos], "encoded: zero bytes");
+            } else if (len > room) {
+                st = FEED_SAMPLE_IO_ERROR;
+                snprintf(job->errors[pos], sizeof job->errors[pos],
+                         "read: %zu bytes, more than the %zu at open: changed since the open", len,
+                         room);
+            } else {
+                memcpy(job->data + job->enc_off[pos], jpeg, len);
+                job->enc_len[pos] = (uint32_t)len;
+            }
+        }
+    }
+    if (st != FEED_SAMPLE_OK)
+        name_failed_sample(job, pos, st);
+    job->status[pos] = st;
+    feedd_count(&feedd_m.sample_status[st], 1);
+    feedd_count(&feedd_m.samples, 1);
+    uint64_t busy = feed_now_ns() - t0;
+    atomic_fetch_add_explicit(&job->busy_ns, busy, memory_order_relaxed);
+    feedd_fleet_sample(FEEDD_FLEET_ENCODED, busy);
+}
+
 static void make_sample(worker *w, feedd_job *job, uint32_t pos)
 {
     uint64_t index = job->indices[pos];
@@ -278,7 +320,7 @@ static void make_sample(worker *w, feedd_job *job, uint32_t pos)
     feedd_count(&feedd_m.samples, 1);
     uint64_t busy = feed_now_ns() - t0;
     atomic_fetch_add_explicit(&job->busy_ns, busy, memory_order_relaxed);
-    feedd_fleet_sample(hit, busy);
+    feedd_fleet_sample(hit ? FEEDD_FLEET_CACHE_HIT : FEEDD_FLEET_DECODE, busy);
 }
 
 /* Batch CRC from the per-sample CRCs; the samples may have been made by any worker. */
@@ -333,7 +375,10 @@ static void *worker_main(void *arg)
         for (uint32_t i = first; i < first + k; i++) {
             if (atomic_load_explicit(&job->cancelled, memory_order_relaxed))
                 break;
-            make_sample(w, job, i);
+            if (job->enc_off)
+                make_encoded(w, job, i);
+            else
+                make_sample(w, job, i);
         }
         if (atomic_fetch_sub(&job->remaining, k) == k) {
             pthread_mutex_lock(&p->mu);
@@ -343,7 +388,7 @@ static void *worker_main(void *arg)
             pthread_mutex_unlock(&p->mu);
             feedd_fetch_release(p->fetch, job);
             if (!atomic_load_explicit(&job->cancelled, memory_order_relaxed))
-                job->crc = batch_crc(w, job);
+                job->crc = job->enc_off ? feedd_encoded_finish(job) : batch_crc(w, job);
             job->done(job);
         }
         pthread_mutex_lock(&p->mu);
@@ -379,11 +424,12 @@ static void fetched(void *arg, feedd_job *job)
     }
 }
 
-/* The fetch stage's skip: a sample the decoded-sample cache holds needs no bytes. */
+/* The fetch stage's skip: a sample the decoded-sample cache holds needs no bytes (unless the
+ * job wants its bytes). */
 static bool cached(void *arg, const feedd_job *job, uint32_t pos)
 {
     const feedd_pool *p = arg;
-    return cache_serves(job->tf, feedd_cache_side(p->cache, job->ds_id)) &&
+    return !job->enc_off && cache_serves(job->tf, feedd_cache_side(p->cache, job->ds_id)) &&
            feedd_cache_has(p->cache, job->ds_id, job->indices[pos]);
 }
 

@@ -63,8 +63,14 @@ struct feedd_job {
     feedd_window_seat seat;
     const uint64_t *indices;
     uint32_t n;
-    uint8_t *data; /* n * sample_bytes */
-    size_t sample_bytes;
+    uint8_t *data;       /* n * sample_bytes; encoded: enc_off[n] */
+    size_t sample_bytes; /* 0 for an encoded job */
+    /* BatchRequest.encoded (encoded.h): NULL for pixels. Else n + 1 entries, sample i's room in
+     * data being [enc_off[i], enc_off[i + 1]); status and errors are set at acceptance
+     * (feedd_encoded_plan), a sample refused there is left as it is. */
+    const uint64_t *enc_off;
+    uint32_t *enc_len; /* encoded: n entries, the bytes each sample got, written by workers */
+    size_t data_len;   /* encoded: the samples' bytes back to back from data, set before done */
     feed_sample_status *status;               /* n entries, written by workers */
     uint32_t *sample_crc;                     /* n entries, written by workers */
     char (*errors)[FEEDD_SAMPLE_MSG_MAX + 1]; /* n entries; "" unless the sample failed */

@@ -203,6 +203,13 @@ uint64_t feed_dataset_sample_stamp(const feed_dataset *ds, uint64_t i)
     return ds->ops->stamp ? ds->ops->stamp(ds, i) : 2;
 }
 
+uint64_t feed_dataset_sample_length(const feed_dataset *ds, uint64_t i)
+{
+    if (i >= ds->count)
+        return UINT64_MAX;
+    return ds->ops->length_at_open ? ds->ops->length_at_open(ds, i) : ds->ops->sample_length(ds, i);
+}
+
 int feed_dataset_stamped(const feed_dataset *ds)
 {
     return !ds->unstamped;

@@ -49,6 +49,10 @@ typedef struct folder {
     char *names;           /* class names then sample paths, NUL-terminated, back to back */
     uint64_t *path_offset; /* count entries: offset of sample i's path in names */
     uint32_t *labels;      /* count entries */
+    /* count entries: sample i's bytes as its stat gave them at open (the fingerprint's), for
+     * feed_dataset_sample_length without I/O; UINT32_MAX: not a regular file then, or 4 GiB or
+     * more. */
+    uint32_t *lengths;
 } folder;
 
 /* A growable array of names (each malloc'd), bounded by max entries. */
@@ -265,6 +269,10 @@ static int grow_samples(folder *t, uint64_t need, uint64_t *cap)
     if (!lb)
         return FEED_ENOMEM;
     t->labels = lb;
+    uint32_t *ln = realloc(t->lengths, (size_t)n * sizeof(*ln));
+    if (!ln)
+        return FEED_ENOMEM;
+    t->lengths = ln;
     *cap = n;
     return 0;
 }
@@ -470,12 +478,23 @@ static void folder_where(const struct feed_dataset *ds, uint64_t i, int may_read
  * no sizes. The size, not the mtime, goes in: two correct copies of a tree
  * differ in mtime unless copied with -p.
  */
+/* Called once per sample at open (the fingerprint), before any other thread sees ds: it keeps
+ * what it found for folder_length_at_open. */
 static uint64_t folder_sample_length(const struct feed_dataset *ds, uint64_t i)
 {
+    folder *t = ds->impl;
     struct stat st;
-    if (stat(folder_sample_path(ds, i), &st) != 0 || !S_ISREG(st.st_mode))
-        return UINT64_MAX;
-    return (uint64_t)st.st_size;
+    uint64_t len = UINT64_MAX;
+    if (stat(folder_sample_path(ds, i), &st) == 0 && S_ISREG(st.st_mode))
+        len = (uint64_t)st.st_size;
+    t->lengths[i] = len < UINT32_MAX ? (uint32_t)len : UINT32_MAX;
+    return len;
+}
+
+static uint64_t folder_length_at_open(const struct feed_dataset *ds, uint64_t i)
+{
+    const folder *t = ds->impl;
+    return t->lengths[i] == UINT32_MAX ? UINT64_MAX : t->lengths[i];
 }
 
 static int folder_read(const struct feed_dataset *ds, uint64_t i, feed_buf *scratch,
@@ -497,6 +516,7 @@ static void folder_close(struct feed_dataset *ds)
         free(t->names);
         free(t->path_offset);
         free(t->labels);
+        free(t->lengths);
         free(t);
     }
     ds->impl = NULL;
@@ -517,6 +537,7 @@ const feed_dataset_ops feed_dataset_folder_ops = {
     .read = folder_read,
     .stamp = folder_stamp,
     .sample_length = folder_sample_length,
+    .length_at_open = folder_length_at_open,
     .prefetch = NULL,
     .close = folder_close,
 };

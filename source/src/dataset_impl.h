@@ -68,6 +68,11 @@ typedef struct feed_dataset_ops {
      * open, for the fingerprint (feed/fingerprint.h).
      */
     uint64_t (*sample_length)(const struct feed_dataset *ds, uint64_t i);
+    /*
+     * NULL: sample_length does no I/O, and feed_dataset_sample_length asks
+     * it. Else, without I/O, what sample_length gave for i at open.
+     */
+    uint64_t (*length_at_open)(const struct feed_dataset *ds, uint64_t i);
     /* NULL: nothing to prefetch. The contract of feed_dataset_prefetch. */
     void (*prefetch)(const struct feed_dataset *ds, const uint64_t *indices, size_t n);
     /* Free impl (which may be half built). */

@@ -157,13 +157,17 @@ static double metric(const char *series)
     return v;
 }
 
-/* 1000 samples of 2 ms each, half of them cache hits, from a worker thread that has exited when
- * this returns: fleet.c reads a live worker's run-queue time, which no script controls. */
+/* 1000 samples of 2 ms each, half of them cache hits, and 3000 encoded samples of 10 us each
+ * (left out of the capacity), from a worker thread that has exited when this returns: fleet.c
+ * reads a live worker's run-queue time, which no script controls. */
 static void *samples_thread(void *arg)
 {
     (void)arg;
-    for (int i = 0; i < 1000; i++)
-        feedd_fleet_sample(i % 2 == 0, 2 * MS);
+    for (int i = 0; i < 1000; i++) {
+        feedd_fleet_sample(i % 2 == 0 ? FEEDD_FLEET_CACHE_HIT : FEEDD_FLEET_DECODE, 2 * MS);
+        for (int k = 0; k < 3; k++)
+            feedd_fleet_sample(FEEDD_FLEET_ENCODED, 10 * MS / 1000);
+    }
     return NULL;
 }
 
@@ -195,7 +199,7 @@ static void test_table(void **state)
     feedd_fleet_render(text, sizeof text, t);
     assert_int_equal((int)metric("feedd_fleet_desired_servers"), 0);
     assert_true(metric("feedd_fleet_capacity_samples_per_second") == 0);
-    /* 1000 samples of 2 ms each on 2 threads: 1000 samples/s. */
+    /* 1000 samples of 2 ms each on 2 threads: 1000 samples/s, whatever the encoded ones. */
     make_samples();
     /* Job a: two loaders (one seen on two streams), waiting half the time; job "b\"q": one. */
     report("a", 11, 800, 0.5, 1, t + 100 * MS);
@@ -211,6 +215,7 @@ static void test_table(void **state)
     assert_true(metric("feedd_fleet_job_loaders{job=\"b\\\"q\"}") == 1);
     assert_true(metric("feedd_fleet_capacity_samples_per_second") == 1000);
     assert_true(metric("feedd_fleet_worker_samples_total{kind=\"cache_hit\"}") == 500);
+    assert_true(metric("feedd_fleet_worker_samples_total{kind=\"encoded\"}") == 3000);
     /* a: 1600 / (1 - 0.5) = 3200, b: 400; 3.6 servers, from the 1 the loaders see: 2. */
     assert_true(metric("feedd_fleet_demand_samples_per_second") == 3600);
     assert_true(metric("feedd_fleet_desired_servers_raw") == 3.6);

@@ -242,6 +242,36 @@ static void test_fingerprint_of_samples(void **state)
     assert_string_not_equal(got, want);
 }
 
+/* feed_dataset_sample_length: the length at open for a tree, a pack and tar shards, kept by a
+ * tree whose file changes after the open; UINT64_MAX past the end. */
+static void test_sample_length(void **state)
+{
+    (void)state;
+    char tree[600], pack[600], shard0[600], shard1[600], shards[700];
+    const char *locs[] = {tree, pack, shards};
+    snprintf(tree, sizeof tree, "%s/lentree", g_root);
+    snprintf(pack, sizeof pack, "%s/len.pack", g_root);
+    snprintf(shard0, sizeof shard0, "%s/len-000000.tar", g_root);
+    snprintf(shard1, sizeof shard1, "%s/len-000001.tar", g_root);
+    snprintf(shards, sizeof shards, "%s/len-{000000..000001}.tar", g_root);
+    mkdir_in("lentree");
+    mkdir_in("lentree/a");
+    write_in("lentree/a/1.jpg", "one");
+    write_in("lentree/a/2.jpg", "two two");
+    write_pack_and_shards(tree, pack, shard0, shard1, 1);
+    for (size_t k = 0; k < 3; k++) {
+        feed_dataset *ds = NULL;
+        char err[512];
+        assert_int_equal(feed_dataset_open(locs[k], NULL, &ds, err, sizeof(err)), 0);
+        if (k == 0)
+            write_in("lentree/a/2.jpg", "two two two");
+        assert_int_equal(feed_dataset_sample_length(ds, 0), 3);
+        assert_int_equal(feed_dataset_sample_length(ds, 1), 7);
+        assert_true(feed_dataset_sample_length(ds, 2) == UINT64_MAX);
+        feed_dataset_close(ds);
+    }
+}
+
 static void test_order_and_labels(void **state)
 {
     (void)state;
@@ -655,6 +685,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_skipped_entries_logged, setup_tmp, teardown_tmp),
         cmocka_unit_test(test_fingerprint_inputs),
         cmocka_unit_test_setup_teardown(test_fingerprint_of_samples, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_sample_length, setup_tmp, teardown_tmp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -136,6 +136,14 @@ int feed_dataset_read_why(const feed_dataset *ds, uint64_t i, feed_buf *scratch,
  * kept as valid beyond the read it came from), or i out of range.
  */
 uint64_t feed_dataset_sample_stamp(const feed_dataset *ds, uint64_t i);
+/*
+ * The byte length of sample i's JPEG as the dataset knew it at open (the
+ * fingerprint's: a pack's or shard's index entry, a tree's stat then),
+ * without I/O; UINT64_MAX when it was not known (a tree's file that was not
+ * a regular file, or 4 GiB or more) or i is out of range. A tree's file
+ * changed since the open reads back another length.
+ */
+uint64_t feed_dataset_sample_length(const feed_dataset *ds, uint64_t i);
 /* 1 when feed_dataset_sample_stamp tells for every sample, 0 when it cannot. */
 int feed_dataset_stamped(const feed_dataset *ds);
 
