@@ -551,12 +551,9 @@ static int fail_all(const client_gpujpeg_batch *b, feed_sample_status *status, i
     return rc;
 }
 
-extern "C" int client_gpujpeg_decode_batch(client_gpujpeg *h, const client_gpujpeg_batch *b,
-                                           feed_sample_status *status)
+static int decode_batch(client_gpujpeg *h, const client_gpujpeg_batch *b,
+                        feed_sample_status *status)
 {
-    if (!batch_valid(b))
-        return fail_all(b, status, FEED_EINVAL);
-    gj_device_scope ds(h->device);
     uint32_t n = b->n;
     std::vector<gj_job> jobs(n);
     std::vector<uint32_t> good, failed;
@@ -610,4 +607,17 @@ extern "C" int client_gpujpeg_decode_batch(client_gpujpeg *h, const client_gpujp
         pos += k;
     } while (pos < good.size());
     return 0;
+}
+
+extern "C" int client_gpujpeg_decode_batch(client_gpujpeg *h, const client_gpujpeg_batch *b,
+                                           feed_sample_status *status)
+{
+    if (!batch_valid(b))
+        return fail_all(b, status, FEED_EINVAL);
+    gj_device_scope ds(h->device);
+    try {
+        return decode_batch(h, b, status);
+    } catch (...) { /* std::bad_alloc from the host-side vectors */
+        return fail_all(b, status, FEED_ENOMEM);
+    }
 }

@@ -70,9 +70,10 @@ typedef struct client_gpujpeg_batch {
  * finished them (the JPEG bytes are no longer read then). status[i] is
  * FEED_SAMPLE_OK, or the reason sample i failed, its output then being what
  * zero pixels normalise to (the network path's failed sample). Returns 0, or
- * FEED_EINVAL (a malformed batch) / FEED_ECUDA when the batch as a whole
- * could not run: every status is FEED_SAMPLE_UNSUPPORTED then (the caller
- * asks the servers for those samples) and b->dst holds nothing to use.
+ * FEED_EINVAL (a malformed batch) / FEED_ENOMEM (host memory) / FEED_ECUDA
+ * when the batch as a whole could not run: every status is then
+ * FEED_SAMPLE_UNSUPPORTED (the caller asks the servers for those samples)
+ * and b->dst holds nothing to use.
  */
 int client_gpujpeg_decode_batch(client_gpujpeg *h, const client_gpujpeg_batch *b,
                                 feed_sample_status *status);
