@@ -4,7 +4,10 @@
 # sits in it). Stages (default: all, in this order):
 #   client   test_client_gpu: normalize kernel vs host reference, copy/compute
 #            overlap timeline, next() CPU cost, stream_wait, no CUDA allocation
-#            on the training thread (libfeedclient)
+#            on the training thread (libfeedclient); test_client_gpujpeg: the
+#            GPU JPEG decode (nvJPEG hardware backend) against the server's
+#            engine on the bundle's ImageNet JPEGs, PSNR within the stated
+#            tolerance, bad images failing cleanly (must open: no skip)
 #   python   the feedclient package's pytest suite on the GPU path and the host
 #            path (tests/python/test_gpu.py, test_loader.py) against real feedd
 #   preproc  feed-preproc-bench (1 and N threads, with the full-decode
@@ -62,6 +65,10 @@ stage_client() {
   ln -sf "$bin/feed-gen-dataset" "$work/fake-build/server/tools/feed-gen-dataset"
   FEED_BUILD_DIR=$work/fake-build "$bin/test_client_gpu" > "$out/client/test_client_gpu.txt" 2>&1
   echo "rc=$?" >> "$out/client/test_client_gpu.txt"
+  stamp "client: test_client_gpujpeg"
+  FEED_SAMPLE_DIR=$tree FEED_GPUJPEG_REQUIRED=1 "$bin/test_client_gpujpeg" \
+    > "$out/client/test_client_gpujpeg.txt" 2>&1
+  echo "rc=$?" >> "$out/client/test_client_gpujpeg.txt"
 }
 
 stage_python() {
@@ -144,7 +151,8 @@ echo
 echo "#### feedd GPU suite ($(nproc --all) CPUs): stages $stages"
 for s in $stages; do
   case $s in
-    client) echo "## client"; tail -n 12 "$out/client/test_client_gpu.txt" ;;
+    client) echo "## client"; tail -n 12 "$out/client/test_client_gpu.txt"
+      tail -n 12 "$out/client/test_client_gpujpeg.txt" ;;
     python) echo "## python"; tail -n 8 "$out/python/pytest.txt" ;;
     preproc) echo "## preproc (engine vs torchvision, same JPEGs)"; grep -v '^{' "$out/preproc/ratio.txt"
       grep -h '^{' "$out"/preproc/preproc-r*.jsonl | python3 -c 'import json,sys

@@ -6,7 +6,8 @@
 # matplotlib, but no gRPC, protobuf-c or libjpeg-turbo, and no package
 # registry); bench/gpu_suite.sh, copied into it, runs them all:
 #   DIR/bin    feed-bench, feedd, feed-pack, feed-gen-dataset, feed-preproc-bench, feed-engine-split,
-#              feed-wire-bench, feed-client-probe, test_client_gpu (debug info stripped)
+#              feed-wire-bench, feed-client-probe, test_client_gpu, test_client_gpujpeg
+#              (debug info stripped)
 #   DIR/lib    their shared libraries, minus the C library family, the loader,
 #              libstdc++/libgcc_s and the CUDA/NVML libraries (the GPU machine
 #              has its own, see ../shared/notes/gpu.md)
@@ -26,7 +27,7 @@
 # A device call carries the repository's tracked files and the bundle in
 # 64 MiB together: the bundle must fit what the tracked files leave (checked
 # at the end). LEAN=1 leaves out what only the client and python stages and
-# the fleet benchmark need (test_client_gpu, pylib, tests, fleet) for calls
+# the fleet benchmark need (test_client_gpu*, pylib, tests, fleet) for calls
 # that run the head-to-head, preproc, split, wire and e2e stages.
 # Build first with CUDA (scripts/build.sh BUILD_DIR -DCMAKE_BUILD_TYPE=Release).
 set -euo pipefail
@@ -44,9 +45,9 @@ rm -rf "$dir"
 mkdir -p "$dir/bin" "$dir/lib" "$dir/data"
 for b in bench/e2e/feed-bench server/feedd server/tools/feed-pack server/tools/feed-gen-dataset \
          bench/preproc/feed-preproc-bench bench/preproc/feed-engine-split bench/wire/feed-wire-bench client/feed-client-probe \
-         tests/client/test_client_gpu; do
-  # LEAN=1 bundles leave test_client_gpu out, so a build without tests makes one.
-  [ "$lean" = 1 ] && [ "$b" = tests/client/test_client_gpu ] && continue
+         tests/client/test_client_gpu tests/client/test_client_gpujpeg; do
+  # LEAN=1 bundles leave the client tests out, so a build without tests makes one.
+  case "$b" in tests/client/*) [ "$lean" = 1 ] && continue ;; esac
   [ -x "$build/$b" ] || { echo "make_gpu_bundle: $build/$b missing; build first" >&2; exit 1; }
   cp -L "$build/$b" "$dir/bin/"
   strip --strip-debug "$dir/bin/$(basename "$b")"
