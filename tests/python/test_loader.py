@@ -364,17 +364,22 @@ def test_other_dataset_version_refused(data_dir, tmp_path, spawn):
         b.stop()
 
 
-def test_demand_window_reaches_feedd(spawn, tmp_path):
-    """demand_window= sets the window over which the loader measures its demand: with 0.2 s,
-    windows close while the test reads and feedd exports the job's demand; bad values are
-    ValueErrors."""
+def spawn_with_metrics(spawn, tmp_path):
+    """A feedd with its /metrics on a port of its own: (server, metrics URL)."""
     port_file = tmp_path / "metrics.port"
     srv = spawn(["--metrics-listen", "127.0.0.1:0", "--metrics-port-file", str(port_file)])
     for _ in range(3000):  # hang guard: feedd writes it right after the gRPC port file
         if port_file.exists() and port_file.read_text().strip():
             break
         time.sleep(0.01)
-    metrics_url = f"http://127.0.0.1:{int(port_file.read_text())}/metrics"
+    return srv, f"http://127.0.0.1:{int(port_file.read_text())}/metrics"
+
+
+def test_demand_window_reaches_feedd(spawn, tmp_path):
+    """demand_window= sets the window over which the loader measures its demand: with 0.2 s,
+    windows close while the test reads and feedd exports the job's demand; bad values are
+    ValueErrors."""
+    srv, metrics_url = spawn_with_metrics(spawn, tmp_path)
     pattern = re.compile(r'^feedd_fleet_job_samples_per_second\{job="demand-w"\} (\S+)$', re.M)
     got = None
     with make(srv, job="demand-w", demand_window=0.2) as loader:
@@ -392,13 +397,7 @@ def test_demand_window_reaches_feedd(spawn, tmp_path):
 def test_job_name_and_weight_reach_feedd(spawn, tmp_path, monkeypatch):
     """job= and job_weight= go on every stream (feedd counts the samples under the job); the
     default name follows the launcher's environment; bad values are ValueErrors."""
-    port_file = tmp_path / "metrics.port"
-    srv = spawn(["--metrics-listen", "127.0.0.1:0", "--metrics-port-file", str(port_file)])
-    for _ in range(3000):  # hang guard: feedd writes it right after the gRPC port file
-        if port_file.exists() and port_file.read_text().strip():
-            break
-        time.sleep(0.01)
-    metrics_url = f"http://127.0.0.1:{int(port_file.read_text())}/metrics"
+    srv, metrics_url = spawn_with_metrics(spawn, tmp_path)
     with make(srv, job="team-a/sweep:3", job_weight=2) as loader:
         assert loader.job == "team-a/sweep:3"
         images, _ = next(iter(loader))
