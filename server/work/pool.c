@@ -424,13 +424,20 @@ static void fetched(void *arg, feedd_job *job)
     }
 }
 
-/* The fetch stage's skip: a sample the decoded-sample cache holds needs no bytes (unless the
- * job wants its bytes). */
+/* The fetch stage's skip: a sample the decoded-sample cache holds, or one the share window
+ * holds decoded for this stream's member, needs no bytes (unless the job wants its bytes). */
 static bool cached(void *arg, const feedd_job *job, uint32_t pos)
 {
     const feedd_pool *p = arg;
-    return !job->enc_off && cache_serves(job->tf, feedd_cache_side(p->cache, job->ds_id)) &&
-           feedd_cache_has(p->cache, job->ds_id, job->indices[pos]);
+    uint64_t index = job->indices[pos];
+    if (job->enc_off)
+        return false;
+    if (cache_serves(job->tf, feedd_cache_side(p->cache, job->ds_id)) &&
+        feedd_cache_has(p->cache, job->ds_id, index))
+        return true;
+    return job->share_side && job->seat.group >= 0 &&
+           feedd_window_ready(p->window, &job->seat, job->ds_id, index,
+                              feed_dataset_sample_stamp(job->ds, index));
 }
 
 uint32_t feedd_pool_cache_side(const feedd_pool *p, uint32_t ds)

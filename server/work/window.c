@@ -448,6 +448,17 @@ typedef struct window_alloc {
     bool admit; /* try the decoded-sample cache first */
 } window_alloc;
 
+bool feedd_window_ready(feedd_window *w, const feedd_window_seat *seat, uint32_t ds,
+                        uint64_t index, uint64_t source)
+{
+    pthread_mutex_lock(&w->mu);
+    const feedd_window_entry *e = find(w, seat->group, ds, index);
+    bool ready = e && e->state == READY && !(e->readers & (1ull << seat->member)) &&
+                 (!source || !e->source || e->source == source);
+    pthread_mutex_unlock(&w->mu);
+    return ready;
+}
+
 static uint8_t *alloc_pixels(void *arg, const feed_decoded *dims, size_t bytes)
 {
     (void)dims;

@@ -125,6 +125,14 @@ feed_sample_status feedd_window_decode(feedd_window *w, const feedd_window_seat 
                                        feedd_window_entry *e, bool admit, feed_engine *eng,
                                        const uint8_t *jpeg, size_t len, uint32_t side,
                                        feed_decoded *img);
+/*
+ * Whether seat's group holds sample `index` of ds decoded, of the bytes of
+ * stamp `source` (0 = not known), and not yet read by this member: what the
+ * fetch stage skips (a hit needs no bytes). No wait, no change; a later
+ * lookup may still miss (evicted since), and the worker then reads the bytes.
+ */
+bool feedd_window_ready(feedd_window *w, const feedd_window_seat *seat, uint32_t ds,
+                        uint64_t index, uint64_t source);
 /* After DECODE when the sample's bytes could not be read: withdraw e, as a failed decode. */
 void feedd_window_abandon(feedd_window *w, feedd_window_entry *e);
 /* Drop the reference HIT or DECODE gave. */

@@ -106,13 +106,21 @@ static void test_members_read_then_free(void **state)
     assert_int_equal(feedd_window_join(w, 0, "sweep", "jobA", &a), 0);
     assert_int_equal(feedd_window_join(w, 0, "sweep", "jobB", &b), 0);
     assert_int_equal(feedd_window_join(w, 0, "sweep", "jobC", &c), 0);
+    assert_false(feedd_window_ready(w, &b, 0, 1, 0));
     assert_int_equal(touch(&e, w, &a, 1, 0), FEEDD_WINDOW_DECODE);
     assert_int_equal(feedd_window_used(w), one_entry(&e));
+    /* Ready (the fetch stage's skip) for the members that have not read it, not for A. */
+    assert_true(feedd_window_ready(w, &b, 0, 1, 0));
+    assert_true(feedd_window_ready(w, &c, 0, 1, 0));
+    assert_false(feedd_window_ready(w, &a, 0, 1, 0));
+    assert_false(feedd_window_ready(w, &b, 0, 2, 0));
     assert_int_equal(touch(&e, w, &b, 1, 0), FEEDD_WINDOW_HIT);
+    assert_false(feedd_window_ready(w, &b, 0, 1, 0));
     assert_int_equal(feedd_window_used(w), one_entry(&e));
     /* A reads again (another epoch): still waiting for C. */
     assert_int_equal(touch(&e, w, &a, 1, 0), FEEDD_WINDOW_HIT);
     assert_int_equal(touch(&e, w, &c, 1, 0), FEEDD_WINDOW_HIT);
+    assert_false(feedd_window_ready(w, &c, 0, 1, 0));
     assert_int_equal(feedd_window_used(w), 0);
     /* C leaves with an entry it has not read: it no longer pins it. */
     assert_int_equal(touch(&e, w, &a, 2, 0), FEEDD_WINDOW_DECODE);
@@ -240,6 +248,8 @@ static void test_failed_and_stale(void **state)
     feedd_window_spare_free(spare);
     /* Bytes changed on disk (another stamp): the old image is not served. */
     assert_int_equal(touch(&e, w, &a, 4, 111), FEEDD_WINDOW_DECODE);
+    assert_true(feedd_window_ready(w, &b, 0, 4, 111));
+    assert_false(feedd_window_ready(w, &b, 0, 4, 222));
     assert_int_equal(touch(&e, w, &b, 4, 222), FEEDD_WINDOW_DECODE);
     assert_int_equal(touch(&e, w, &a, 4, 222), FEEDD_WINDOW_HIT);
     assert_int_equal(feedd_window_used(w), 0);

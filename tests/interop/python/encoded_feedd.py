@@ -19,16 +19,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
 import grpc
 from grpc_tools import protoc
 
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
+from feedd_interop import HttpStore, Server, check
 
 
 def _table():
@@ -60,36 +55,6 @@ def tree_files(root):
             if f.lower().endswith((".jpg", ".jpeg")):
                 out.append((os.path.join(root, c, f), label))
     return out
-
-
-class Server:
-    def __init__(self, feedd, tmp, args):
-        self.tmp = tempfile.mkdtemp(dir=tmp)
-        pf, mf = os.path.join(self.tmp, "port"), os.path.join(self.tmp, "mport")
-        self.proc = subprocess.Popen([feedd, "--listen", "127.0.0.1:0", "--port-file", pf,
-                                      "--metrics-listen", "127.0.0.1:0", "--metrics-port-file", mf,
-                                      "--threads", "2", "--log-level", "warn"] + args)
-        for _ in range(6000):
-            if (os.path.exists(pf) and os.path.exists(mf)) or self.proc.poll() is not None:
-                break
-            time.sleep(0.01)
-        check(os.path.exists(pf) and os.path.exists(mf), "feedd did not start: %r" % args)
-        self.port, self.mport = int(open(pf).read()), int(open(mf).read())
-        self.channel = grpc.insecure_channel("127.0.0.1:%d" % self.port,
-                                             options=[("grpc.max_receive_message_length", -1)])
-
-    def metric(self, name):
-        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.mport,
-                                      timeout=30).read().decode()
-        for line in text.splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-        raise AssertionError("no metric " + name)
-
-    def close(self):
-        self.channel.close()
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
 
 
 class Stream:
@@ -305,24 +270,12 @@ def main():
         # The same shards from an HTTP store (tests/remote/servers.js: scripts/test.sh runs npm
         # ci there; a missing node_modules fails the test, as the remote tests do), through the
         # fetch stage.
-        node = shutil.which("node")
-        check(node is not None, "node is needed for the HTTP store")
-        js = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "remote",
-                          "servers.js")
-        store = subprocess.Popen([node, js, "--data", os.path.dirname(tar), "--bucket", "feed"],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        try:
-            ready = store.stdout.readline().split()
-            check(ready and ready[0] == "ready", "servers.js did not start (npm ci in "
-                  "tests/remote?): %r" % ready)
-            http = dict(kv.split("=") for kv in ready[1:])["http"]
-            st = Stream(pb, start(["--dataset", "d=http://127.0.0.1:%s/%s" % (http, pattern)]))
+        with HttpStore(os.path.dirname(tar)) as store:
+            st = Stream(pb, start(["--dataset",
+                                   "d=http://127.0.0.1:%d/%s" % (store.http, pattern)]))
             check_exact(pb, st.ask(1, idx, encoded=True), clean, idx, "http")
             check(st.ask(2, idx[:4]).height == 16, "http: pixels after bytes")
             st.close()
-        finally:
-            store.stdin.close()
-            store.wait(timeout=60)
         print("encoded_feedd: ok")
         return 0
     finally:

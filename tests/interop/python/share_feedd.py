@@ -5,9 +5,11 @@ lockstep on a 1-worker server share decoded images (feedd_share_hits_total
 > 0) and each gets the bytes it gets alone; a window too small for an image
 decodes alone with the same bytes; a stream without share gets today's
 bytes; a job that leaves pins nothing (feedd_share_window_bytes back to 0);
-open.share and the config are checked. No timing is asserted.
+open.share and the config are checked; over tar shards in an HTTP store, a
+sample a job finds decoded in the window is not fetched again. No timing is
+asserted.
 
-usage: share_feedd.py FEEDD GEN_DATASET PROTO_DIR
+usage: share_feedd.py FEEDD GEN_DATASET PROTO_DIR FEED_PACK
 """
 import os
 import queue
@@ -15,48 +17,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 import grpc
 from grpc_tools import protoc
 
+from feedd_interop import HttpStore, Server, check
+
 N_BATCHES = 6
 BATCH = 4
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
-
-
-class Server:
-    def __init__(self, feedd, tmp, args):
-        self.tmp = tempfile.mkdtemp(dir=tmp)
-        pf, mf = os.path.join(self.tmp, "port"), os.path.join(self.tmp, "mport")
-        self.proc = subprocess.Popen([feedd, "--listen", "127.0.0.1:0", "--port-file", pf,
-                                      "--metrics-listen", "127.0.0.1:0", "--metrics-port-file", mf,
-                                      "--threads", "1", "--log-level", "warn"] + args)
-        for _ in range(6000):
-            if (os.path.exists(pf) and os.path.exists(mf)) or self.proc.poll() is not None:
-                break
-            time.sleep(0.01)
-        check(os.path.exists(pf) and os.path.exists(mf), "feedd did not start: %r" % args)
-        self.port, self.mport = int(open(pf).read()), int(open(mf).read())
-        self.channel = grpc.insecure_channel("127.0.0.1:%d" % self.port,
-                                             options=[("grpc.max_receive_message_length", -1)])
-
-    def metric(self, name):
-        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.mport,
-                                      timeout=30).read().decode()
-        for line in text.splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-        raise AssertionError("no metric " + name)
-
-    def close(self):
-        self.channel.close()
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
 
 
 class Job:
@@ -100,7 +68,7 @@ def lockstep(pb, server, jobs):
 
 
 def main():
-    feedd, gen, proto_dir = sys.argv[1:4]
+    feedd, gen, proto_dir, pack = sys.argv[1:5]
     tmp = tempfile.mkdtemp(prefix="feedd-share-py.")
     servers = []
     try:
@@ -115,7 +83,7 @@ def main():
                        check=True, stdout=subprocess.DEVNULL)
 
         def start(args):
-            s = Server(feedd, tmp, args)
+            s = Server(feedd, tmp, args, threads=1)
             servers.append(s)
             return s
 
@@ -158,6 +126,31 @@ def main():
             time.sleep(0.05)
         check(s.metric("feedd_share_window_bytes") == 0, "a job that left pins no entry")
         ja.close()
+
+        # (g) Tar shards in an HTTP store, through the fetch stage: from batch 1 on (both jobs
+        # are seated by then), every sample of B's batch is in the window, decoded for A, so
+        # B's batch fetches nothing from the store; each job still gets its bytes alone.
+        shards = os.path.join(tmp, "shards")
+        os.mkdir(shards)
+        subprocess.run([pack, ds, os.path.join(shards, "shard"), "--format", "tar",
+                        "--shard-samples", "5"], check=True, stdout=subprocess.DEVNULL)
+        n = len([x for x in os.listdir(shards) if x.endswith(".tar")])
+        with HttpStore(shards) as store:
+            s = start(["--dataset", "d=http://127.0.0.1:%d/shard-{000000..%06d}.tar,share=32"
+                       % (store.proxy, n - 1)])
+            ja, jb = Job(pb, s, *A), Job(pb, s, *B)
+            got = [[], []]
+            for i in range(N_BATCHES):
+                got[0].append(ja.batch(i))
+                before = store.requests()
+                got[1].append(jb.batch(i))
+                check(i == 0 or store.requests() == before,
+                      "remote: B's batch %d fetched what the window holds" % i)
+            ja.close()
+            jb.close()
+            check(got == alone, "remote: bytes as alone")
+            check(s.metric("feedd_share_hits_total") >= (N_BATCHES - 1) * BATCH,
+                  "remote: B's samples were window hits")
 
         # (b) A window too small for one image: decoded alone, the same bytes.
         s = start(shared + ["--share-window-bytes", "1"])
