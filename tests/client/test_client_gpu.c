@@ -200,7 +200,11 @@ static void test_copy_overlaps_step(void **state)
     summary("overlap: step %.1f ms, copy+normalise of next batch (38.5 MB) done at %.2f ms",
             step_ms, copy_end);
 
-    /* Release of a on a busy step stream: the next submit into a waits for it. */
+    /* Release of a on a busy step stream: the next submit into a waits for it. The step's own
+     * time (stream_wait to release, on the step stream) spans the spin between them. */
+    uint64_t step_ns = 0;
+    assert_int_equal(client_gpu_slot_step_ns(a, &step_ns), 0); /* no release point yet */
+    assert_int_equal(client_gpu_slot_stream_wait(a, step), 0);
     CK(cudaEventRecord(rel0, step));
     assert_int_equal(feedtest_gpu_spin(step, cycles), 0);
     CK(cudaEventRecord(rel1, step));
@@ -215,6 +219,10 @@ static void test_copy_overlaps_step(void **state)
     assert_true(reuse_end >= spin_end);
     summary("release: slot reused only after the caller's stream passed it (%.1f >= %.1f ms)",
             reuse_end, spin_end);
+    assert_int_equal(client_gpu_slot_step_ns(a, &step_ns), 1);
+    print_message("step time %.3f ms around a spin of %.3f ms\n", step_ns / 1e6, spin_end);
+    assert_true((double)step_ns >= spin_end * 1e6 - 1000); /* events' resolution: ~0.5 us */
+    assert_int_equal(client_gpu_slot_step_ns(a, &step_ns), 0); /* read once */
 
     client_gpu_slot_destroy(a);
     client_gpu_slot_destroy(b);

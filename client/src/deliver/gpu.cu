@@ -26,7 +26,10 @@ struct client_gpu_slot {
     void *d_out;
     int64_t *d_labels;
     cudaEvent_t ready, released;
+    cudaEvent_t started; /* where the caller's stream passed ready: the step's start */
     bool release_pending, submitted;
+    bool started_recorded; /* started recorded, no release point after it yet */
+    bool timed;            /* started, then released: a step time to read */
     uint32_t max_n, h, w;
     feed_dtype dtype;
 };
@@ -219,8 +222,11 @@ extern "C" int client_gpu_slot_create(client_gpu *g, uint32_t max_n, uint32_t h,
         e = cudaMalloc(&s->d_labels, max_n * sizeof(int64_t));
     if (e == cudaSuccess)
         e = cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming);
+    /* released and started time the step (client_gpu_slot_step_ns). */
     if (e == cudaSuccess)
-        e = cudaEventCreateWithFlags(&s->released, cudaEventDisableTiming);
+        e = cudaEventCreate(&s->released);
+    if (e == cudaSuccess)
+        e = cudaEventCreate(&s->started);
     /* As in client_gpu_host_alloc: out of memory must not linger as the thread's last error. */
     if (e != cudaSuccess)
         cudaGetLastError();
@@ -242,6 +248,8 @@ extern "C" void client_gpu_slot_destroy(client_gpu_slot *s)
         cudaEventDestroy(s->ready);
     if (s->released)
         cudaEventDestroy(s->released);
+    if (s->started)
+        cudaEventDestroy(s->started);
     free(s);
 }
 
@@ -317,6 +325,8 @@ extern "C" int client_gpu_slot_release(client_gpu_slot *s, void *stream)
     if (cudaEventRecord(s->released, st) != cudaSuccess)
         return FEED_ECUDA;
     s->release_pending = true;
+    s->timed = s->started_recorded;
+    s->started_recorded = false;
     return 0;
 }
 
@@ -324,5 +334,27 @@ extern "C" int client_gpu_slot_stream_wait(client_gpu_slot *s, void *stream)
 {
     device_scope ds(s->g->device);
     cudaStream_t st = stream ? (cudaStream_t)stream : cudaStreamLegacy;
-    return cudaStreamWaitEvent(st, s->ready, 0) == cudaSuccess ? 0 : FEED_ECUDA;
+    if (cudaStreamWaitEvent(st, s->ready, 0) != cudaSuccess ||
+        cudaEventRecord(s->started, st) != cudaSuccess)
+        return FEED_ECUDA;
+    s->started_recorded = true;
+    return 0;
+}
+
+extern "C" int client_gpu_slot_step_ns(client_gpu_slot *s, uint64_t *ns)
+{
+    if (!s->timed)
+        return 0;
+    device_scope ds(s->g->device);
+    cudaError_t e = cudaEventQuery(s->released);
+    if (e == cudaErrorNotReady) {
+        cudaGetLastError(); /* not an error: the step is still running */
+        return 0;
+    }
+    float ms = 0;
+    if (e != cudaSuccess || cudaEventElapsedTime(&ms, s->started, s->released) != cudaSuccess)
+        return FEED_ECUDA;
+    s->timed = false;
+    *ns = ms > 0 ? (uint64_t)((double)ms * 1e6) : 0;
+    return 1;
 }

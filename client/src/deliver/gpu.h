@@ -62,8 +62,18 @@ const int64_t *client_gpu_slot_labels(client_gpu_slot *s);
 void *client_gpu_slot_ready_event(client_gpu_slot *s);
 /* Record the release point on `stream` (cudaStream_t; NULL: the legacy default stream). */
 int client_gpu_slot_release(client_gpu_slot *s, void *stream);
-/* Make `stream` (NULL: the legacy default stream) wait for the slot's ready event. */
+/* Make `stream` (NULL: the legacy default stream) wait for the slot's ready event, and record
+ * there the point the step starts from (client_gpu_slot_step_ns). */
 int client_gpu_slot_stream_wait(client_gpu_slot *s, void *stream);
+/*
+ * The step's own time on the GPU, for the decode lane's share (share_policy.h):
+ * from where the caller's stream passed the slot's ready event (its last
+ * stream_wait) to the release point recorded after it. 1 with *ns set when
+ * both points were recorded and the release point has been reached (each pair
+ * is read once); 0 when there is no such pair or the stream has not reached
+ * the release point yet (never blocks); FEED_ECUDA on a CUDA error.
+ */
+int client_gpu_slot_step_ns(client_gpu_slot *s, uint64_t *ns);
 
 #ifdef __cplusplus
 }
