@@ -14,7 +14,8 @@ autocast, SGD with momentum, cross-entropy, batch 256. Sources:
 After --warmup seconds, --windows consecutive windows of --seconds each are
 measured: images/s, batch wait p50/p99/max (time the loop spent getting a
 batch), idle % of the training stream (gaps between one step's last kernel
-and the next step's first, from CUDA events), NVML utilisation, GPM SM
+and the next step's first, from CUDA events), the step's own GPU time (its
+first kernel to its last, median), NVML utilisation, GPM SM
 activity / occupancy / tensor / DRAM bandwidth, GPU memory, host cores used
 (this process, its DataLoader workers and --pids, from /proc). One JSON line
 per window goes to --json; --series writes every batch's wait and the GPU
@@ -140,11 +141,15 @@ def dataloader_batches(args, dev) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]
 def feedclient_batches(args, dev) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
     import feedclient
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    lane = {}
+    if args.decode_lane != "off":  # only then, so that a package without the lane still runs
+        lane = dict(decode_lane=args.decode_lane, decode_share=args.decode_share)
     loader = feedclient.Loader(args.targets.split(","), args.dataset, batch_size=args.batch,
                                seed=1, device=dev, size=args.size, dtype=dtype,
                                layout="channels_last", drop_last=True,
                                window_per_server=args.window, prefetch=args.prefetch,
-                               augment=feedclient.augment.PRESET if args.recipe else None)
+                               augment=feedclient.augment.PRESET if args.recipe else None,
+                               **lane)
     epoch = 0
     while True:
         loader.set_epoch(epoch)
@@ -174,6 +179,10 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=15, help="DataLoader num_workers")
     ap.add_argument("--window", type=int, default=4, help="feedclient window_per_server")
     ap.add_argument("--prefetch", type=int, default=6, help="feedclient prefetch")
+    ap.add_argument("--decode-lane", default="off", choices=("off", "gpu", "cpu", "auto"),
+                    help="feedclient decode_lane: the share of samples decoded in the training "
+                         "process (gpu: the GPU's JPEG engines)")
+    ap.add_argument("--decode-share", type=float, default=0.5, help="feedclient decode_share")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--warmup", type=float, default=15.0)
@@ -270,7 +279,11 @@ def main() -> int:
                    else None}
             if cuda:
                 ev = events[win_first_event:]
-                busy = sum(a.elapsed_time(b) for a, b in ev) / 1e3
+                step_ms = [a.elapsed_time(b) for a, b in ev]
+                busy = sum(step_ms) / 1e3
+                # The step's own time on the GPU (its first kernel to its last): what the decode
+                # lane must not slow by more than 5%.
+                rec["step_p50_ms"] = pct(step_ms, 0.5)
                 span = ev[0][0].elapsed_time(ev[-1][1]) / 1e3 if ev else 0.0
                 rec["stream_idle_pct"] = 100.0 * (1 - busy / span) if span > 0 else None
                 gaps = [max(0.0, a[1].elapsed_time(b[0])) for a, b in zip(ev, ev[1:])]

@@ -4,7 +4,9 @@
 # torch/run_h2h.sh). Configurations (default: all, in this order):
 #   r18-synth r18-dl-orig r18-feed-orig r18-dl-reenc r18-feed-reenc
 #   r50-synth r50-dl-orig r50-feed-orig  dl-sweep
-# and, named only: r18-feed-orig-cache r50-feed-orig-cache, and torchvision's
+# and, named only: r18-feed-orig-cache r50-feed-orig-cache, r18-feed-orig-lane (the
+# originals with feedclient's decode lane: DECODE_LANE (gpu) decodes DECODE_SHARE (0.5) of
+# the samples in the training process, from encoded bytes the servers send), and torchvision's
 # v2 recipe at its train size 176 (headtohead.py --recipe): r50-synth-recipe
 # r50-dl-recipe r50-feed-recipe r50-feed-recipe-cache (originals).
 # r18/r50: torchvision resnet18/resnet50; synth: batches already on the GPU
@@ -144,9 +146,12 @@ for cfg in $configs; do
       [ "$tree" = recipe ] && tree=orig
       run "$cfg" --source dataloader --model "$model" --tree "$work/$tree" \
         --workers "${WORKERS:-15}" "${common[@]}" "${recipe[@]}" ;;
-    r*-feed-orig|r*-feed-reenc|r*-feed-orig-cache|r*-feed-recipe|r*-feed-recipe-cache)
-      ds=${cfg#r*-feed-} warm=()
+    r*-feed-orig|r*-feed-reenc|r*-feed-orig-cache|r*-feed-recipe|r*-feed-recipe-cache|r*-feed-orig-lane)
+      ds=${cfg#r*-feed-} warm=() lane=()
       ds=${ds/recipe/orig}
+      if [ "$ds" = orig-lane ]; then
+        ds=orig lane=(--decode-lane "${DECODE_LANE:-gpu}" --decode-share "${DECODE_SHARE:-0.5}")
+      fi
       if [ "$ds" = orig-cache ]; then
         ds=orig warm=(--warmup "${CACHE_WARMUP:-60}")
         start_servers cache
@@ -156,7 +161,8 @@ for cfg in $configs; do
       PIN="taskset -c ${TRAIN_CPUS:-0-1}" run "$cfg" --source feedclient --model "$model" \
         --dataset "$ds" --targets "$(IFS=,; echo "${targets[*]}")" \
         --window "${WINDOW:-4}" --prefetch "${PREFETCH:-6}" \
-        --pids "$(IFS=,; echo "${pids[*]}")" "${common[@]}" "${warm[@]}" "${recipe[@]}"
+        --pids "$(IFS=,; echo "${pids[*]}")" "${common[@]}" "${warm[@]}" "${recipe[@]}" \
+        "${lane[@]}"
       save_metrics "$cfg"
       stop_servers ;;
     dl-sweep)
