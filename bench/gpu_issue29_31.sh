@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_issue29_31.sh MODE ... — issues 29 and 31 on the GPU machine, one device
+# gpu_issue29_31.sh MODE ... — issues 29 to 32 on the GPU machine, one device
 # call per mode (each under 9 minutes), from one bundle (copied into it as
 # run_all.sh). Every mode writes under OUT and prints a short table last.
 #
@@ -30,11 +30,18 @@
 #         desired size at 0.5x/1x/2x/4x (~2 min: calibration ~10 s, 4 x (20 s
 #         + ~3 s drain)) and resnet18 against one feedd of 4 and of 12 workers
 #         with the desired-size metric (~100 s each + 10 s tree): ~6 min.
+#   lane OUT    issue 32: resnet18 on the original JPEGs, no cache, two feedd of 6
+#         workers on 12 cores (4-9, 10-15; training on 0-3), with feedclient's decode
+#         lane off and at each DECODE_SHARE of SHARES ("0.3 0.5") on the GPU's JPEG
+#         engines (run_h2h.sh r18-feed-orig / r18-feed-orig-lane), ROUNDS (3) rounds
+#         in that order; per run the images/s, GPU busy (100 - stream idle %), the
+#         step's own GPU time (median) and the ratios to the lane off in the same
+#         round. Time: ~45 s a run, 3 a round: ~7 min.
 #
 # On the GPU machine, from the repository root with the bundle carried:
 #   bash gpu-bundle/run_all.sh wire "$OUT"
 set -uo pipefail
-mode=${1:?usage: gpu_issue29_31.sh prep BUNDLE HEAD_BUILD BASE_BUILD | wire|torch1|torch2|share|scale OUT}
+mode=${1:?usage: gpu_issue29_31.sh prep BUNDLE HEAD_BUILD BASE_BUILD | wire|torch1|torch2|share|lane|scale OUT}
 here=$(cd "$(dirname "$0")" && pwd)
 
 prep() {
@@ -103,6 +110,28 @@ if ratios:
 PY
 }
 
+# lane_table OUT: per round and share, images/s, GPU busy and step time against the lane off.
+lane_table() {
+  python3 - "$1" <<'PY'
+import glob, json, os, re, statistics, sys
+runs = {}
+for p in glob.glob(os.path.join(sys.argv[1], "r*-s*", "h2h.jsonl")):
+    r, s = re.match(r"r(\d+)-s([0-9.]+)$", os.path.basename(os.path.dirname(p))).groups()
+    wins = [json.loads(l) for l in open(p)]
+    if wins:
+        med = lambda k: statistics.median(w.get(k) or 0 for w in wins)
+        runs.setdefault(float(s), {})[int(r)] = (med("img_per_s"), 100 - med("stream_idle_pct"),
+                                                 med("step_p50_ms"))
+print("share  round  img/s  GPU busy %  step ms  img/s vs off  step vs off")
+for s in sorted(runs):
+    for r in sorted(runs[s]):
+        v, off = runs[s][r], runs.get(0.0, {}).get(r)
+        ri = f"{v[0] / off[0]:.3f}" if off and off[0] else "-"
+        rs = f"{v[2] / off[2]:.3f}" if off and off[2] else "-"
+        print(f"{s:5.2f}  {r:5d}  {v[0]:6,.0f}  {v[1]:10.1f}  {v[2]:7.2f}  {ri:>12}  {rs:>11}")
+PY
+}
+
 [ "$mode" != prep ] && mkdir -p "${2:?OUT}"
 case "$mode" in
   prep) prep "${2:?BUNDLE}" "${3:?HEAD_BUILD}" "${4:?BASE_BUILD}" ;;
@@ -138,8 +167,23 @@ PY
       --json "$out/runs.jsonl" > "$out/share.log" 2>&1
     echo "== issue 30, decode shared vs unshared, four jobs, feedd --threads ${THREADS:-8} (log: $out/share.log)"
     python3 "$here/share/share_table.py" "$out/runs.jsonl" | tee "$out/table.md" ;;
+  lane)
+    out=${2:?OUT}
+    for r in $(seq 1 "${ROUNDS:-3}"); do
+      for share in 0 ${SHARES:-0.3 0.5}; do
+        cfg=r18-feed-orig-lane
+        [ "$share" = 0 ] && cfg=r18-feed-orig
+        echo "== $(date -u +%T) round $r share $share" >&2
+        DECODE_SHARE=$share SERVER_CPUS="4-9 10-15" SERVER_THREADS=6 TRAIN_CPUS=0-3 \
+          WARMUP=8 SECONDS_PER=15 WINDOWS=1 \
+          bash "$here/torch/run_h2h.sh" "$out/r$r-s$share" "$cfg" > "$out/r$r-s$share.log" 2>&1
+        tail -2 "$out/r$r-s$share.log"
+      done
+    done
+    echo "== issue 32, resnet18 cold on 12 feedd cores, decode lane off vs on"
+    lane_table "$out" | tee "$out/lane-summary.txt" ;;
   scale)
     out=${2:?OUT}
     bash "$here/scale/gpu_scale.sh" "$here" "$out/scale" all ;;
-  *) echo "gpu_issue29_31.sh: prep, wire, torch1, torch2, share or scale" >&2; exit 2 ;;
+  *) echo "gpu_issue29_31.sh: prep, wire, torch1, torch2, share, lane or scale" >&2; exit 2 ;;
 esac
