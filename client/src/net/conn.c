@@ -256,7 +256,7 @@ static void start_stream(loader *l, server *s)
                     .job = l->job,
                     .job_weight = l->cfg.job_weight,
                     .share = l->share};
-    open_bb = wire_pack_request(&wo, 0, 0, NULL, 0, 0, NULL);
+    open_bb = wire_pack_request(&wo, 0, 0, NULL, 0, 0, false, NULL);
     if (!open_bb || !conn_send(l, s, open_bb))
         goto fail_up;
     client_log(l, FEED_LOG_DEBUG, "server %s: stream open", s->target);
@@ -314,7 +314,7 @@ static bool send_request(loader *l, server *s, uint64_t id, uint32_t epoch, cons
                            l->demand.samples_per_second, sched_servers_up(l)};
         demand = &dm;
     }
-    grpc_byte_buffer *bb = wire_pack_request(NULL, id, epoch, indices, n, ownership, demand);
+    grpc_byte_buffer *bb = wire_pack_request(NULL, id, epoch, indices, n, ownership, false, demand);
     return bb && conn_send(l, s, bb);
 }
 
