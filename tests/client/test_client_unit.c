@@ -254,6 +254,23 @@ static void test_config_validation(void **state)
     c.std[1] = 0.0f;
     assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
     c.std[1] = 0.224f;
+    c.decode_lane = (feed_decode_lane)4;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.decode_lane = FEED_DECODE_LANE_CPU;
+    c.decode_share = 1.5;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.decode_share = 0.5;
+    c.decode_lane_threads = CLIENT_LANE_MAX_THREADS + 1;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.decode_lane_threads = 0;
+    c.decode_lane_max_bytes = CLIENT_LANE_MIN_BYTES - 1;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.decode_lane_max_bytes = 0;
+    /* The GPU lane needs the device path. */
+    c.decode_lane = FEED_DECODE_LANE_GPU;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.decode_lane = FEED_DECODE_LANE_OFF;
+    c.decode_share = 0.0;
     const char *bad_dns[] = {"dns:///nohostport"};
     c.targets = bad_dns;
     assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
@@ -651,7 +668,7 @@ int main(void)
         cmocka_unit_test(test_plan_ranks),         cmocka_unit_test(test_plan_invalid),
         cmocka_unit_test(test_f16_bf16_rounding),  cmocka_unit_test(test_normalize_host_all),
         cmocka_unit_test(test_config_validation),  cmocka_unit_test(test_resolve_parse),
-        cmocka_unit_test(test_servers_apply_dns),      cmocka_unit_test(test_resolve_reuse),
+        cmocka_unit_test(test_servers_apply_dns),  cmocka_unit_test(test_resolve_reuse),
         cmocka_unit_test(test_bad_sample_policy),  cmocka_unit_test(test_server_policy),
         cmocka_unit_test(test_fingerprint_policy), cmocka_unit_test(test_demand_window),
         cmocka_unit_test(test_lane_assignment),

@@ -304,7 +304,7 @@ bool conn_send(loader *l, server *s, grpc_byte_buffer *bb)
 }
 
 static bool send_request(loader *l, server *s, uint64_t id, uint32_t epoch, const uint64_t *indices,
-                         uint32_t n, uint32_t ownership)
+                         uint32_t n, uint32_t ownership, bool encoded)
 {
     /* The demand rides on every request: a server that joined the fleet learns it with the
      * first batch it is asked for. */
@@ -314,7 +314,8 @@ static bool send_request(loader *l, server *s, uint64_t id, uint32_t epoch, cons
                            l->demand.samples_per_second, sched_servers_up(l)};
         demand = &dm;
     }
-    grpc_byte_buffer *bb = wire_pack_request(NULL, id, epoch, indices, n, ownership, false, demand);
+    grpc_byte_buffer *bb =
+        wire_pack_request(NULL, id, epoch, indices, n, ownership, encoded, demand);
     return bb && conn_send(l, s, bb);
 }
 
