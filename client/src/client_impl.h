@@ -521,8 +521,6 @@ void client_lane_wake(loader *l);       /* an encoded piece is PIECE_DECODE; mu 
  * the JPEG engines into the device slot at their batch positions, their statuses set. 0,
  * FEED_ECUDA, FEED_ENOMEM, FEED_EINVAL. */
 int client_lane_gpu_decode(loader *l, slot *sl, const piece *pc);
-/* Whether l's lane is the GPU's. */
-bool client_lane_gpu(const loader *l);
 
 /* conn.c */
 extern const sched_transport conn_transport;

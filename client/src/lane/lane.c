@@ -324,11 +324,6 @@ void client_lane_free(client_lane *ln)
     free(ln);
 }
 
-bool client_lane_gpu(const loader *l)
-{
-    return l->lane && l->lane->mode == FEED_DECODE_LANE_GPU;
-}
-
 void client_lane_wake(loader *l)
 {
     if (l->lane)
