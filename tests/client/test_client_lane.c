@@ -6,7 +6,8 @@
  * function's; shares 0 and 1; an augmentation; a resume at another world size keeps the
  * epoch's share from the state and every sample's pixels; a corrupt JPEG in the lane gets the
  * network path's status and zero pixels; an empty file (EMPTY in the encoded reply) and an
- * encoded reply beyond decode_lane_max_bytes are asked of the servers again, decoded.
+ * encoded reply beyond decode_lane_max_bytes are asked of the servers again, decoded; a server
+ * killed mid-epoch under owner routing loses nothing and duplicates nothing.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -367,12 +369,68 @@ static void test_lane_resume(void **state)
     free(after);
 }
 
+/*
+ * Two servers with owner routing on (the decoded pieces split by owner, the encoded one whole),
+ * the lane at 0.5, small batches; one server killed after two batches: every sample once, in
+ * plan order, with the pixels of the lane off on one server.
+ */
+static void test_lane_server_killed(void **state)
+{
+    (void)state;
+    run *ref = run_new(), *got = run_new();
+    feed_loader_config c;
+    config(&c, FEED_DECODE_LANE_OFF, 0.0);
+    run_epoch(&c, ref);
+    feed_test_server s[2];
+    char arg[400];
+    snprintf(arg, sizeof arg, "lane=%s", g_ds);
+    const char *args[] = {"--dataset", arg, "--threads", "1", "--log-level", "error", NULL};
+    const char *targets[2];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(feed_test_server_start(args, &s[i]), 0);
+        targets[i] = s[i].target;
+    }
+    config(&c, FEED_DECODE_LANE_CPU, 0.5);
+    c.targets = targets;
+    c.num_targets = 2;
+    c.owner_routing = FEED_OWNER_ROUTING_ON;
+    c.window_per_server = 1;
+    c.prefetch = 1;
+    c.batch_size = 2;
+    feed_loader *l = NULL;
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    feed_loader_stats st;
+    for (int i = 0; i < 1500; i++) {
+        feed_loader_get_stats(l, &st, sizeof st);
+        if (st.servers_up == 2)
+            break;
+        usleep(20000);
+    }
+    take(l, got, 2);
+    feed_test_server_kill(&s[0]);
+    take(l, got, 0);
+    for (int i = 0; i < 500 && !got->stats.failovers; i++) {
+        usleep(20000);
+        feed_loader_get_stats(l, &got->stats, sizeof got->stats);
+    }
+    print_message("lane, server killed: failovers %llu, reissued %llu, lane decoded %llu\n",
+                  (unsigned long long)got->stats.failovers, (unsigned long long)got->stats.reissued,
+                  (unsigned long long)got->stats.lane_decoded);
+    feed_loader_close(l);
+    feed_test_server_stop(&s[1]);
+    assert_true(got->stats.failovers >= 1);
+    assert_true(got->stats.lane_decoded > 0);
+    assert_same(ref, got);
+    free(ref);
+    free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lane_half),    cmocka_unit_test(test_lane_edges),
         cmocka_unit_test(test_lane_corrupt), cmocka_unit_test(test_lane_cap),
-        cmocka_unit_test(test_lane_resume),
+        cmocka_unit_test(test_lane_resume),  cmocka_unit_test(test_lane_server_killed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
