@@ -257,7 +257,7 @@ typedef struct feed_batch {
 typedef struct feed_loader_stats {
     uint64_t batches;         /* handed out by next() */
     uint64_t samples;
-    uint64_t bytes_received;  /* pixel bytes off the wire */
+    uint64_t bytes_received;  /* pixel bytes off the wire (and the decode lane's JPEG bytes) */
     uint64_t wait_ns_total;   /* summed over next() calls */
     uint64_t wait_ns_max;
     uint64_t failovers;       /* servers failed after serving a batch, or stalled (deadline) */
