@@ -87,10 +87,10 @@ typedef struct server server;
  * with mu held. */
 typedef struct sched_transport {
     /* Queue request `id` for batch (epoch, indices[n]) on s's live stream, with
-     * BatchRequest.ownership (a FEED__V1__CACHE_OWNERSHIP__ value; 0: not routed); false if
-     * refused. */
-    bool (*send_request)(loader *l, server *s, uint64_t id, uint32_t epoch,
-                         const uint64_t *indices, uint32_t n, uint32_t ownership);
+     * BatchRequest.ownership (a FEED__V1__CACHE_OWNERSHIP__ value; 0: not routed) and
+     * BatchRequest.encoded; false if refused. */
+    bool (*send_request)(loader *l, server *s, uint64_t id, uint32_t epoch, const uint64_t *indices,
+                         uint32_t n, uint32_t ownership, bool encoded);
     /* s failed: cancel its calls (their remaining tags free them) and drop its channel. */
     void (*drop_server)(loader *l, server *s);
     /* s is down and due for a retry: start Describe (then a stream) on a fresh channel, moving
@@ -143,6 +143,8 @@ typedef enum piece_state {
     PIECE_INFLIGHT, /* requested from `server` */
     PIECE_LANDING,  /* a receiver thread is writing it, mu not held */
     PIECE_DONE,     /* landed */
+    PIECE_DECODE,   /* encoded: its bytes landed, waiting for a lane thread */
+    PIECE_LANE,     /* encoded: a lane thread decodes it, mu not held (counts as LANDING) */
 } piece_state;
 
 typedef struct slot slot;
@@ -164,6 +166,13 @@ typedef struct piece {
     server *hedge;     /* [mu] */
     uint64_t hedge_id; /* [mu] its batch_id */
     bool finished;     /* LANDING, its receiver's: it landed the batch's last piece */
+    /* [mu] asked as BatchRequest.encoded, for the decode lane (lane/lane.c). At most one
+     * piece of a slot is encoded: owner routing does not split it (encoded requests do not
+     * touch a server's cache), so its bytes have the slot's `enc` to themselves. */
+    bool encoded;
+    /* [mu] GPU lane: its samples were checked (the others sent back); it is decoded once the
+     * rest of its batch has landed, by the lane thread that lands the batch. */
+    bool lane_checked;
 } piece;
 
 struct slot {
@@ -193,6 +202,16 @@ struct slot {
     void *out;    /* host path: normalised output (may be raw) */
     client_gpu_slot *gpu;
     feed_batch batch; /* what next() hands out */
+    /* The decode lane (NULL/empty when it is off): the encoded piece's bytes, capped at
+     * decode_lane_max_bytes, and each of its samples' offset and length there, in piece order
+     * (indexed like sent); written by the piece's receiver (LANDING), read by its lane thread
+     * (LANE). lane_n: samples of the batch the lane decoded, for stats and demand; lane_back:
+     * samples it sent back to the servers (stats). */
+    feed_buf enc;
+    uint64_t *enc_off;
+    uint32_t *enc_len;
+    uint32_t lane_n;    /* [mu] */
+    uint32_t lane_back; /* [mu] */
 };
 
 typedef enum call_kind { CALL_DESCRIBE, CALL_STREAM } call_kind;
@@ -362,6 +381,14 @@ struct feed_loader {
     size_t max_message;
 
     client_gpu *gpu;  /* NULL on the host path */
+    /* The decode lane (lane/lane.c; docs/design/client.md "Decode lane"): NULL when off. The
+     * share (share16, client_lane_share16) that set_epoch puts in force, 0 when off; and the
+     * one in force for epoch (a resumed state's for a resumed epoch; changed only with the
+     * epoch, on the training thread). */
+    struct client_lane *lane;
+    uint32_t lane_share;       /* immutable after open */
+    uint32_t lane_share_epoch; /* [mu] */
+    bool lane_cap_logged;      /* [mu] an encoded reply passed decode_lane_max_bytes, logged */
     size_t out_bytes; /* per slot output size at batch_size samples */
     const sched_transport *transport; /* set at open, immutable */
 
@@ -406,6 +433,19 @@ int sched_land(loader *l, piece *pc, wire_batch_reader *r, wire_arena *arena, ch
  * (failed meanwhile). */
 void sched_batch_landed(loader *l, server *s, const call_ctx *from, piece *pc, int rc,
                         const char *why, uint64_t now);
+/* The decode lane's side of the scheduler (sched_land.c). A lane thread takes an encoded
+ * piece whose bytes have landed (mu held; NULL if none; the piece is then PIECE_LANE; a GPU
+ * lane's checked piece only once the rest of its batch has landed), decodes its first
+ * `accepted` samples (piece order) into the slot unlocked, the others being left for the
+ * servers, and then, still unlocked, lands them (sched_lane_land: the batch too if they
+ * complete it, the GPU lane's decode after the copy; 0, FEED_ECUDA); then reports with mu
+ * retaken (sched_lane_done): those samples are done (or, hold, wait as a checked piece), the
+ * rest go back to the servers as a decoded piece of their own. */
+piece *sched_lane_take(loader *l);
+int sched_lane_land(loader *l, piece *pc, uint32_t accepted);
+void sched_lane_done(loader *l, piece *pc, uint32_t accepted, bool hold, int rc, uint64_t now);
+/* The share16 in force for a batch of `epoch` (the current epoch's, else the next one's). */
+uint32_t sched_lane_share(const loader *l, uint32_t epoch);
 /* Whether a piece in flight to s or being landed from it may still use s. */
 bool sched_server_in_use(const loader *l, const server *s);
 /* s's entry is reused for another server: pieces done or handed out forget it. */
@@ -438,10 +478,12 @@ typedef struct resume_chain {
 } resume_chain;
 void resume_chain_free(resume_chain *c);
 /* state.c: makes epoch current from start_batch with these plans (taken over, as
- * sched_reset_epoch takes them) and chain (taken over; NULL for a normal plan): set_epoch and
- * feed_loader_resume. Training thread, mu not held. */
+ * sched_reset_epoch takes them) and chain (taken over; NULL for a normal plan), with the decode
+ * lane's share lane_share (share16) in force for it: set_epoch and feed_loader_resume.
+ * Training thread, mu not held. */
 void loader_install_epoch(loader *l, uint32_t epoch, uint64_t start_batch, bool keep,
-                          client_plan *plan, client_plan *ahead, resume_chain *chain);
+                          client_plan *plan, client_plan *ahead, resume_chain *chain,
+                          uint32_t lane_share);
 
 /* Whether set_epoch(epoch, start_batch) continues into the prefetched epoch
  * (epoch + 1 of the current one, from batch 0) instead of dropping everything.
@@ -458,6 +500,27 @@ int sched_build_plans(const loader *l, uint32_t epoch, uint64_t start_batch, boo
 /* Switches to them, taking them over. mu held; no slot it drops is LANDING. */
 void sched_reset_epoch(loader *l, uint32_t epoch, uint64_t start_batch, bool keep,
                        client_plan *plan, client_plan *ahead);
+
+/* lane/lane.c: the decode lane's threads and decoders. */
+#define CLIENT_LANE_MAX_THREADS 16u
+#define CLIENT_LANE_DEFAULT_THREADS 2u
+/* decode_lane_max_bytes: its default and bounds. */
+#define CLIENT_LANE_DEFAULT_BYTES ((uint64_t)64 << 20)
+#define CLIENT_LANE_MIN_BYTES 4096u
+#define CLIENT_LANE_MAX_BYTES ((uint64_t)1 << 30)
+typedef struct client_lane client_lane;
+/* Decides the lane from the config (logging what and why) and sets l->lane (NULL: off). 0;
+ * FEED_EINVAL or FEED_ECUDA (GPU asked for and not to be had; the log says why), FEED_ENOMEM.
+ * After client_gpu_open, before conn_start. */
+int client_lane_open(loader *l);
+int client_lane_start(loader *l);       /* its threads; 0 or FEED_ENOMEM */
+void client_lane_stop(loader *l);       /* joins them; mu not held */
+void client_lane_free(client_lane *ln); /* accepts NULL */
+void client_lane_wake(loader *l);       /* an encoded piece is PIECE_DECODE; mu held */
+/* GPU lane, unlocked, the batch landed and submitted (sched_land.c): pc's samples decoded by
+ * the JPEG engines into the device slot at their batch positions, their statuses set. 0,
+ * FEED_ECUDA, FEED_ENOMEM, FEED_EINVAL. */
+int client_lane_gpu_decode(loader *l, slot *sl, const piece *pc);
 
 /* conn.c */
 extern const sched_transport conn_transport;

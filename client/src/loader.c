@@ -53,6 +53,7 @@ static void config_defaults(feed_loader_config *cfg)
     cfg->batch_deadline_ms = 60000;
     cfg->unavailable_timeout_ms = 30000;
     cfg->resolve_interval_ms = 5000;
+    cfg->decode_lane = FEED_DECODE_LANE_OFF;
 }
 
 int feed_loader_config_init(feed_loader_config *cfg, size_t size)
@@ -115,6 +116,15 @@ static int check_config(const feed_loader_config *c, const char **why, char *tms
         *why = "job_weight (0..100)";
     else if (c->share && c->share[0] && !client_job_valid(c->share))
         *why = "share (1..128 bytes of letters, digits and " FEED_NAME_CHARS ")";
+    else if ((unsigned)c->decode_lane > FEED_DECODE_LANE_AUTO)
+        *why = "decode_lane";
+    else if (!(c->decode_share >= 0.0 && c->decode_share <= 1.0))
+        *why = "decode_share ([0, 1])";
+    else if (c->decode_lane_threads > CLIENT_LANE_MAX_THREADS)
+        *why = "decode_lane_threads (0..16)";
+    else if (c->decode_lane_max_bytes && (c->decode_lane_max_bytes < CLIENT_LANE_MIN_BYTES ||
+                                          c->decode_lane_max_bytes > CLIENT_LANE_MAX_BYTES))
+        *why = "decode_lane_max_bytes (4096 .. 1 GiB)";
     for (int k = 0; !*why && k < 3; k++) {
         if (!(c->std[k] != 0.0f))
             *why = "std";
@@ -250,12 +260,20 @@ int feed_loader_open(const feed_loader_config *caller_cfg, feed_loader **out)
     l->cfg.share = l->share;
     l->aug_seed = cfg->aug_seed_set ? cfg->aug_seed : cfg->seed;
     l->cfg.targets = (const char *const *)l->targets;
+    if (!l->cfg.decode_lane_threads)
+        l->cfg.decode_lane_threads = CLIENT_LANE_DEFAULT_THREADS;
+    if (!l->cfg.decode_lane_max_bytes)
+        l->cfg.decode_lane_max_bytes = CLIENT_LANE_DEFAULT_BYTES;
 
     uint32_t bs = cfg->batch_size;
     size_t sample = (size_t)cfg->transform.out_h * cfg->transform.out_w * 3;
     l->out_bytes = sample * bs * client_dtype_size(cfg->dtype);
-    /* Pixels plus per-sample fields and error strings, with room for framing. */
-    l->max_message = sample * bs + (size_t)bs * 512 + 65536;
+    /* Pixels (or the decode lane's encoded bytes, if more) plus per-sample fields and error
+     * strings, with room for framing. */
+    size_t payload = sample * bs;
+    if (cfg->decode_lane != FEED_DECODE_LANE_OFF && l->cfg.decode_lane_max_bytes > payload)
+        payload = (size_t)l->cfg.decode_lane_max_bytes;
+    l->max_message = payload + (size_t)bs * 512 + 65536;
 
     if (cfg->device != FEED_DEVICE_HOST) {
         char err[160] = "";
@@ -265,10 +283,17 @@ int feed_loader_open(const feed_loader_config *caller_cfg, feed_loader **out)
             goto out;
         }
     }
+    rc = client_lane_open(l);
+    if (rc)
+        goto out;
+    l->lane_share_epoch = l->lane_share;
     l->last_up_ns = feed_now_ns();
     l->progress_ns = l->last_up_ns;
     client_demand_init(&l->demand, cfg->demand_window_ms, 0, l->last_up_ns);
     rc = open_servers(l);
+    if (rc)
+        goto out;
+    rc = client_lane_start(l);
     if (rc)
         goto out;
     rc = conn_start(l);
@@ -316,6 +341,7 @@ void feed_loader_close(feed_loader *l)
     if (!l)
         return;
     resolve_stop(l);
+    client_lane_stop(l);
     conn_stop(l);
     resolve_free(l);
     /* The slots' memory belongs to the loader's device; the caller's device is put back. */
@@ -323,6 +349,7 @@ void feed_loader_close(feed_loader *l)
     if (l->gpu)
         client_gpu_bind_thread(l->gpu);
     sched_free_slots(l);
+    client_lane_free(l->lane);
     client_gpu_close(l->gpu);
     client_gpu_set_device(caller_device);
     client_plan_free(&l->plan);
@@ -443,7 +470,7 @@ int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch)
     int rc = sched_build_plans(l, epoch, start_batch, keep, &plan, &ahead);
     if (rc)
         goto out;
-    loader_install_epoch(l, epoch, start_batch, keep, &plan, &ahead, NULL);
+    loader_install_epoch(l, epoch, start_batch, keep, &plan, &ahead, NULL, l->lane_share);
 out:
     return rc;
 }

@@ -7,16 +7,21 @@
  * feed_loader_resume runs on the training thread, like set_epoch (loader_install_epoch takes mu).
  *
  * Layout, little-endian, no padding:
- *   header (64 bytes): u32 magic "FDST", u16 version 2, u16 kind (1 rank, 2 combined),
+ *   header (72 bytes): u32 magic "FDST", u16 version 3, u16 kind (1 rank, 2 combined),
  *     u64 dataset size, u64 seed, u64 dataset name hash, u64 transform hash, u32 epoch,
- *     u32 batch size, u8 drop_last, 3 zero bytes, u32 number of segments, u64 aug seed;
+ *     u32 batch size, u8 drop_last, 3 zero bytes, u32 number of segments, u64 aug seed,
+ *     u32 decode lane share in force for the epoch (0 .. 65536, client_lane_share16), 4 zero
+ *     bytes;
  *   each segment: u32 world, u32 zero, u64 consumed[world];
  *   a rank state then: u32 world, u32 rank, u64 consumed.
  * In a rank state the segments are the worlds the epoch ran under before this rank's own; in a
  * combined state they are all of them, the last the world whose states were joined. Hashes are
  * FNV-1a 64 over the dataset name, and over the transform's fields and the augment text.
  * Version 1 (before the aug seed) is read too: its header ends before the aug seed (56 bytes),
- * and the loaders that wrote it keyed the augmentation with the seed.
+ * and the loaders that wrote it keyed the augmentation with the seed. Version 2 (before the
+ * decode lane) ends before the share (64 bytes): its epoch resumes with share 0.
+ * The share is not identity: samples and pixels are the same whoever decodes them (the GPU
+ * lane's within its tolerance); a combined state keeps the share of the first state given.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,10 +35,11 @@
 #include "client_impl.h"
 
 #define STATE_MAGIC 0x54534446u /* "FDST" */
-#define STATE_VERSION 2u
+#define STATE_VERSION 3u
 #define KIND_RANK 1u
 #define KIND_COMBINED 2u
-#define HEADER_BYTES 64u
+#define HEADER_BYTES 72u
+#define HEADER_V2_BYTES 64u
 #define HEADER_V1_BYTES 56u
 #define SEGMENT_HEAD_BYTES 8u
 #define RANK_TAIL_BYTES 16u
@@ -47,6 +53,7 @@ typedef struct state_view {
     resume_chain chain;
     uint32_t world, rank; /* rank state */
     uint64_t consumed;    /* rank state */
+    uint32_t lane_share;  /* share16 in force for the epoch */
 } state_view;
 
 static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
@@ -133,7 +140,8 @@ void resume_chain_free(resume_chain *c)
 }
 
 void loader_install_epoch(loader *l, uint32_t epoch, uint64_t start_batch, bool keep,
-                          client_plan *plan, client_plan *ahead, resume_chain *chain)
+                          client_plan *plan, client_plan *ahead, resume_chain *chain,
+                          uint32_t lane_share)
 {
     pthread_mutex_lock(&l->mu);
     /* A batch being written unlocked must not turn READY after its epoch is
@@ -148,6 +156,7 @@ void loader_install_epoch(loader *l, uint32_t epoch, uint64_t start_batch, bool 
             break;
         feed_cond_timedwait(&l->cond, &l->mu, 10000000u);
     }
+    l->lane_share_epoch = lane_share;
     sched_reset_epoch(l, epoch, start_batch, keep, plan, ahead);
     resume_chain_free(l->chain);
     l->chain = chain;
@@ -192,6 +201,7 @@ static int encode(const state_view *v, const client_resume_segment *extra, void 
     p[48] = v->drop_last;
     put32(p + 52, v->chain.num_segs + (extra ? 1u : 0u));
     put64(p + 56, v->aug_seed);
+    put32(p + 64, v->lane_share);
     p += HEADER_BYTES;
     for (uint32_t s = 0; s <= v->chain.num_segs; s++) {
         const client_resume_segment *seg = s < v->chain.num_segs ? &v->chain.segs[s] : extra;
@@ -229,11 +239,11 @@ static int decode(const void *buf, size_t len, state_view *v, char *why, size_t 
         snprintf(why, why_cap, "not a feedclient state");
         goto out;
     }
-    if ((p[4] != STATE_VERSION && p[4] != 1) || p[5] != 0) {
+    if (p[4] < 1 || p[4] > STATE_VERSION || p[5] != 0) {
         snprintf(why, why_cap, "state version %u unknown", (unsigned)(p[4] | p[5] << 8));
         goto out;
     }
-    size_t header = p[4] == 1 ? HEADER_V1_BYTES : HEADER_BYTES;
+    size_t header = p[4] == 1 ? HEADER_V1_BYTES : p[4] == 2 ? HEADER_V2_BYTES : HEADER_BYTES;
     if (len < header) {
         snprintf(why, why_cap, "not a feedclient state");
         goto out;
@@ -247,10 +257,10 @@ static int decode(const void *buf, size_t len, state_view *v, char *why, size_t 
     v->batch_size = get32(p + 44);
     v->drop_last = p[48] != 0;
     v->chain.num_segs = get32(p + 52);
-    v->aug_seed = header == HEADER_BYTES ? get64(p + 56) : v->seed;
-    if ((v->kind != KIND_RANK && v->kind != KIND_COMBINED) || p[7] != 0 ||
-        v->chain.num_segs > FEED_STATE_MAX_SEGMENTS || v->batch_size == 0 ||
-        v->dataset_size == 0) {
+    v->aug_seed = header >= HEADER_V2_BYTES ? get64(p + 56) : v->seed;
+    v->lane_share = header >= HEADER_BYTES ? get32(p + 64) : 0;
+    if ((v->kind != KIND_RANK && v->kind != KIND_COMBINED) || p[7] != 0 || v->lane_share > 65536u ||
+        v->chain.num_segs > FEED_STATE_MAX_SEGMENTS || v->batch_size == 0 || v->dataset_size == 0) {
         snprintf(why, why_cap, "malformed state header");
         goto out;
     }
@@ -517,6 +527,7 @@ int feed_loader_state(feed_loader *l, uint32_t epoch, uint64_t batches, void *bu
     loader_view(l, l->num_samples, &v);
     v.kind = KIND_RANK;
     v.epoch = epoch;
+    v.lane_share = sched_lane_share(l, epoch);
     if (epoch == l->epoch) {
         if (batches > l->plan.batches)
             goto out;
@@ -636,7 +647,9 @@ int feed_loader_resume(feed_loader *l, const void *state, size_t len, char *why,
                                c->batch_size, c->drop_last);
     if (rc)
         goto out;
-    loader_install_epoch(l, v.epoch, start, false, &plan, &ahead, chain);
+    /* The share the epoch ran with, if this loader has a lane to run it (else none). */
+    loader_install_epoch(l, v.epoch, start, false, &plan, &ahead, chain,
+                         l->lane ? v.lane_share : 0);
     chain = NULL;
 out:
     view_free(&v);

@@ -74,6 +74,9 @@ static int usage(FILE *f, int rc)
             "  --layout L       nchw (default) or nhwc\n"
             "  --same-epoch     repeat epoch 0 (measures the client against a server's cache)\n"
             "  --step-us U      sleep U us per batch, standing in for a training step (default 0)\n"
+            "  --decode-lane M  the decode lane: off (default), cpu, gpu or auto\n"
+            "  --decode-share S the share of samples the lane decodes, 0..1 (default 0)\n"
+            "  --decode-lane-threads N   CPU lane threads (default 2, at most 16)\n"
             "  --unavailable-timeout-ms T   fail when no server answers for T ms (default 30000)\n"
             "  --auth-token-file FILE   bearer token sent on every call, read as feedd reads its\n"
             "                   --auth-token-file (default: $FEED_TOKEN if set, else none)\n"
@@ -146,6 +149,28 @@ static int set_layout(void *ctx, const char *arg)
     return 0;
 }
 
+static int set_lane(void *ctx, const char *arg)
+{
+    static const char *const names[] = {"off", "cpu", "gpu", "auto", NULL};
+    static const feed_decode_lane values[] = {FEED_DECODE_LANE_OFF, FEED_DECODE_LANE_CPU,
+                                              FEED_DECODE_LANE_GPU, FEED_DECODE_LANE_AUTO};
+    int k = pick(arg, names);
+    if (k < 0)
+        return -1;
+    *(feed_decode_lane *)ctx = values[k];
+    return 0;
+}
+
+static int set_share(void *ctx, const char *arg)
+{
+    char *end = NULL;
+    double v = strtod(arg, &end);
+    if (!end || end == arg || *end || !(v >= 0.0 && v <= 1.0))
+        return -1;
+    *(double *)ctx = v;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     target_list tl = {.n = 0};
@@ -175,6 +200,9 @@ int main(int argc, char **argv)
          .u32 = &c.unavailable_timeout_ms,
          .lo = 1,
          .hi = UINT32_MAX},
+        {.name = "decode-lane", .call = set_lane, .ctx = &c.decode_lane},
+        {.name = "decode-share", .call = set_share, .ctx = &c.decode_share},
+        {.name = "decode-lane-threads", .u32 = &c.decode_lane_threads, .lo = 0, .hi = 16},
         {.name = "auth-token-file", .str = &token_file},
         {.name = "tls-ca", .str = &c.tls_ca_file},
         {.name = "tls-cert", .str = &c.tls_cert_file},
@@ -258,7 +286,7 @@ int main(int argc, char **argv)
         qsort(wait, got, sizeof(*wait), cmp_u64);
         qsort(cpu, got, sizeof(*cpu), cmp_u64);
         double gb = (double)(st1.bytes_received - st0.bytes_received) / 1e9;
-        printf("batches %llu  images %llu  %.2f s  %.0f img/s  %.3f GB/s pixels\n",
+        printf("batches %llu  images %llu  %.2f s  %.0f img/s  %.3f GB/s received\n",
                (unsigned long long)got, (unsigned long long)images, secs, (double)images / secs,
                gb / secs);
         printf("next() wait ms: p50 %.3f  p99 %.3f  max %.3f\n", (double)wait[got / 2] / 1e6,
@@ -270,6 +298,10 @@ int main(int argc, char **argv)
                (double)(proc_cpu - main_cpu) / 1e9,
                gb > 0 ? (double)(proc_cpu - main_cpu) / 1e9 / gb : 0.0,
                (unsigned long long)st1.failovers, (unsigned long long)st1.reissued);
+        if (c.decode_lane != FEED_DECODE_LANE_OFF)
+            printf("decode lane: %llu samples decoded here, %llu sent back to the servers\n",
+                   (unsigned long long)(st1.lane_decoded - st0.lane_decoded),
+                   (unsigned long long)(st1.lane_rerequested - st0.lane_rerequested));
     }
     free(wait);
     free(cpu);

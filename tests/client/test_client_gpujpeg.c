@@ -159,10 +159,11 @@ static double psnr(const uint8_t *a, const uint8_t *b, size_t n)
     return 10.0 * log10(255.0 * 255.0 * (double)n / se);
 }
 
-/* Decode n images with the module into a fresh device buffer; the bytes come back in *host. */
-static void gpu_run(const uint8_t *const *jpeg, const size_t *len, const feed_sample_plan *plan,
-                    uint32_t n, const feed_transform *t, feed_dtype dt, feed_layout lay,
-                    feed_sample_status *status, void **host, size_t *bytes)
+/* Decode n images with the module into a fresh device buffer, image i to place pos[i] (NULL:
+ * i); the bytes come back in *host. */
+static void gpu_run_at(const uint8_t *const *jpeg, const size_t *len, const feed_sample_plan *plan,
+                       const uint32_t *pos, uint32_t n, const feed_transform *t, feed_dtype dt,
+                       feed_layout lay, feed_sample_status *status, void **host, size_t *bytes)
 {
     *bytes = (size_t)n * 3 * t->out_h * t->out_w * client_dtype_size(dt);
     void *d = NULL;
@@ -172,6 +173,7 @@ static void gpu_run(const uint8_t *const *jpeg, const size_t *len, const feed_sa
                               .jpeg = jpeg,
                               .len = len,
                               .plan = plan,
+                              .pos = pos,
                               .t = t,
                               .mean = g_mean,
                               .std = g_std,
@@ -184,6 +186,13 @@ static void gpu_run(const uint8_t *const *jpeg, const size_t *len, const feed_sa
     CK(cudaFree(d));
 }
 
+static void gpu_run(const uint8_t *const *jpeg, const size_t *len, const feed_sample_plan *plan,
+                    uint32_t n, const feed_transform *t, feed_dtype dt, feed_layout lay,
+                    feed_sample_status *status, void **host, size_t *bytes)
+{
+    gpu_run_at(jpeg, len, plan, NULL, n, t, dt, lay, status, host, bytes);
+}
+
 /* The other dtypes and layouts of the same batch against the uint8 NHWC output. */
 static void check_dtypes(const uint8_t *const *jpeg, const size_t *len,
                          const feed_sample_plan *plan, uint32_t n, const feed_transform *t,
@@ -192,6 +201,15 @@ static void check_dtypes(const uint8_t *const *jpeg, const size_t *len,
     feed_sample_status st[BATCH];
     size_t plane = (size_t)t->out_h * t->out_w, bytes;
     void *out;
+    /* Each image at the place the decode lane names (here: the batch reversed). */
+    uint32_t pos[BATCH];
+    for (uint32_t s = 0; s < n; s++)
+        pos[s] = n - 1 - s;
+    gpu_run_at(jpeg, len, plan, pos, n, t, FEED_DTYPE_UINT8, FEED_LAYOUT_NHWC, st, &out, &bytes);
+    for (uint32_t s = 0; s < n; s++)
+        assert_memory_equal((uint8_t *)out + (size_t)pos[s] * plane * 3, u8 + s * plane * 3,
+                            plane * 3);
+    free(out);
     gpu_run(jpeg, len, plan, n, t, FEED_DTYPE_FP32, FEED_LAYOUT_NCHW, st, &out, &bytes);
     for (uint32_t s = 0; s < n; s++)
         for (size_t p = 0; p < plane; p++)

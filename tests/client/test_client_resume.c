@@ -296,12 +296,13 @@ static void test_state_combine_8_6_8(void **state)
     sim_segment(&s, 8, a);
     static uint8_t st[1 << 16];
     size_t len = combine_segment(&id, &s, 0, st, sizeof(st));
-    /* One segment's header + 8 counts after the 64-byte header: the rank states given are
-     * version 1 (before the aug seed), the combined state is version 2 with aug seed = seed. */
-    assert_int_equal(len, 64 + 8 + 8 * 8);
-    assert_int_equal(st[4], 2);
+    /* One segment's header + 8 counts after the 72-byte header: the rank states given are
+     * version 1 (before the aug seed), the combined state is version 3 with aug seed = seed
+     * and decode lane share 0 (bytes 64..71). */
+    assert_int_equal(len, 72 + 8 + 8 * 8);
+    assert_int_equal(st[4], 3);
     assert_int_equal(st[56], 7);
-    for (int i = 57; i < 64; i++)
+    for (int i = 57; i < 72; i++)
         assert_int_equal(st[i], 0);
     size_t need = 0;
     const void *one[1] = {st};
@@ -316,7 +317,7 @@ static void test_state_combine_8_6_8(void **state)
     sim_segment(&s, 6, b);
     /* The 6 resumed ranks' states carry the first segment: combined, two segments. */
     len = combine_segment(&id, &s, 1, st, sizeof(st));
-    assert_int_equal(len, 64 + (8 + 8 * 8) + (8 + 6 * 8));
+    assert_int_equal(len, 72 + (8 + 8 * 8) + (8 + 6 * 8));
     check_resume_plan(&s, st, len, 8);
     /* Too small a buffer says how much is needed. */
     uint8_t small[8];

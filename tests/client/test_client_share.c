@@ -267,23 +267,23 @@ static void test_resume_state_before_aug_seed(void **state)
     config(&c, 5);
     open_with(&c, false, 0, &a);
     uint8_t *st = state_of(a, 2, &len);
-    assert_true(len > 64);
-    assert_int_equal(st[4], 2);
-    /* The same state as version 1 wrote it. */
-    uint8_t *v1 = malloc(len - 8);
+    assert_true(len > 72);
+    assert_int_equal(st[4], 3);
+    /* The same state as version 1 wrote it (no aug seed, no decode lane share). */
+    uint8_t *v1 = malloc(len - 16);
     assert_non_null(v1);
     memcpy(v1, st, 56);
-    memcpy(v1 + 56, st + 64, len - 64);
+    memcpy(v1 + 56, st + 72, len - 72);
     v1[4] = 1;
 
     open_with(&c, false, 0, &b);
-    assert_int_equal(feed_loader_resume(b, v1, len - 8, why, sizeof why), 0);
+    assert_int_equal(feed_loader_resume(b, v1, len - 16, why, sizeof why), 0);
     feed_loader_close(b);
     open_with(&c, true, 5, &b);
-    assert_int_equal(feed_loader_resume(b, v1, len - 8, why, sizeof why), 0);
+    assert_int_equal(feed_loader_resume(b, v1, len - 16, why, sizeof why), 0);
     feed_loader_close(b);
     open_with(&c, true, 6, &b);
-    assert_int_equal(feed_loader_resume(b, v1, len - 8, why, sizeof why), FEED_EINVAL);
+    assert_int_equal(feed_loader_resume(b, v1, len - 16, why, sizeof why), FEED_EINVAL);
     assert_non_null(strstr(why, "aug_seed differs"));
     feed_loader_close(b);
     feed_loader_close(a);

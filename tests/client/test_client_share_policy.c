@@ -1,5 +1,5 @@
 /*
- * The decode lane's share between epochs (client/src/gpudec/share_policy.h,
+ * The decode lane's share between epochs (client/src/lane/share_policy.h,
  * docs/design/client.md "The lane's share"), on scripted measurements: it
  * grows by the closed form while the step waits for the servers, by at most
  * CLIENT_SHARE_MAX_MOVE an epoch and never past the configured maximum;

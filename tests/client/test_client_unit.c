@@ -254,6 +254,23 @@ static void test_config_validation(void **state)
     c.std[1] = 0.0f;
     assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
     c.std[1] = 0.224f;
+    c.decode_lane = (feed_decode_lane)4;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.decode_lane = FEED_DECODE_LANE_CPU;
+    c.decode_share = 1.5;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.decode_share = 0.5;
+    c.decode_lane_threads = CLIENT_LANE_MAX_THREADS + 1;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.decode_lane_threads = 0;
+    c.decode_lane_max_bytes = CLIENT_LANE_MIN_BYTES - 1;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.decode_lane_max_bytes = 0;
+    /* The GPU lane needs the device path. */
+    c.decode_lane = FEED_DECODE_LANE_GPU;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.decode_lane = FEED_DECODE_LANE_OFF;
+    c.decode_share = 0.0;
     const char *bad_dns[] = {"dns:///nohostport"};
     c.targets = bad_dns;
     assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
@@ -263,6 +280,40 @@ static void test_config_validation(void **state)
     assert_int_equal(feed_loader_open(&c, &l), FEED_EUNAVAILABLE);
     assert_null(l);
     feed_loader_close(NULL);
+}
+
+/* The decode lane's assignment: block `index` of the stream (seed, epoch, FEED_RNG_LANE_STREAM)
+ * drawn here by stepping the stream from its start, below share x 2^16; the edges; shares
+ * quantised to 1/65536; and a share of s taking about s of the samples. */
+static void test_lane_assignment(void **state)
+{
+    (void)state;
+    assert_int_equal(client_lane_share16(0.0), 0);
+    assert_int_equal(client_lane_share16(1.0), 65536);
+    assert_int_equal(client_lane_share16(0.25), 16384);
+    assert_int_equal(client_lane_share16(1.0 / 131072.0 - 1e-12), 0);
+    const uint64_t seed = 0x5eedull;
+    for (uint32_t epoch = 0; epoch < 3; epoch++) {
+        feed_rng r;
+        feed_rng_init(&r, seed, epoch, FEED_RNG_LANE_STREAM);
+        uint32_t taken = 0, differs = 0;
+        for (uint64_t s = 0; s < 4000; s++) {
+            uint32_t word = feed_rng_u32(&r);
+            for (int k = 0; k < 3; k++)
+                feed_rng_u32(&r);
+            bool want = (word >> 16) < 32768u;
+            assert_int_equal(client_lane_assigned(seed, epoch, s, 32768u), want);
+            assert_false(client_lane_assigned(seed, epoch, s, 0));
+            assert_true(client_lane_assigned(seed, epoch, s, 65536u));
+            /* A smaller share takes a subset. */
+            if (client_lane_assigned(seed, epoch, s, 8192u))
+                assert_true(want);
+            taken += want;
+            differs += want != client_lane_assigned(seed, epoch + 1, s, 32768u);
+        }
+        assert_in_range(taken, 1800, 2200);
+        assert_in_range(differs, 1800, 2200); /* the next epoch draws anew */
+    }
 }
 
 static void test_resolve_parse(void **state)
@@ -617,9 +668,10 @@ int main(void)
         cmocka_unit_test(test_plan_ranks),         cmocka_unit_test(test_plan_invalid),
         cmocka_unit_test(test_f16_bf16_rounding),  cmocka_unit_test(test_normalize_host_all),
         cmocka_unit_test(test_config_validation),  cmocka_unit_test(test_resolve_parse),
-        cmocka_unit_test(test_servers_apply_dns),      cmocka_unit_test(test_resolve_reuse),
+        cmocka_unit_test(test_servers_apply_dns),  cmocka_unit_test(test_resolve_reuse),
         cmocka_unit_test(test_bad_sample_policy),  cmocka_unit_test(test_server_policy),
         cmocka_unit_test(test_fingerprint_policy), cmocka_unit_test(test_demand_window),
+        cmocka_unit_test(test_lane_assignment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

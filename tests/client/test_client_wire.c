@@ -3,7 +3,8 @@
  * reader over gRPC slices and over one flat span (pixels straight into the
  * slot, any slicing, truncations, fields out of order), the Batch checks
  * against what was asked, and the bump allocator; the BatchRequest that opens a stream carries
- * what the loader opens it with (the augmentation seed, job, share).
+ * what the loader opens it with (the augmentation seed, job, share); an encoded Batch (the
+ * decode lane's) read into a capped buffer and checked.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -246,7 +247,7 @@ static void test_wire_open(void **state)
                     .share = "sweep/lr:7"};
     const uint64_t idx[2] = {3, 1};
     for (int pass = 0; pass < 2; pass++) {
-        grpc_byte_buffer *bb = wire_pack_request(&wo, 7, 1, idx, 2, 0, NULL);
+        grpc_byte_buffer *bb = wire_pack_request(&wo, 7, 1, idx, 2, 0, pass == 1, NULL);
         assert_non_null(bb);
         grpc_byte_buffer_reader rd;
         assert_true(grpc_byte_buffer_reader_init(&rd, bb));
@@ -262,6 +263,7 @@ static void test_wire_open(void **state)
         assert_int_equal(req->open->job_weight, 2);
         assert_string_equal(req->open->share, pass ? "" : "sweep/lr:7");
         assert_int_equal(req->n_indices, 2);
+        assert_int_equal(req->encoded, pass == 1);
         feed__v1__batch_request__free_unpacked(req, NULL);
         grpc_slice_unref(flat);
         grpc_byte_buffer_destroy(bb);
@@ -271,11 +273,107 @@ static void test_wire_open(void **state)
     grpc_shutdown();
 }
 
+/* An encoded Batch of 3 samples: lengths len[i] of bytes i*7+j, status st[i]; tweak: 1 wrong
+ * CRC, 2 lengths one short of the data, 3 a failed sample with bytes, 4 a shape set. */
+static uint8_t *pack_encoded(uint64_t id, const uint64_t *idx, const uint32_t *len,
+                             const Feed__V1__SampleStatus *st, int tweak, size_t *out_len)
+{
+    Feed__V1__Batch b = FEED__V1__BATCH__INIT;
+    uint8_t data[256];
+    uint32_t labels[3] = {0, 1, 2}, lens[3];
+    size_t total = 0;
+    for (uint32_t i = 0; i < 3; i++) {
+        for (uint32_t j = 0; j < len[i]; j++)
+            data[total + j] = (uint8_t)(i * 7 + j);
+        total += len[i];
+        lens[i] = len[i];
+    }
+    if (tweak == 2)
+        lens[0]--;
+    b.batch_id = id;
+    b.epoch = 2;
+    b.n_indices = b.n_labels = b.n_status = b.n_encoded_lengths = 3;
+    b.indices = (uint64_t *)idx;
+    b.labels = labels;
+    Feed__V1__SampleStatus status[3] = {st[0], st[1], st[2]};
+    if (tweak == 3)
+        status[0] = FEED__V1__SAMPLE_STATUS__SAMPLE_CORRUPT;
+    b.status = status;
+    b.encoded_lengths = lens;
+    b.height = tweak == 4 ? 8 : 0;
+    b.data.len = total;
+    b.data.data = data;
+    b.crc32c = feed_crc32c(0, data, total) ^ (tweak == 1 ? 1u : 0u);
+    *out_len = feed__v1__batch__get_packed_size(&b);
+    uint8_t *buf = malloc(*out_len);
+    feed__v1__batch__pack(&b, buf);
+    return buf;
+}
+
+/* An encoded Batch: its bytes land in the capped buffer whatever the slicing, and are checked;
+ * data longer than the cap is FEED_ETOOBIG before anything is allocated for it. */
+static void test_wire_encoded(void **state)
+{
+    (void)state;
+    grpc_init();
+    const uint64_t idx[3] = {9, 4, 6};
+    const uint32_t len[3] = {40, 0, 25};
+    const Feed__V1__SampleStatus st[3] = {FEED__V1__SAMPLE_STATUS__SAMPLE_OK,
+                                          FEED__V1__SAMPLE_STATUS__SAMPLE_IO_ERROR,
+                                          FEED__V1__SAMPLE_STATUS__SAMPLE_OK};
+    wire_arena arena;
+    assert_int_equal(wire_arena_init(&arena, 65536), 0);
+    wire_expect e = {.batch_id = 5, .epoch = 2, .indices = idx, .n = 3, .num_classes = 3};
+    for (int tweak = 0; tweak <= 4; tweak++) {
+        for (size_t piece = 1; piece <= 128; piece *= 4) {
+            size_t mlen;
+            uint8_t *msg = pack_encoded(5, idx, len, st, tweak, &mlen);
+            grpc_byte_buffer *bb = sliced(msg, mlen, piece);
+            feed_buf rest, enc;
+            feed_buf_init(&rest, 65536);
+            feed_buf_init(&enc, 65);
+            wire_batch_reader r;
+            assert_int_equal(wire_batch_reader_init(&r, bb, &rest), 0);
+            assert_int_equal(wire_batch_reader_id(&r), 0);
+            assert_int_equal(wire_batch_reader_finish_encoded(&r, &enc), 0);
+            Feed__V1__Batch *b;
+            char why[160];
+            int rc = wire_unpack_encoded(&arena, &r, &enc, &e, &b, why, sizeof why);
+            wire_batch_reader_destroy(&r);
+            if (tweak == 0) {
+                assert_int_equal(rc, 0);
+                assert_int_equal(enc.len, 65);
+                assert_int_equal(b->encoded_lengths[2], 25);
+                assert_int_equal(enc.data[40], 14); /* sample 2's first byte */
+                assert_int_equal(b->status[1], FEED__V1__SAMPLE_STATUS__SAMPLE_IO_ERROR);
+            } else {
+                assert_int_equal(rc, tweak == 1 ? FEED_ECORRUPT : FEED_EPROTO);
+            }
+            /* One byte of cap short: refused, and the buffer did not grow for it. */
+            wire_batch_reader_init_bytes(&r, msg, mlen, &rest);
+            feed_buf small;
+            feed_buf_init(&small, 64);
+            assert_int_equal(wire_batch_reader_id(&r), 0);
+            assert_int_equal(wire_batch_reader_finish_encoded(&r, &small), FEED_ETOOBIG);
+            assert_null(small.data);
+            wire_batch_reader_destroy(&r);
+            feed_buf_free(&small);
+            feed_buf_free(&rest);
+            feed_buf_free(&enc);
+            grpc_byte_buffer_destroy(bb);
+            free(msg);
+        }
+    }
+    wire_arena_free(&arena);
+    grpc_shutdown();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wire_batch),
         cmocka_unit_test(test_wire_open),
+        cmocka_unit_test(test_wire_encoded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -68,6 +68,10 @@ int main(void)
     FIELD(feed_loader_config, aug_seed);
     FIELD(feed_loader_config, aug_seed_set);
     FIELD(feed_loader_config, share);
+    FIELD(feed_loader_config, decode_lane);
+    FIELD(feed_loader_config, decode_share);
+    FIELD(feed_loader_config, decode_lane_threads);
+    FIELD(feed_loader_config, decode_lane_max_bytes);
 
     SIZE(feed_batch);
     FIELD(feed_batch, data);
@@ -104,6 +108,8 @@ int main(void)
     FIELD(feed_loader_stats, hedged);
     FIELD(feed_loader_stats, dataset_fingerprint);
     FIELD(feed_loader_stats, fingerprint_refused);
+    FIELD(feed_loader_stats, lane_decoded);
+    FIELD(feed_loader_stats, lane_rerequested);
 
     SIZE(feed_server_stats);
     FIELD(feed_server_stats, target);

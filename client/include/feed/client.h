@@ -116,6 +116,20 @@ typedef enum feed_owner_routing {
     FEED_OWNER_ROUTING_ON = 2,   /* on, with or without a cache */
 } feed_owner_routing;
 
+/* The decode lane (docs/design/client.md "Decode lane"): a share of each epoch's samples, chosen
+ * by a pure function of (seed, epoch, sample), is fetched from the servers as JPEG bytes (which
+ * costs a server a read, not a decode) and decoded by the loader itself. */
+typedef enum feed_decode_lane {
+    FEED_DECODE_LANE_OFF = 0, /* every sample decoded by the servers */
+    /* On the loader's own CPU threads with the servers' engine: the same pixels and labels as
+     * the servers', bit for bit. */
+    FEED_DECODE_LANE_CPU = 1,
+    /* On the GPU's JPEG engines (nvJPEG's hardware backend; device path only): pixels within
+     * the tolerance docs/design/client.md states. open fails when they cannot be had. */
+    FEED_DECODE_LANE_GPU = 2,
+    FEED_DECODE_LANE_AUTO = 3, /* GPU when the JPEG engines can be had, else off */
+} feed_decode_lane;
+
 typedef struct feed_loader_config {
     /* sizeof(feed_loader_config) as the caller was compiled; feed_loader_config_init sets it.
      * A library newer than the caller's header reads only the fields this size covers and
@@ -210,6 +224,17 @@ typedef struct feed_loader_config {
      * and batch size. Pixels are the same as without it. NULL or "": none. The same characters
      * and length as job; copied by feed_loader_open. */
     const char *share;
+    /* 0.6: the decode lane (feed_decode_lane; default OFF) and the share of samples it decodes,
+     * in [0, 1], quantised to 1/65536. The share in force for an epoch is fixed when the epoch
+     * starts and recorded in feed_loader_state, so a resume is exact. */
+    feed_decode_lane decode_lane;
+    double decode_share;
+    /* CPU lane threads: 0 = 2, at most 16. */
+    uint32_t decode_lane_threads;
+    /* Most encoded bytes one batch's lane part may bring (the buffer each delivery slot holds
+     * them in grows to at most this): 0 = 64 MiB; 4096 .. 1 GiB. A reply larger than this is
+     * not read: its samples are asked of the servers decoded (stats.lane_rerequested). */
+    uint64_t decode_lane_max_bytes;
 } feed_loader_config;
 
 typedef struct feed_batch {
@@ -232,7 +257,7 @@ typedef struct feed_batch {
 typedef struct feed_loader_stats {
     uint64_t batches;         /* handed out by next() */
     uint64_t samples;
-    uint64_t bytes_received;  /* pixel bytes off the wire */
+    uint64_t bytes_received;  /* pixel bytes off the wire (and the decode lane's JPEG bytes) */
     uint64_t wait_ns_total;   /* summed over next() calls */
     uint64_t wait_ns_max;
     uint64_t failovers;       /* servers failed after serving a batch, or stalled (deadline) */
@@ -254,6 +279,11 @@ typedef struct feed_loader_stats {
      * the same name and count. Counted once each time a server goes from used or unchecked to
      * refused, not at every retry; their batches are never used. */
     uint64_t fingerprint_refused;
+    /* The decode lane, in batches handed out by next(): samples it decoded; and samples it was
+     * given but asked the servers to decode after all (a status other than OK in the encoded
+     * reply, an image the GPU's engines do not take, a reply beyond decode_lane_max_bytes). */
+    uint64_t lane_decoded;
+    uint64_t lane_rerequested;
 } feed_loader_stats;
 
 typedef struct feed_server_stats {

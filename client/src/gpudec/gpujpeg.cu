@@ -561,7 +561,7 @@ static int decode_batch(client_gpujpeg *h, const client_gpujpeg_batch *b,
     for (uint32_t i = 0; i < n; i++) {
         gj_job &j = jobs[i];
         memset(&j, 0, sizeof j);
-        j.out_index = i;
+        j.out_index = b->pos ? b->pos[i] : i;
         uint32_t w = 0, hgt = 0;
         status[i] = check_image(h, b->jpeg[i], b->len[i], &w, &hgt);
         if (status[i] != FEED_SAMPLE_OK) {

@@ -58,11 +58,15 @@ typedef struct client_gpujpeg_batch {
     const uint8_t *const *jpeg;   /* [n] encoded bytes (host memory) */
     const size_t *len;            /* [n] */
     const feed_sample_plan *plan; /* [n] feed_plan_sample on each image's size */
+    /* [n] the place in dst each image's sample goes to (the decode lane: its position in the
+     * batch), distinct; NULL: image i to place i. */
+    const uint32_t *pos;
     const feed_transform *t;      /* output size; eval mode takes its exact box */
     const float *mean, *std;      /* [3] each; unused for FEED_DTYPE_UINT8 */
     feed_dtype dtype;
     feed_layout layout;
-    void *dst; /* device memory: n samples of 3 x out_h x out_w in dtype and layout */
+    void *dst; /* device memory: samples of 3 x out_h x out_w in dtype and layout, room for
+                * every place pos names (n without pos) */
 } client_gpujpeg_batch;
 
 /*

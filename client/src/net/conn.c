@@ -256,7 +256,7 @@ static void start_stream(loader *l, server *s)
                     .job = l->job,
                     .job_weight = l->cfg.job_weight,
                     .share = l->share};
-    open_bb = wire_pack_request(&wo, 0, 0, NULL, 0, 0, NULL);
+    open_bb = wire_pack_request(&wo, 0, 0, NULL, 0, 0, false, NULL);
     if (!open_bb || !conn_send(l, s, open_bb))
         goto fail_up;
     client_log(l, FEED_LOG_DEBUG, "server %s: stream open", s->target);
@@ -304,7 +304,7 @@ bool conn_send(loader *l, server *s, grpc_byte_buffer *bb)
 }
 
 static bool send_request(loader *l, server *s, uint64_t id, uint32_t epoch, const uint64_t *indices,
-                         uint32_t n, uint32_t ownership)
+                         uint32_t n, uint32_t ownership, bool encoded)
 {
     /* The demand rides on every request: a server that joined the fleet learns it with the
      * first batch it is asked for. */
@@ -314,7 +314,8 @@ static bool send_request(loader *l, server *s, uint64_t id, uint32_t epoch, cons
                            l->demand.samples_per_second, sched_servers_up(l)};
         demand = &dm;
     }
-    grpc_byte_buffer *bb = wire_pack_request(NULL, id, epoch, indices, n, ownership, demand);
+    grpc_byte_buffer *bb =
+        wire_pack_request(NULL, id, epoch, indices, n, ownership, encoded, demand);
     return bb && conn_send(l, s, bb);
 }
 

@@ -147,6 +147,24 @@ static int rd_field(wire_batch_reader *r, uint8_t *dst, size_t dst_len)
     case 1:
         return rd_bytes(r, 8, NULL, r->rest, NULL);
     case 2:
+        if (field == 12 && r->have_id && r->enc) {
+            r->rest->len = mark;
+            rc = rd_varint(r, &v, NULL);
+            if (rc)
+                return rc;
+            if (r->data_direct)
+                return FEED_EPROTO;
+            if (v > r->enc->limit)
+                return FEED_ETOOBIG;
+            rc = feed_buf_reserve(r->enc, (size_t)v);
+            if (rc)
+                return rc;
+            r->data_direct = true;
+            r->data_len = (size_t)v;
+            r->data_crc = 0;
+            r->enc->len = (size_t)v;
+            return rd_bytes(r, v, r->enc->data, NULL, &r->data_crc);
+        }
         if (field == 12 && r->have_id && dst) {
             r->rest->len = mark; /* the key goes with the data, not into rest */
             rc = rd_varint(r, &v, NULL);
@@ -211,6 +229,13 @@ int wire_batch_reader_finish(wire_batch_reader *r, uint8_t *dst, size_t dst_len)
     return 0;
 }
 
+int wire_batch_reader_finish_encoded(wire_batch_reader *r, feed_buf *enc)
+{
+    enc->len = 0;
+    r->enc = enc;
+    return wire_batch_reader_finish(r, NULL, 0);
+}
+
 void wire_batch_reader_destroy(wire_batch_reader *r)
 {
     if (r->have_slice)
@@ -222,7 +247,7 @@ void wire_batch_reader_destroy(wire_batch_reader *r)
 }
 
 void *wire_pack_request(const wire_open *open, uint64_t batch_id, uint32_t epoch,
-                        const uint64_t *indices, uint32_t n, uint32_t ownership,
+                        const uint64_t *indices, uint32_t n, uint32_t ownership, bool encoded,
                         const wire_demand *demand)
 {
     Feed__V1__BatchRequest req = FEED__V1__BATCH_REQUEST__INIT;
@@ -267,6 +292,7 @@ void *wire_pack_request(const wire_open *open, uint64_t batch_id, uint32_t epoch
     req.n_indices = n;
     req.indices = (uint64_t *)indices;
     req.ownership = (Feed__V1__CacheOwnership)ownership;
+    req.encoded = encoded;
 
     size_t size = feed__v1__batch_request__get_packed_size(&req);
     grpc_slice s = grpc_slice_malloc(size);
@@ -337,6 +363,71 @@ int wire_unpack_batch(wire_arena *a, const wire_batch_reader *r, uint8_t *dst, s
         return rc;
     if (b->data.data != dst)
         memcpy(dst, b->data.data, dst_len);
+    *out = b;
+    return 0;
+}
+
+/* The checks of an encoded Batch that wire_check_batch makes of a pixel one, where they differ:
+ * no shape, and one length a sample that add up to the data's. */
+static const char *check_encoded(const Feed__V1__Batch *b, const wire_expect *e)
+{
+    const char *why = NULL;
+    uint64_t sum = 0;
+    if (b->batch_id != e->batch_id)
+        why = "batch_id";
+    else if (b->epoch != e->epoch)
+        why = "epoch";
+    else if (b->n_indices != e->n || b->n_labels != e->n || b->n_status != e->n ||
+             b->n_encoded_lengths != e->n || b->n_errors > e->n)
+        why = "sample count";
+    else if (b->height || b->width || b->channels)
+        why = "shape (an encoded batch has none)";
+    for (uint32_t i = 0; !why && i < e->n; i++) {
+        if (b->indices[i] != e->indices[i])
+            why = "indices";
+        else if (e->num_classes && b->labels[i] >= e->num_classes)
+            why = "label range";
+        else if ((unsigned)b->status[i] >= FEED_SAMPLE_STATUS_COUNT)
+            why = "sample status";
+        else if (b->status[i] != FEED__V1__SAMPLE_STATUS__SAMPLE_OK && b->encoded_lengths[i])
+            why = "bytes of a failed sample";
+        sum += b->encoded_lengths[i];
+    }
+    if (!why && sum != b->data.len)
+        why = "encoded lengths (they do not add up to the data)";
+    return why;
+}
+
+int wire_unpack_encoded(wire_arena *a, const wire_batch_reader *r, const feed_buf *enc,
+                        const wire_expect *e, Feed__V1__Batch **out, char *msg, size_t msg_cap)
+{
+    *out = NULL;
+    wire_arena_reset(a, NULL, 0);
+    Feed__V1__Batch *b = feed__v1__batch__unpack(&a->pa, r->rest->len, r->rest->data);
+    if (!b) {
+        snprintf(msg, msg_cap, "batch %llu: malformed Batch", (unsigned long long)e->batch_id);
+        return FEED_EPROTO;
+    }
+    /* No data field at all: an empty batch (every sample failed), CRC32C of nothing. Data
+     * before batch_id (no serializer we know writes that) is not read into enc: refused. */
+    const char *why = NULL;
+    if (r->data_direct) {
+        b->data.data = enc->data;
+        b->data.len = r->data_len;
+    } else if (b->data.len) {
+        why = "data before batch_id";
+    }
+    if (!why)
+        why = check_encoded(b, e);
+    if (why) {
+        snprintf(msg, msg_cap, "batch %llu: unexpected %s", (unsigned long long)e->batch_id, why);
+        return FEED_EPROTO;
+    }
+    uint32_t crc = r->data_direct ? r->data_crc : 0;
+    if (crc != b->crc32c) {
+        snprintf(msg, msg_cap, "batch %llu: CRC32C mismatch", (unsigned long long)e->batch_id);
+        return FEED_ECORRUPT;
+    }
     *out = b;
     return 0;
 }

@@ -62,8 +62,9 @@ typedef struct wire_batch_reader {
     feed_buf *rest;
     bool have_id;
     uint64_t id;      /* batch_id; 0 if the message has none */
-    bool data_direct; /* data went to dst */
+    bool data_direct; /* data went to dst (or to enc) */
     size_t data_len;
+    feed_buf *enc;     /* wire_batch_reader_finish_encoded's destination, else NULL */
     uint32_t data_crc; /* CRC32C of data, when data_direct */
 } wire_batch_reader;
 
@@ -76,6 +77,11 @@ void wire_batch_reader_init_bytes(wire_batch_reader *r, const uint8_t *msg, size
 int wire_batch_reader_id(wire_batch_reader *r);
 /* Reads the rest; data of exactly dst_len bytes goes to dst, other sizes are FEED_EPROTO. */
 int wire_batch_reader_finish(wire_batch_reader *r, uint8_t *dst, size_t dst_len);
+/* The same for an encoded Batch (BatchRequest.encoded): data, of any length up to enc->limit,
+ * goes to enc (emptied first; it grows to the data's length, never past its limit). 0,
+ * FEED_EPROTO, FEED_ETOOBIG (data longer than enc->limit: nothing allocated for it) or
+ * FEED_ENOMEM. */
+int wire_batch_reader_finish_encoded(wire_batch_reader *r, feed_buf *enc);
 void wire_batch_reader_destroy(wire_batch_reader *r);
 
 /* Serialized BatchRequest as a grpc-ready byte buffer (grpc_byte_buffer *). */
@@ -98,9 +104,10 @@ typedef struct wire_demand {
     uint32_t servers;
 } wire_demand;
 /* open may be NULL; n may be 0 only with open; ownership: BatchRequest.ownership (0: not
- * routed); demand NULL: none. NULL when out of memory. */
+ * routed); encoded: BatchRequest.encoded (the samples' JPEG bytes, not pixels); demand NULL:
+ * none. NULL when out of memory. */
 void *wire_pack_request(const wire_open *open, uint64_t batch_id, uint32_t epoch,
-                        const uint64_t *indices, uint32_t n, uint32_t ownership,
+                        const uint64_t *indices, uint32_t n, uint32_t ownership, bool encoded,
                         const wire_demand *demand);
 
 /* What a Batch must look like to be accepted. */
@@ -131,5 +138,15 @@ int wire_check_batch(const Feed__V1__Batch *b, const wire_expect *e, const uint3
  */
 int wire_unpack_batch(wire_arena *a, const wire_batch_reader *r, uint8_t *dst, size_t dst_len,
                       const wire_expect *e, Feed__V1__Batch **out, char *msg, size_t msg_cap);
+
+/*
+ * After wire_batch_reader_finish_encoded(r, enc): unpacks the rest with arena a and checks
+ * the encoded Batch against e (ids, epoch, indices, counts, label range, statuses, no shape,
+ * one encoded_length a sample, a failed sample with no bytes, the lengths adding up to the
+ * data's, the CRC32C of the data). *out points into the arena until its next reset, its data
+ * at enc. 0, FEED_EPROTO (msg says what) or FEED_ECORRUPT (CRC32C mismatch).
+ */
+int wire_unpack_encoded(wire_arena *a, const wire_batch_reader *r, const feed_buf *enc,
+                        const wire_expect *e, Feed__V1__Batch **out, char *msg, size_t msg_cap);
 
 #endif

@@ -188,3 +188,25 @@ void client_plan_batch(const client_plan *p, uint64_t b, const uint32_t **first,
     *first = p->samples + start;
     *n = left < p->batch_size ? (uint32_t)left : p->batch_size;
 }
+
+bool client_lane_assigned(uint64_t seed, uint32_t epoch, uint64_t index, uint32_t share16)
+{
+    if (share16 == 0)
+        return false;
+    if (share16 >= 65536u)
+        return true;
+    feed_rng rng;
+    feed_rng_init(&rng, seed, epoch, FEED_RNG_LANE_STREAM);
+    /* Sample indices are below 2^32 (CLIENT_PLAN_MAX_SAMPLES): one block each. */
+    rng.ctr[0] = (uint32_t)index;
+    return (feed_rng_u32(&rng) >> 16) < share16;
+}
+
+uint32_t client_lane_share16(double share)
+{
+    if (!(share > 0.0))
+        return 0;
+    if (share >= 1.0)
+        return 65536u;
+    return (uint32_t)(share * 65536.0 + 0.5);
+}

@@ -61,6 +61,16 @@ int client_plan_resume(client_plan *p, uint64_t dataset_size, uint64_t seed, uin
                        const client_resume_segment *segs, uint32_t num_segs, uint32_t rank,
                        uint32_t world, uint32_t batch_size, bool drop_last, char *why,
                        size_t why_cap);
+/*
+ * The decode lane's assignment (docs/design/client.md "Decode lane"): whether the client
+ * decodes sample `index` of `epoch` itself, at a share of share16 / 65536. A pure function
+ * of (seed, epoch, index, share): the first word of block `index` of the RNG stream (seed,
+ * epoch, FEED_RNG_LANE_STREAM), its top 16 bits below share16. Independent of rank and world,
+ * so a resume at another world size keeps it. share16 0: never; 65536 or more: always.
+ */
+bool client_lane_assigned(uint64_t seed, uint32_t epoch, uint64_t index, uint32_t share16);
+/* A share in [0, 1] quantised to 1/65536 (0 .. 65536), rounded to nearest. */
+uint32_t client_lane_share16(double share);
 /* Samples of batch b (b < p->batches): *first points into p->samples. */
 void client_plan_batch(const client_plan *p, uint64_t b, const uint32_t **first, uint32_t *n);
 

@@ -67,8 +67,11 @@ void sched_slot_sync(slot *sl)
 {
     bool landing = false, inflight = false;
     for (uint32_t k = 0; k < sl->num_pieces; k++) {
-        landing = landing || sl->pieces[k].state == PIECE_LANDING;
-        inflight = inflight || sl->pieces[k].state == PIECE_INFLIGHT;
+        piece_state st = sl->pieces[k].state;
+        /* A lane thread's piece is written unlocked as a receiver's is; one waiting for a lane
+         * thread is owed as one in flight is. */
+        landing = landing || st == PIECE_LANDING || st == PIECE_LANE;
+        inflight = inflight || st == PIECE_INFLIGHT || st == PIECE_DECODE;
     }
     if (sched_slot_active(sl))
         sl->state = landing ? SLOT_LANDING : inflight ? SLOT_INFLIGHT : SLOT_PENDING;
@@ -84,13 +87,26 @@ piece *sched_pending_piece(slot *sl)
     return found;
 }
 
-/* routed: room for CLIENT_MAX_PIECES pieces (owner routing), else one. */
+/* Pieces a slot with the decode lane has beyond its others: the encoded piece, and the piece
+ * of its samples the lane sends back to the servers (sched_lane_done). */
+#define LANE_PIECES 2u
+
+/* routed: room for CLIENT_MAX_PIECES pieces (owner routing), else one; and LANE_PIECES more
+ * with the decode lane. */
 static int slot_alloc(loader *l, slot *sl, bool routed)
 {
     uint32_t bs = l->cfg.batch_size;
     size_t raw_bytes = sched_sample_bytes(l) * bs;
     memset(sl, 0, sizeof(*sl));
     sl->max_pieces = routed ? (bs < CLIENT_MAX_PIECES ? bs : CLIENT_MAX_PIECES) : 1;
+    if (l->lane) {
+        sl->max_pieces += LANE_PIECES;
+        feed_buf_init(&sl->enc, (size_t)l->cfg.decode_lane_max_bytes);
+        sl->enc_off = calloc(bs, sizeof(*sl->enc_off));
+        sl->enc_len = calloc(bs, sizeof(*sl->enc_len));
+        if (!sl->enc_off || !sl->enc_len)
+            return FEED_ENOMEM;
+    }
     sl->pieces = calloc(sl->max_pieces, sizeof(*sl->pieces));
     sl->indices = calloc(bs, sizeof(*sl->indices));
     sl->order = calloc(bs, sizeof(*sl->order));
@@ -98,7 +114,7 @@ static int slot_alloc(loader *l, slot *sl, bool routed)
     sl->status = calloc(bs, sizeof(*sl->status));
     if (!sl->pieces || !sl->indices || !sl->order || !sl->sent || !sl->status)
         return FEED_ENOMEM;
-    if (routed) {
+    if (routed || l->lane) {
         sl->swap = malloc(sched_sample_bytes(l));
         sl->from = calloc(bs, sizeof(*sl->from));
         if (!sl->swap || !sl->from)
@@ -137,6 +153,9 @@ static void slot_release_memory(loader *l, slot *sl)
     free(sl->swap);
     free(sl->from);
     free(sl->status);
+    free(sl->enc_off);
+    free(sl->enc_len);
+    feed_buf_free(&sl->enc);
     if (l->gpu) {
         client_gpu_host_free(sl->raw);
         client_gpu_host_free(sl->labels);
@@ -222,29 +241,53 @@ static void grow(loader *l)
     }
 }
 
-static void assign(slot *sl, const client_plan *plan, uint32_t epoch, uint64_t batch_number)
+uint32_t sched_lane_share(const loader *l, uint32_t epoch)
+{
+    return epoch == l->epoch ? l->lane_share_epoch : l->lane_share;
+}
+
+/* The batch's samples the decode lane takes (client_lane_assigned) go last in piece order, as
+ * a second, encoded piece; the others first, as the decoded piece. Without the lane (or a
+ * share of 0) the whole batch is one decoded piece. */
+static void assign(loader *l, slot *sl, const client_plan *plan, uint32_t epoch,
+                   uint64_t batch_number)
 {
     const uint32_t *samples;
-    uint32_t n;
+    uint32_t n, n_lane = 0;
+    uint32_t share = l->lane ? sched_lane_share(l, epoch) : 0;
     client_plan_batch(plan, batch_number, &samples, &n);
     for (uint32_t i = 0; i < n; i++) {
         sl->indices[i] = samples[i];
-        sl->sent[i] = samples[i];
-        sl->order[i] = i;
+        n_lane += client_lane_assigned(l->cfg.seed, epoch, samples[i], share);
+    }
+    for (uint32_t i = 0, dec = 0, enc = n - n_lane; i < n; i++) {
+        uint32_t at = client_lane_assigned(l->cfg.seed, epoch, samples[i], share) ? enc++ : dec++;
+        sl->sent[at] = samples[i];
+        sl->order[at] = i;
     }
     sl->n = n;
     sl->batch_number = batch_number;
     sl->epoch = epoch;
     sl->result = 0;
     sl->complete = false;
+    sl->lane_n = 0;
+    sl->lane_back = 0;
     sl->state = SLOT_PENDING;
-    /* One piece, the whole batch; owner routing splits it when it is sent. */
-    sl->num_pieces = 1;
-    piece *pc = &sl->pieces[0];
-    memset(pc, 0, sizeof(*pc));
-    pc->slot = sl;
-    pc->state = PIECE_PENDING;
-    pc->n = n;
+    /* The decoded piece and the encoded one, each if it has samples; owner routing splits the
+     * decoded piece when it is sent. */
+    sl->num_pieces = 0;
+    for (int encoded = 0; encoded < 2; encoded++) {
+        uint32_t k = encoded ? n_lane : n - n_lane;
+        if (k == 0)
+            continue;
+        piece *pc = &sl->pieces[sl->num_pieces++];
+        memset(pc, 0, sizeof(*pc));
+        pc->slot = sl;
+        pc->state = PIECE_PENDING;
+        pc->first = encoded ? n - n_lane : 0;
+        pc->n = k;
+        pc->encoded = encoded;
+    }
     atomic_store_explicit(&sl->landed, 0, memory_order_relaxed);
 }
 
@@ -262,7 +305,7 @@ static bool fill_slots(loader *l)
         wanted = !sl;
         if (!sl)
             break;
-        assign(sl, &l->plan, l->epoch, l->next_assign++);
+        assign(l, sl, &l->plan, l->epoch, l->next_assign++);
         in_use++;
     }
     /* Same bound as above: prefetching the next epoch never takes more slots. */
@@ -272,7 +315,7 @@ static bool fill_slots(loader *l)
         wanted = !sl;
         if (!sl)
             break;
-        assign(sl, &l->ahead, l->epoch + 1, l->ahead_assign++);
+        assign(l, sl, &l->ahead, l->epoch + 1, l->ahead_assign++);
         in_use++;
     }
     return wanted && l->num_slots < cap && !l->growing;
@@ -423,11 +466,14 @@ int sched_next(loader *l, uint64_t since, uint64_t now, slot **out, uint64_t *wa
     sl->batch.wait_ns = waited;
     l->stats.batches++;
     l->stats.samples += sl->n;
+    l->stats.lane_decoded += sl->lane_n;
+    l->stats.lane_rerequested += sl->lane_back;
     for (uint32_t i = 0; i < sl->n; i++)
         if (sl->status[i] != FEED_SAMPLE_OK)
             l->stats.sample_errors[sl->status[i]]++;
     l->stats.wait_ns_total += waited;
-    client_demand_consumed(&l->demand, since, now, sl->n);
+    /* The servers' decoding is what demand sizes: the lane's samples cost them a read. */
+    client_demand_consumed(&l->demand, since, now, sl->n - sl->lane_n);
     if (waited > l->stats.wait_ns_max)
         l->stats.wait_ns_max = waited;
     *out = sl;

@@ -162,10 +162,47 @@ piece *sched_batch_arrived(loader *l, server *s, wire_batch_reader *r, uint64_t 
     return pc;
 }
 
+/* An encoded piece's reply: the bytes into the slot's capped enc buffer, each sample's place
+ * there, its label and status; the lane decodes them later (PIECE_DECODE). FEED_ETOOBIG: the
+ * reply passes decode_lane_max_bytes (its samples are then asked decoded). */
+static int land_encoded(loader *l, piece *pc, wire_batch_reader *r, wire_arena *arena, char *why,
+                        size_t why_cap)
+{
+    slot *sl = pc->slot;
+    wire_expect e = {.batch_id = r->id,
+                     .epoch = sl->epoch,
+                     .indices = sl->sent + pc->first,
+                     .n = pc->n,
+                     .num_classes = l->num_classes};
+    snprintf(why, why_cap, "malformed Batch");
+    /* Labels are pinned: the slot's previous batch may still be on its way to the GPU. */
+    int rc = sl->gpu ? client_gpu_slot_host_wait(sl->gpu) : 0;
+    if (rc == 0)
+        rc = wire_batch_reader_finish_encoded(r, &sl->enc);
+    if (rc == FEED_ETOOBIG)
+        snprintf(why, why_cap, "batch %llu: encoded reply beyond decode_lane_max_bytes (%llu)",
+                 (unsigned long long)r->id, (unsigned long long)sl->enc.limit);
+    if (rc == 0) {
+        Feed__V1__Batch *b;
+        rc = wire_unpack_encoded(arena, r, &sl->enc, &e, &b, why, why_cap);
+        uint64_t off = 0;
+        for (uint32_t i = 0; rc == 0 && i < pc->n; i++) {
+            sl->labels[pc->first + i] = b->labels[i];
+            sl->status[pc->first + i] = (uint8_t)b->status[i];
+            sl->enc_off[pc->first + i] = off;
+            sl->enc_len[pc->first + i] = b->encoded_lengths[i];
+            off += b->encoded_lengths[i];
+        }
+    }
+    return rc;
+}
+
 int sched_land(loader *l, piece *pc, wire_batch_reader *r, wire_arena *arena, char *why,
                size_t why_cap)
 {
     slot *sl = pc->slot;
+    if (pc->encoded)
+        return land_encoded(l, pc, r, arena, why, why_cap);
     size_t sb = sched_sample_bytes(l);
     wire_expect e = {.batch_id = r->id,
                      .epoch = sl->epoch,
@@ -198,30 +235,58 @@ int sched_land(loader *l, piece *pc, wire_batch_reader *r, wire_arena *arena, ch
     return rc;
 }
 
+/* pc has landed: done, and its slot READY once every piece is and the batch landed. */
+static void piece_done(loader *l, piece *pc)
+{
+    slot *sl = pc->slot;
+    pc->state = PIECE_DONE;
+    sl->complete = sl->complete || pc->finished;
+    bool all_done = true;
+    for (uint32_t k = 0; k < sl->num_pieces; k++)
+        all_done = all_done && sl->pieces[k].state == PIECE_DONE;
+    if (sl->complete && all_done) {
+        sl->state = SLOT_READY;
+        sl->ready_seq = ++l->ready_seq;
+    } else {
+        sched_slot_sync(sl);
+        client_lane_wake(l); /* a GPU lane's checked piece may be the last one now */
+    }
+}
+
 void sched_batch_landed(loader *l, server *s, const call_ctx *from, piece *pc, int rc,
                         const char *why, uint64_t now)
 {
     slot *sl = pc->slot;
     if (rc == 0) {
-        pc->state = PIECE_DONE;
         l->progress_ns = now;
         s->batches++;
-        l->stats.bytes_received += sched_sample_bytes(l) * pc->n;
-        sl->complete = sl->complete || pc->finished;
-        bool all_done = true;
-        for (uint32_t k = 0; k < sl->num_pieces; k++)
-            all_done = all_done && sl->pieces[k].state == PIECE_DONE;
-        if (sl->complete && all_done) {
-            sl->state = SLOT_READY;
-            sl->ready_seq = ++l->ready_seq;
-        } else {
+        if (pc->encoded) {
+            /* The lane's thread decodes it: the slot waits for that as for a server. */
+            l->stats.bytes_received += sl->enc.len;
+            pc->state = PIECE_DECODE;
             sched_slot_sync(sl);
+            client_lane_wake(l);
+        } else {
+            l->stats.bytes_received += sched_sample_bytes(l) * pc->n;
+            piece_done(l, pc);
         }
         goto out;
     }
     pc->state = PIECE_PENDING;
     pc->server = NULL;
     sched_slot_sync(sl);
+    if (rc == FEED_ETOOBIG && pc->encoded) {
+        /* Not the server's fault: the same samples, decoded by the servers. */
+        pc->encoded = false;
+        sl->lane_back += pc->n;
+        if (!l->lane_cap_logged)
+            client_log(l, FEED_LOG_WARN,
+                       "server %s: %s; its samples asked decoded (stats.lane_rerequested counts "
+                       "them and later ones)",
+                       s->target, why);
+        l->lane_cap_logged = true;
+        goto out;
+    }
     l->stats.reissued++;
     if (rc == FEED_ECORRUPT) {
         l->stats.crc_errors++;
@@ -236,4 +301,88 @@ void sched_batch_landed(loader *l, server *s, const call_ctx *from, piece *pc, i
     }
 out:
     return;
+}
+
+/* Whether every piece of sl but pc has landed. */
+static bool rest_done(const slot *sl, const piece *pc)
+{
+    bool done = true;
+    for (uint32_t k = 0; k < sl->num_pieces; k++)
+        done = done && (&sl->pieces[k] == pc || sl->pieces[k].state == PIECE_DONE);
+    return done;
+}
+
+piece *sched_lane_take(loader *l)
+{
+    piece *found = NULL;
+    for (uint32_t i = 0; i < l->num_slots && !found; i++) {
+        slot *sl = &l->slots[i];
+        for (uint32_t k = 0; k < sl->num_pieces && !found && sched_slot_active(sl); k++) {
+            piece *pc = &sl->pieces[k];
+            if (pc->state == PIECE_DECODE && (!pc->lane_checked || rest_done(sl, pc)))
+                found = pc;
+        }
+    }
+    if (found) {
+        found->state = PIECE_LANE;
+        found->finished = false;
+        sched_slot_sync(found->slot);
+    }
+    return found;
+}
+
+int sched_lane_land(loader *l, piece *pc, uint32_t accepted)
+{
+    slot *sl = pc->slot;
+    int rc = 0;
+    if (accepted &&
+        atomic_fetch_add_explicit(&sl->landed, accepted, memory_order_acq_rel) + accepted ==
+            sl->n) {
+        pc->finished = true;
+        rc = land(l, sl);
+        if (rc == 0 && pc->lane_checked)
+            rc = client_lane_gpu_decode(l, sl, pc);
+    }
+    return rc;
+}
+
+void sched_lane_done(loader *l, piece *pc, uint32_t accepted, bool hold, int rc, uint64_t now)
+{
+    slot *sl = pc->slot;
+    l->progress_ns = now;
+    if (rc) {
+        l->fatal = rc;
+        pc->state = PIECE_DONE; /* never READY: next() reports the error */
+        sched_slot_sync(sl);
+        client_log(l, FEED_LOG_ERROR, "decode lane: landing a batch failed: %s", feed_strerror(rc));
+        return;
+    }
+    uint32_t back = pc->n - accepted;
+    sl->lane_back += back;
+    if (!hold)
+        sl->lane_n += accepted;
+    if (back && accepted) {
+        /* slot_alloc keeps a piece for this (owner routing leaves it free). */
+        piece *rest = &sl->pieces[sl->num_pieces++];
+        memset(rest, 0, sizeof(*rest));
+        rest->slot = sl;
+        rest->state = PIECE_PENDING;
+        rest->first = pc->first + accepted;
+        rest->n = back;
+        pc->n = accepted;
+    } else if (back) {
+        pc->encoded = false;
+        pc->state = PIECE_PENDING;
+        pc->server = NULL;
+        sched_slot_sync(sl);
+        return;
+    }
+    if (hold) {
+        pc->lane_checked = true;
+        pc->state = PIECE_DECODE;
+        sched_slot_sync(sl);
+        client_lane_wake(l);
+        return;
+    }
+    piece_done(l, pc);
 }

@@ -132,6 +132,8 @@ static int64_t split(loader *l, slot *sl, piece *pc, const uint8_t *takes)
 {
     int64_t route = -1;
     uint32_t kept = 1;
+    /* With the decode lane, one piece stays free for the samples it sends back. */
+    uint32_t room = sl->max_pieces - (l->lane ? 1u : 0u);
     if (!sl->from) {
         route = route_sample(l, takes, sl->sent[pc->first]);
         kept = pc->n;
@@ -153,7 +155,7 @@ static int64_t split(loader *l, slot *sl, piece *pc, const uint8_t *takes)
             sl->from[to] = code;
         }
     }
-    if (kept < pc->n && sl->num_pieces < sl->max_pieces) {
+    if (kept < pc->n && sl->num_pieces < room) {
         piece *rest = &sl->pieces[sl->num_pieces++];
         memset(rest, 0, sizeof(*rest));
         rest->slot = sl;
@@ -208,7 +210,9 @@ static void taking_servers(loader *l, uint64_t now, bool *usable, uint8_t *takes
                                                            : TAKES_SPILL;
 }
 
-/* Sends what it can of sl's pending pieces, splitting them by route. */
+/* Sends what it can of sl's pending pieces, splitting them by route. The decode lane's encoded
+ * piece goes whole where balancing sends a batch: a server reads the bytes and decodes
+ * nothing, so no cache gains from its owner having it. */
 static void route_slot(loader *l, slot *sl, bool *usable, uint8_t *takes, uint64_t now)
 {
     route_codes(l, sl, takes);
@@ -216,6 +220,14 @@ static void route_slot(loader *l, slot *sl, bool *usable, uint8_t *takes, uint64
         piece *pc = &sl->pieces[k];
         if (pc->state != PIECE_PENDING)
             continue;
+        if (pc->encoded) {
+            server *any = balance_pick_server(l, NULL, now);
+            if (any && !sched_send(l, pc, any, false, 0, now)) {
+                taking_servers(l, now, usable, takes);
+                route_codes(l, sl, takes);
+            }
+            continue;
+        }
         int64_t route = split(l, sl, pc, takes);
         if (route < 0)
             continue;

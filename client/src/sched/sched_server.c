@@ -29,7 +29,8 @@ uint64_t sched_send(loader *l, piece *pc, server *s, bool second, uint32_t owner
     /* The server's deadline clock runs from now if it had nothing to do. */
     if (s->outstanding++ == 0)
         s->progress_ns = now;
-    if (!l->transport->send_request(l, s, id, sl->epoch, sl->sent + pc->first, pc->n, ownership)) {
+    if (!l->transport->send_request(l, s, id, sl->epoch, sl->sent + pc->first, pc->n, ownership,
+                                    pc->encoded)) {
         sched_fail_server(l, s, "send queue refused a request", now);
         return 0;
     }

@@ -20,6 +20,9 @@ typedef struct feed_rng {
 
 /* Sample index reserved for the client's epoch permutation stream. */
 #define FEED_RNG_PERMUTATION_STREAM UINT64_MAX
+/* Stream reserved for the client's decode lane assignment (which samples the client decodes
+ * itself): block s of (seed, epoch, FEED_RNG_LANE_STREAM) decides sample s. */
+#define FEED_RNG_LANE_STREAM (UINT64_MAX - 1)
 
 void feed_rng_init(feed_rng *r, uint64_t seed, uint32_t epoch, uint64_t stream);
 uint32_t feed_rng_u32(feed_rng *r);

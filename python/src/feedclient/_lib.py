@@ -56,6 +56,7 @@ DTYPE_UINT8, DTYPE_FP16, DTYPE_BF16, DTYPE_FP32 = 0, 1, 2, 3
 LAYOUT_NCHW, LAYOUT_NHWC = 0, 1
 BAD_SAMPLE_SUBSTITUTE, BAD_SAMPLE_FAIL = 0, 1
 OWNER_ROUTING_AUTO, OWNER_ROUTING_OFF, OWNER_ROUTING_ON = 0, 1, 2
+DECODE_LANE_OFF, DECODE_LANE_CPU, DECODE_LANE_GPU, DECODE_LANE_AUTO = 0, 1, 2, 3
 TRANSFORM_TRAIN, TRANSFORM_EVAL = 0, 1
 SAMPLE_STATUS_COUNT = 8
 
@@ -125,6 +126,10 @@ class LoaderConfig(Structure):
         ("aug_seed", c_uint64),
         ("aug_seed_set", c_bool),
         ("share", c_char_p),
+        ("decode_lane", c_int),
+        ("decode_share", c_double),
+        ("decode_lane_threads", c_uint32),
+        ("decode_lane_max_bytes", c_uint64),
     ]
 
 
@@ -167,6 +172,8 @@ class LoaderStats(Structure):
         ("hedged", c_uint64),
         ("dataset_fingerprint", c_char * 65),
         ("fingerprint_refused", c_uint64),
+        ("lane_decoded", c_uint64),
+        ("lane_rerequested", c_uint64),
     ]
 
 

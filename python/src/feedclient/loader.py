@@ -59,6 +59,8 @@ _LAYOUTS = {"NCHW": _lib.LAYOUT_NCHW, "NHWC": _lib.LAYOUT_NHWC, "channels_last":
 _POLICIES = {"substitute": _lib.BAD_SAMPLE_SUBSTITUTE, "fail": _lib.BAD_SAMPLE_FAIL}
 _ROUTING = {"auto": _lib.OWNER_ROUTING_AUTO, "off": _lib.OWNER_ROUTING_OFF,
             "on": _lib.OWNER_ROUTING_ON}
+_LANES = {"off": _lib.DECODE_LANE_OFF, "cpu": _lib.DECODE_LANE_CPU, "gpu": _lib.DECODE_LANE_GPU,
+          "auto": _lib.DECODE_LANE_AUTO}
 
 _STATE_VERSION = 1
 _FEED_EEOF = -12
@@ -174,6 +176,15 @@ class Loader:
     ``seed``, one ``share`` and each its own ``aug_seed`` (docs/design/server.md
     "Shared decode").
 
+    ``decode_lane`` (``"off"``, ``"cpu"``, ``"gpu"`` or ``"auto"``) and ``decode_share``
+    (0 to 1) are the decode lane (docs/design/client.md "Decode lane"): that share of each
+    epoch's samples, picked by a pure function of (seed, epoch, sample), comes from the servers
+    as JPEG bytes, which costs them a read instead of a decode, and is decoded here: ``"cpu"``
+    on ``decode_lane_threads`` threads (0: 2, at most 16) with the servers' own engine, the
+    same tensors bit for bit; ``"gpu"`` on the GPU's JPEG engines (a CUDA ``device``; pixels
+    within the stated tolerance); ``"auto"`` the GPU's when it has them, else off. The log says
+    what was decided and why; :meth:`stats` counts ``lane_decoded`` and ``lane_rerequested``.
+
     ``resume`` is a state to continue from, as :meth:`load_state_dict` takes: this rank's own
     :meth:`state_dict`, or the combined state of every rank of a job of any world size
     (:mod:`feedclient.elastic`), of which this rank takes its share of the rest of the epoch.
@@ -224,6 +235,9 @@ class Loader:
         job_weight: int = 1,
         aug_seed: Optional[int] = None,
         share: Optional[str] = None,
+        decode_lane: str = "off",
+        decode_share: float = 0.0,
+        decode_lane_threads: int = 0,
     ) -> None:
         if isinstance(targets, str):
             targets = [targets]
@@ -244,6 +258,15 @@ class Loader:
         if not isinstance(owner_routing, str) or owner_routing not in _ROUTING:
             raise ValueError(
                 f"feedclient.Loader: owner_routing must be one of {list(_ROUTING)}, not {owner_routing!r}")
+        if not isinstance(decode_lane, str) or decode_lane not in _LANES:
+            raise ValueError(
+                f"feedclient.Loader: decode_lane must be one of {list(_LANES)}, not {decode_lane!r}")
+        if not 0.0 <= decode_share <= 1.0:
+            raise ValueError(f"feedclient.Loader: decode_share must be in [0, 1], not {decode_share}")
+        decode_lane_threads = operator.index(decode_lane_threads)
+        if not 0 <= decode_lane_threads <= 16:
+            raise ValueError(
+                f"feedclient.Loader: decode_lane_threads must be in [0, 16], not {decode_lane_threads}")
         if not 1 <= prefetch <= 63:
             raise ValueError(f"feedclient.Loader: prefetch must be in [1, 63], not {prefetch}")
         seed = operator.index(seed)
@@ -320,6 +343,9 @@ class Loader:
         cfg.device = self._device.index if self._device.type == "cuda" else _lib.DEVICE_HOST
         cfg.bad_sample_policy = _POLICIES[bad_sample_policy]
         cfg.owner_routing = _ROUTING[owner_routing]
+        cfg.decode_lane = _LANES[decode_lane]
+        cfg.decode_share = float(decode_share)
+        cfg.decode_lane_threads = decode_lane_threads
         cfg.batch_deadline_ms = _ms(batch_deadline, "batch_deadline")
         cfg.unavailable_timeout_ms = _ms(unavailable_timeout, "unavailable_timeout")
         cfg.resolve_interval_ms = _ms(resolve_interval, "resolve_interval")
