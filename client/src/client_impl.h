@@ -44,6 +44,7 @@
 #include "gpu.h"
 #include "job.h"
 #include "plan.h"
+#include "share_policy.h"
 #include "wire.h"
 
 #define CLIENT_MAX_SERVERS 256u
@@ -212,6 +213,9 @@ struct slot {
     uint32_t *enc_len;
     uint32_t lane_n;    /* [mu] */
     uint32_t lane_back; /* [mu] */
+    /* When its decoded pieces and its encoded piece last finished, this use (0: not yet) [mu]:
+     * the lane's share of a wait for it (client_lane_note_wait). */
+    uint64_t dec_done_ns, lane_done_ns;
 };
 
 typedef enum call_kind { CALL_DESCRIBE, CALL_STREAM } call_kind;
@@ -386,8 +390,20 @@ struct feed_loader {
      * one in force for epoch (a resumed state's for a resumed epoch; changed only with the
      * epoch, on the training thread). */
     struct client_lane *lane;
-    uint32_t lane_share;       /* immutable after open */
+    uint32_t lane_share;       /* [mu]; changes only with client_lane_decide */
     uint32_t lane_share_epoch; /* [mu] */
+    /* The share adapted between epochs (decode_share_max > 0, the lane on; lane/lane.c,
+     * lane/share_policy.h): the policy, the epoch it decided the share of last (UINT32_MAX:
+     * none), and what has been measured since that decision: its start (the first batch
+     * handed out after it), the training thread's waits in next() and the part of them the
+     * lane's samples alone held up, and the last CLIENT_LANE_STEPS step times (us). [mu] */
+    bool lane_adapt;
+#define CLIENT_LANE_STEPS 1024u
+    client_share_policy lane_policy;
+    uint32_t lane_decided;
+    uint64_t lane_t0_ns, lane_wait_ns, lane_only_wait_ns;
+    uint64_t lane_steps_seen;
+    uint32_t lane_step_us[CLIENT_LANE_STEPS];
     bool lane_cap_logged;      /* [mu] an encoded reply passed decode_lane_max_bytes, logged */
     size_t out_bytes; /* per slot output size at batch_size samples */
     const sched_transport *transport; /* set at open, immutable */
@@ -521,6 +537,13 @@ void client_lane_wake(loader *l);       /* an encoded piece is PIECE_DECODE; mu 
  * the JPEG engines into the device slot at their batch positions, their statuses set. 0,
  * FEED_ECUDA, FEED_ENOMEM, FEED_EINVAL. */
 int client_lane_gpu_decode(loader *l, slot *sl, const piece *pc);
+/* The adapting share (l->lane_adapt; docs/design/client.md "The lane's share"), mu held:
+ * next() handed out sl after waiting since `since` (0: no wait); a step's own GPU time; and
+ * the decision of epoch `next`'s share (once per epoch: at the first prefetch of it, or at
+ * set_epoch if none came first), logged with what it rests on. */
+void client_lane_note_wait(loader *l, const slot *sl, uint64_t since, uint64_t now);
+void client_lane_note_step(loader *l, uint64_t ns);
+void client_lane_decide(loader *l, uint32_t next);
 
 /* conn.c */
 extern const sched_transport conn_transport;

@@ -120,6 +120,8 @@ static int check_config(const feed_loader_config *c, const char **why, char *tms
         *why = "decode_lane";
     else if (!(c->decode_share >= 0.0 && c->decode_share <= 1.0))
         *why = "decode_share ([0, 1])";
+    else if (!(c->decode_share_max >= 0.0 && c->decode_share_max <= 1.0))
+        *why = "decode_share_max ([0, 1])";
     else if (c->decode_lane_threads > CLIENT_LANE_MAX_THREADS)
         *why = "decode_lane_threads (0..16)";
     else if (c->decode_lane_max_bytes && (c->decode_lane_max_bytes < CLIENT_LANE_MIN_BYTES ||
@@ -388,6 +390,7 @@ static int next_batch(loader *l, feed_batch **out, uint64_t timeout_ns)
     end = timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
     if (!l->next_since_ns)
         l->next_since_ns = now;
+    uint64_t since = l->next_since_ns;
     while ((rc = sched_next(l, l->next_since_ns, now, &sl, &wait)) == SCHED_WAIT) {
         if (now >= end) {
             rc = FEED_ETIMEDOUT;
@@ -401,6 +404,7 @@ static int next_batch(loader *l, feed_batch **out, uint64_t timeout_ns)
     if (rc != FEED_ETIMEDOUT)
         l->next_since_ns = 0;
     if (rc == 0) {
+        client_lane_note_wait(l, sl, since, now);
         conn_dispatch_soon(l);
         *out = &sl->batch;
         rc = sl->result;
@@ -454,6 +458,10 @@ int feed_loader_stream_wait(feed_loader *l, const feed_batch *b, void *stream)
         return FEED_EINVAL;
     pthread_mutex_lock(&l->mu);
     slot *sl = handed_slot(l, b);
+    uint64_t step_ns;
+    /* The slot's last step, read before this use records its own start. */
+    if (sl && sl->gpu && l->lane_adapt && client_gpu_slot_step_ns(sl->gpu, &step_ns) == 1)
+        client_lane_note_step(l, step_ns);
     int rc = !sl ? FEED_EINVAL : (sl->gpu ? client_gpu_slot_stream_wait(sl->gpu, stream) : 0);
     pthread_mutex_unlock(&l->mu);
     return rc;
@@ -470,7 +478,13 @@ int feed_loader_set_epoch(feed_loader *l, uint32_t epoch, uint64_t start_batch)
     int rc = sched_build_plans(l, epoch, start_batch, keep, &plan, &ahead);
     if (rc)
         goto out;
-    loader_install_epoch(l, epoch, start_batch, keep, &plan, &ahead, NULL, l->lane_share);
+    /* The new epoch's share: decided at its first prefetch, else now. */
+    pthread_mutex_lock(&l->mu);
+    if (epoch != l->epoch)
+        client_lane_decide(l, epoch);
+    uint32_t share = l->lane_share;
+    pthread_mutex_unlock(&l->mu);
+    loader_install_epoch(l, epoch, start_batch, keep, &plan, &ahead, NULL, share);
 out:
     return rc;
 }

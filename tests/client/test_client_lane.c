@@ -7,9 +7,11 @@
  * epoch's share from the state and every sample's pixels; a corrupt JPEG in the lane gets the
  * network path's status and zero pixels; an empty file (EMPTY in the encoded reply) and an
  * encoded reply beyond decode_lane_max_bytes are asked of the servers again, decoded; a server
- * killed mid-epoch under owner routing loses nothing and duplicates nothing.
+ * killed mid-epoch under owner routing loses nothing and duplicates nothing; the share adapted
+ * between epochs keeps its share on the host path and logs why.
  */
 #include <dirent.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -126,6 +128,7 @@ static void config(feed_loader_config *c, feed_decode_lane lane, double share)
 /* What a run delivered: the order, and per sample index its pixels, label and status and how
  * often it came. */
 typedef struct run {
+    uint32_t epoch; /* the batches' epoch: EPOCH unless set */
     uint64_t order[2 * SAMPLES];
     size_t n;
     uint8_t pixels[SAMPLES][SAMPLE_BYTES];
@@ -139,6 +142,7 @@ static run *run_new(void)
 {
     run *r = calloc(1, sizeof(*r));
     assert_non_null(r);
+    r->epoch = EPOCH;
     return r;
 }
 
@@ -152,7 +156,7 @@ static void take(feed_loader *l, run *r, uint64_t batches)
             break;
         assert_true(rc == 0 || rc == FEED_EBADSAMPLE);
         assert_int_equal(b->bytes, (size_t)b->n * SAMPLE_BYTES);
-        assert_int_equal(b->epoch, EPOCH);
+        assert_int_equal(b->epoch, r->epoch);
         for (uint32_t i = 0; i < b->n; i++) {
             uint64_t idx = b->indices[i];
             assert_true(idx < SAMPLES && r->n < 2 * SAMPLES);
@@ -374,6 +378,55 @@ static void test_lane_resume(void **state)
  * the lane at 0.5, small batches; one server killed after two batches: every sample once, in
  * plan order, with the pixels of the lane off on one server.
  */
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_log[16384];
+
+static void log_keep(void *user, int level, const char *msg)
+{
+    (void)user;
+    (void)level;
+    pthread_mutex_lock(&g_log_mu);
+    size_t at = strlen(g_log);
+    snprintf(g_log + at, sizeof g_log - at, "%s\n", msg);
+    pthread_mutex_unlock(&g_log_mu);
+}
+
+/* The share adapted between epochs (decode_share_max) on the host path: no step time is
+ * measured there (it comes from CUDA events on the caller's stream), so the decision for the
+ * next epoch keeps the share and says why in the log; that epoch's batches are what the lane
+ * off gives. A maximum outside [0, 1] is refused. */
+static void test_lane_adapt(void **state)
+{
+    (void)state;
+    run *off = run_new(), *first = run_new(), *next = run_new();
+    off->epoch = next->epoch = EPOCH + 1;
+    feed_loader_config c;
+    config(&c, FEED_DECODE_LANE_OFF, 0.0);
+    c.epoch = EPOCH + 1;
+    run_epoch(&c, off);
+    config(&c, FEED_DECODE_LANE_CPU, 0.25);
+    c.decode_share_max = 1.5;
+    feed_loader *l = NULL;
+    assert_int_equal(feed_loader_open(&c, &l), FEED_EINVAL);
+    c.decode_share_max = 0.75;
+    c.log_fn = log_keep;
+    g_log[0] = '\0';
+    assert_int_equal(feed_loader_open(&c, &l), 0);
+    take(l, first, 0);
+    assert_int_equal(feed_loader_set_epoch(l, EPOCH + 1, 0), 0);
+    take(l, next, 0);
+    feed_loader_close(l);
+    assert_same(off, next);
+    pthread_mutex_lock(&g_log_mu);
+    if (!strstr(g_log, "decode lane: cpu, share 0.250, adapted between epochs") ||
+        !strstr(g_log, "decode lane, epoch 2: share 0.250 kept: 0 steps measured, fewer than 32"))
+        fail_msg("the log does not say what the lane decided:\n%s", g_log);
+    pthread_mutex_unlock(&g_log_mu);
+    free(off);
+    free(first);
+    free(next);
+}
+
 static void test_lane_server_killed(void **state)
 {
     (void)state;
@@ -431,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_lane_half),    cmocka_unit_test(test_lane_edges),
         cmocka_unit_test(test_lane_corrupt), cmocka_unit_test(test_lane_cap),
         cmocka_unit_test(test_lane_resume),  cmocka_unit_test(test_lane_server_killed),
+        cmocka_unit_test(test_lane_adapt),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

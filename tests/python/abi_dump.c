@@ -72,6 +72,7 @@ int main(void)
     FIELD(feed_loader_config, decode_share);
     FIELD(feed_loader_config, decode_lane_threads);
     FIELD(feed_loader_config, decode_lane_max_bytes);
+    FIELD(feed_loader_config, decode_share_max);
 
     SIZE(feed_batch);
     FIELD(feed_batch, data);

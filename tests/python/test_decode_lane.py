@@ -1,7 +1,8 @@
 """feedclient.Loader(decode_lane=...) on the host path against a real feedd: the CPU decode
 lane gives the same tensors as the lane off, bit for bit (normalised float32 NCHW and uint8),
 over two epochs and on the dataset with a non-JPEG and an empty file; its counters; the
-arguments' checks; "auto" without a GPU is off and "gpu" without one is refused."""
+arguments' checks; "auto" without a GPU is off and "gpu" without one is refused; an adapting
+share (decode_share_max) keeps its share on the host path."""
 
 from __future__ import annotations
 
@@ -72,9 +73,22 @@ def test_lane_arguments(server):
         make(server, decode_lane="cpu", decode_share=1.5)
     with pytest.raises(ValueError, match="decode_lane_threads"):
         make(server, decode_lane="cpu", decode_lane_threads=17)
+    with pytest.raises(ValueError, match="decode_share_max"):
+        make(server, decode_lane="cpu", decode_share_max=-0.1)
     # The GPU lane needs a CUDA device; auto without one is off.
     with pytest.raises(ValueError):
         make(server, decode_lane="gpu", decode_share=0.5)
     with make(server, decode_lane="auto", decode_share=0.5) as loader:
         _, stats = epochs(loader, 1)
     assert stats["lane_decoded"] == 0
+
+
+def test_cpu_lane_adapting_share(server):
+    # An adapting share reaches the library (the log says so at open) and, with no GPU step
+    # time on the host path, keeps its share: the same tensors as the lane off.
+    with make(server) as loader:
+        off, _ = epochs(loader)
+    with make(server, decode_lane="cpu", decode_share=0.5, decode_share_max=1.0) as loader:
+        on, stats = epochs(loader)
+    assert_same(off, on)
+    assert stats["lane_decoded"] > 0

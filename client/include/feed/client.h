@@ -235,6 +235,12 @@ typedef struct feed_loader_config {
      * them in grows to at most this): 0 = 64 MiB; 4096 .. 1 GiB. A reply larger than this is
      * not read: its samples are asked of the servers decoded (stats.lane_rerequested). */
     uint64_t decode_lane_max_bytes;
+    /* 0.7: 0 keeps decode_share for every epoch. Above 0 (at most 1) the share adapts between
+     * epochs, from decode_share, never above this (docs/design/client.md "The lane's share"):
+     * it grows while the step waits for the servers and the step's own GPU time (CUDA events)
+     * has not grown by more than 5%, and backs off when it has; each decision is one log line.
+     * The share for an epoch is decided once, before any of its batches is asked for. */
+    double decode_share_max;
 } feed_loader_config;
 
 typedef struct feed_batch {

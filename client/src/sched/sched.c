@@ -272,6 +272,7 @@ static void assign(loader *l, slot *sl, const client_plan *plan, uint32_t epoch,
     sl->complete = false;
     sl->lane_n = 0;
     sl->lane_back = 0;
+    sl->dec_done_ns = sl->lane_done_ns = 0;
     sl->state = SLOT_PENDING;
     /* The decoded piece and the encoded one, each if it has samples; owner routing splits the
      * decoded piece when it is sent. */
@@ -315,6 +316,8 @@ static bool fill_slots(loader *l)
         wanted = !sl;
         if (!sl)
             break;
+        if (l->ahead_assign == 0)
+            client_lane_decide(l, l->epoch + 1); /* before any batch of it is asked for */
         assign(l, sl, &l->ahead, l->epoch + 1, l->ahead_assign++);
         in_use++;
     }

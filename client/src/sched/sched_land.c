@@ -236,10 +236,14 @@ int sched_land(loader *l, piece *pc, wire_batch_reader *r, wire_arena *arena, ch
 }
 
 /* pc has landed: done, and its slot READY once every piece is and the batch landed. */
-static void piece_done(loader *l, piece *pc)
+static void piece_done(loader *l, piece *pc, uint64_t now)
 {
     slot *sl = pc->slot;
     pc->state = PIECE_DONE;
+    if (pc->encoded)
+        sl->lane_done_ns = now;
+    else
+        sl->dec_done_ns = now;
     sl->complete = sl->complete || pc->finished;
     bool all_done = true;
     for (uint32_t k = 0; k < sl->num_pieces; k++)
@@ -268,7 +272,7 @@ void sched_batch_landed(loader *l, server *s, const call_ctx *from, piece *pc, i
             client_lane_wake(l);
         } else {
             l->stats.bytes_received += sched_sample_bytes(l) * pc->n;
-            piece_done(l, pc);
+            piece_done(l, pc, now);
         }
         goto out;
     }
@@ -384,5 +388,5 @@ void sched_lane_done(loader *l, piece *pc, uint32_t accepted, bool hold, int rc,
         client_lane_wake(l);
         return;
     }
-    piece_done(l, pc);
+    piece_done(l, pc, now);
 }

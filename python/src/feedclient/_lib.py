@@ -130,6 +130,7 @@ class LoaderConfig(Structure):
         ("decode_share", c_double),
         ("decode_lane_threads", c_uint32),
         ("decode_lane_max_bytes", c_uint64),
+        ("decode_share_max", c_double),
     ]
 
 

@@ -184,6 +184,10 @@ class Loader:
     same tensors bit for bit; ``"gpu"`` on the GPU's JPEG engines (a CUDA ``device``; pixels
     within the stated tolerance); ``"auto"`` the GPU's when it has them, else off. The log says
     what was decided and why; :meth:`stats` counts ``lane_decoded`` and ``lane_rerequested``.
+    ``decode_share_max`` above 0 adapts the share between epochs, from ``decode_share`` up to
+    it: it grows while the step waits for the servers and the step's own GPU time has not grown
+    by more than 5%, and backs off when it has (docs/design/client.md "The lane's share"); each
+    decision is a log line.
 
     ``resume`` is a state to continue from, as :meth:`load_state_dict` takes: this rank's own
     :meth:`state_dict`, or the combined state of every rank of a job of any world size
@@ -238,6 +242,7 @@ class Loader:
         decode_lane: str = "off",
         decode_share: float = 0.0,
         decode_lane_threads: int = 0,
+        decode_share_max: float = 0.0,
     ) -> None:
         if isinstance(targets, str):
             targets = [targets]
@@ -263,6 +268,9 @@ class Loader:
                 f"feedclient.Loader: decode_lane must be one of {list(_LANES)}, not {decode_lane!r}")
         if not 0.0 <= decode_share <= 1.0:
             raise ValueError(f"feedclient.Loader: decode_share must be in [0, 1], not {decode_share}")
+        if not 0.0 <= decode_share_max <= 1.0:
+            raise ValueError(
+                f"feedclient.Loader: decode_share_max must be in [0, 1], not {decode_share_max}")
         decode_lane_threads = operator.index(decode_lane_threads)
         if not 0 <= decode_lane_threads <= 16:
             raise ValueError(
@@ -346,6 +354,7 @@ class Loader:
         cfg.decode_lane = _LANES[decode_lane]
         cfg.decode_share = float(decode_share)
         cfg.decode_lane_threads = decode_lane_threads
+        cfg.decode_share_max = float(decode_share_max)
         cfg.batch_deadline_ms = _ms(batch_deadline, "batch_deadline")
         cfg.unavailable_timeout_ms = _ms(unavailable_timeout, "unavailable_timeout")
         cfg.resolve_interval_ms = _ms(resolve_interval, "resolve_interval")
