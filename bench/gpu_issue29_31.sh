@@ -32,11 +32,12 @@
 #         with the desired-size metric (~100 s each + 10 s tree): ~6 min.
 #   lane OUT    issue 32: resnet18 on the original JPEGs, no cache, two feedd of 6
 #         workers on 12 cores (4-9, 10-15; training on 0-3), with feedclient's decode
-#         lane off and at each DECODE_SHARE of SHARES ("0.3 0.5") on the GPU's JPEG
-#         engines (run_h2h.sh r18-feed-orig / r18-feed-orig-lane), ROUNDS (3) rounds
-#         in that order; per run the images/s, GPU busy (100 - stream idle %), the
-#         step's own GPU time (median) and the ratios to the lane off in the same
-#         round. Time: ~45 s a run, 3 a round: ~7 min.
+#         lane off and at each share of SHARES ("0.3 0.5 adapt"; adapt: from 0.25,
+#         adapted between epochs up to 1) on the GPU's JPEG engines (run_h2h.sh
+#         r18-feed-orig / r18-feed-orig-lane), ROUNDS (2) rounds in that order; per run
+#         the images/s, GPU busy (100 - stream idle %), the step's own GPU time
+#         (median) and the ratios to the lane off in the same round; the lane's
+#         decisions are in each run's h2h.log. Time: ~45 s a run, 4 a round: ~6 min.
 #
 # On the GPU machine, from the repository root with the bundle carried:
 #   bash gpu-bundle/run_all.sh wire "$OUT"
@@ -116,19 +117,19 @@ lane_table() {
 import glob, json, os, re, statistics, sys
 runs = {}
 for p in glob.glob(os.path.join(sys.argv[1], "r*-s*", "h2h.jsonl")):
-    r, s = re.match(r"r(\d+)-s([0-9.]+)$", os.path.basename(os.path.dirname(p))).groups()
+    r, s = re.match(r"r(\d+)-s([0-9.]+|adapt)$", os.path.basename(os.path.dirname(p))).groups()
     wins = [json.loads(l) for l in open(p)]
     if wins:
         med = lambda k: statistics.median(w.get(k) or 0 for w in wins)
-        runs.setdefault(float(s), {})[int(r)] = (med("img_per_s"), 100 - med("stream_idle_pct"),
-                                                 med("step_p50_ms"))
+        runs.setdefault(s, {})[int(r)] = (med("img_per_s"), 100 - med("stream_idle_pct"),
+                                          med("step_p50_ms"))
 print("share  round  img/s  GPU busy %  step ms  img/s vs off  step vs off")
-for s in sorted(runs):
+for s in sorted(runs, key=lambda k: (k == "adapt", float(k) if k != "adapt" else 0)):
     for r in sorted(runs[s]):
-        v, off = runs[s][r], runs.get(0.0, {}).get(r)
+        v, off = runs[s][r], runs.get("0", {}).get(r)
         ri = f"{v[0] / off[0]:.3f}" if off and off[0] else "-"
         rs = f"{v[2] / off[2]:.3f}" if off and off[2] else "-"
-        print(f"{s:5.2f}  {r:5d}  {v[0]:6,.0f}  {v[1]:10.1f}  {v[2]:7.2f}  {ri:>12}  {rs:>11}")
+        print(f"{s:>5}  {r:5d}  {v[0]:6,.0f}  {v[1]:10.1f}  {v[2]:7.2f}  {ri:>12}  {rs:>11}")
 PY
 }
 
@@ -169,12 +170,13 @@ PY
     python3 "$here/share/share_table.py" "$out/runs.jsonl" | tee "$out/table.md" ;;
   lane)
     out=${2:?OUT}
-    for r in $(seq 1 "${ROUNDS:-3}"); do
-      for share in 0 ${SHARES:-0.3 0.5}; do
-        cfg=r18-feed-orig-lane
+    for r in $(seq 1 "${ROUNDS:-2}"); do
+      for share in 0 ${SHARES:-0.3 0.5 adapt}; do
+        cfg=r18-feed-orig-lane start=$share max=0
         [ "$share" = 0 ] && cfg=r18-feed-orig
+        [ "$share" = adapt ] && start=0.25 max=1.0
         echo "== $(date -u +%T) round $r share $share" >&2
-        DECODE_SHARE=$share SERVER_CPUS="4-9 10-15" SERVER_THREADS=6 TRAIN_CPUS=0-3 \
+        DECODE_SHARE=$start DECODE_SHARE_MAX=$max SERVER_CPUS="4-9 10-15" SERVER_THREADS=6 TRAIN_CPUS=0-3 \
           WARMUP=8 SECONDS_PER=15 WINDOWS=1 \
           bash "$here/torch/run_h2h.sh" "$out/r$r-s$share" "$cfg" > "$out/r$r-s$share.log" 2>&1
         tail -2 "$out/r$r-s$share.log"

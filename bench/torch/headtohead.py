@@ -144,6 +144,8 @@ def feedclient_batches(args, dev) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]
     lane = {}
     if args.decode_lane != "off":  # only then, so that a package without the lane still runs
         lane = dict(decode_lane=args.decode_lane, decode_share=args.decode_share)
+        if args.decode_share_max > 0:
+            lane["decode_share_max"] = args.decode_share_max
     loader = feedclient.Loader(args.targets.split(","), args.dataset, batch_size=args.batch,
                                seed=1, device=dev, size=args.size, dtype=dtype,
                                layout="channels_last", drop_last=True,
@@ -183,6 +185,8 @@ def main() -> int:
                     help="feedclient decode_lane: the share of samples decoded in the training "
                          "process (gpu: the GPU's JPEG engines)")
     ap.add_argument("--decode-share", type=float, default=0.5, help="feedclient decode_share")
+    ap.add_argument("--decode-share-max", type=float, default=0.0,
+                    help="feedclient decode_share_max (above 0: the share adapts between epochs)")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--warmup", type=float, default=15.0)

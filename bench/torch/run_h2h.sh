@@ -6,7 +6,8 @@
 #   r50-synth r50-dl-orig r50-feed-orig  dl-sweep
 # and, named only: r18-feed-orig-cache r50-feed-orig-cache, r18-feed-orig-lane (the
 # originals with feedclient's decode lane: DECODE_LANE (gpu) decodes DECODE_SHARE (0.5) of
-# the samples in the training process, from encoded bytes the servers send), and torchvision's
+# the samples in the training process, from encoded bytes the servers send; DECODE_SHARE_MAX
+# above 0: the share adapts between epochs up to it), and torchvision's
 # v2 recipe at its train size 176 (headtohead.py --recipe): r50-synth-recipe
 # r50-dl-recipe r50-feed-recipe r50-feed-recipe-cache (originals).
 # r18/r50: torchvision resnet18/resnet50; synth: batches already on the GPU
@@ -150,7 +151,8 @@ for cfg in $configs; do
       ds=${cfg#r*-feed-} warm=() lane=()
       ds=${ds/recipe/orig}
       if [ "$ds" = orig-lane ]; then
-        ds=orig lane=(--decode-lane "${DECODE_LANE:-gpu}" --decode-share "${DECODE_SHARE:-0.5}")
+        ds=orig lane=(--decode-lane "${DECODE_LANE:-gpu}" --decode-share "${DECODE_SHARE:-0.5}"
+                      --decode-share-max "${DECODE_SHARE_MAX:-0}")
       fi
       if [ "$ds" = orig-cache ]; then
         ds=orig warm=(--warmup "${CACHE_WARMUP:-60}")
