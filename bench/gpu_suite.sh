@@ -7,7 +7,10 @@
 #            on the training thread (libfeedclient); test_client_gpujpeg: the
 #            GPU JPEG decode (nvJPEG hardware backend) against the server's
 #            engine on the bundle's ImageNet JPEGs, PSNR within the stated
-#            tolerance, bad images failing cleanly (must open: no skip)
+#            tolerance, bad images failing cleanly (must open: no skip);
+#            test_client_lane_gpu: the loader's decode lane on the JPEG engines
+#            against feedd (order, labels, the servers' samples exact, the
+#            engines' within the tolerance, step times measured)
 #   python   the feedclient package's pytest suite on the GPU path and the host
 #            path (tests/python/test_gpu.py, test_loader.py) against real feedd
 #   preproc  feed-preproc-bench (1 and N threads, with the full-decode
@@ -69,6 +72,10 @@ stage_client() {
   FEED_SAMPLE_DIR=$tree FEED_GPUJPEG_REQUIRED=1 "$bin/test_client_gpujpeg" \
     > "$out/client/test_client_gpujpeg.txt" 2>&1
   echo "rc=$?" >> "$out/client/test_client_gpujpeg.txt"
+  stamp "client: test_client_lane_gpu"
+  FEED_BUILD_DIR=$work/fake-build FEED_SAMPLE_DIR=$tree FEED_GPUJPEG_REQUIRED=1 \
+    "$bin/test_client_lane_gpu" > "$out/client/test_client_lane_gpu.txt" 2>&1
+  echo "rc=$?" >> "$out/client/test_client_lane_gpu.txt"
 }
 
 stage_python() {
@@ -152,7 +159,8 @@ echo "#### feedd GPU suite ($(nproc --all) CPUs): stages $stages"
 for s in $stages; do
   case $s in
     client) echo "## client"; tail -n 12 "$out/client/test_client_gpu.txt"
-      tail -n 12 "$out/client/test_client_gpujpeg.txt" ;;
+      tail -n 12 "$out/client/test_client_gpujpeg.txt"
+      tail -n 12 "$out/client/test_client_lane_gpu.txt" ;;
     python) echo "## python"; tail -n 8 "$out/python/pytest.txt" ;;
     preproc) echo "## preproc (engine vs torchvision, same JPEGs)"; grep -v '^{' "$out/preproc/ratio.txt"
       grep -h '^{' "$out"/preproc/preproc-r*.jsonl | python3 -c 'import json,sys

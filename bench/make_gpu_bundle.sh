@@ -6,7 +6,8 @@
 # matplotlib, but no gRPC, protobuf-c or libjpeg-turbo, and no package
 # registry); bench/gpu_suite.sh, copied into it, runs them all:
 #   DIR/bin    feed-bench, feedd, feed-pack, feed-gen-dataset, feed-preproc-bench, feed-engine-split,
-#              feed-wire-bench, feed-client-probe, test_client_gpu, test_client_gpujpeg
+#              feed-wire-bench, feed-client-probe, test_client_gpu, test_client_gpujpeg,
+#              test_client_lane_gpu
 #              (debug info stripped)
 #   DIR/lib    their shared libraries, minus the C library family, the loader,
 #              libstdc++/libgcc_s and the CUDA/NVML libraries (the GPU machine
@@ -45,7 +46,7 @@ rm -rf "$dir"
 mkdir -p "$dir/bin" "$dir/lib" "$dir/data"
 for b in bench/e2e/feed-bench server/feedd server/tools/feed-pack server/tools/feed-gen-dataset \
          bench/preproc/feed-preproc-bench bench/preproc/feed-engine-split bench/wire/feed-wire-bench client/feed-client-probe \
-         tests/client/test_client_gpu tests/client/test_client_gpujpeg; do
+         tests/client/test_client_gpu tests/client/test_client_gpujpeg tests/client/test_client_lane_gpu; do
   # LEAN=1 bundles leave the client tests out, so a build without tests makes one.
   case "$b" in tests/client/*) [ "$lean" = 1 ] && continue ;; esac
   [ -x "$build/$b" ] || { echo "make_gpu_bundle: $build/$b missing; build first" >&2; exit 1; }
