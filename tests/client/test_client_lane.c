@@ -110,9 +110,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    int rc = feed_test_server_stop(&g_srv);
-    feed_test_rmtree(g_root);
-    return rc == 0 && g_srv.exit_status == 0 ? 0 : -1;
+    return feed_test_server_teardown(&g_srv, g_root);
 }
 
 static void config(feed_loader_config *c, feed_decode_lane lane, double share)

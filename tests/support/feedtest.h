@@ -61,6 +61,9 @@ bool feed_test_feedd_own_listener(void);
 int feed_test_server_stop_timeout(feed_test_server *s, int timeout_ms);
 /* feed_test_server_stop_timeout(s, 30000). */
 int feed_test_server_stop(feed_test_server *s);
+/* A group teardown's: stop s and remove root (feed_test_rmtree); 0 when feedd exited with
+ * status 0, else -1. */
+int feed_test_server_teardown(feed_test_server *s, const char *root);
 /* SIGKILL and reap. */
 void feed_test_server_kill(feed_test_server *s);
 /* Send a signal without waiting (for drain tests); 0 or FEED_EIO. */

@@ -392,6 +392,13 @@ int feed_test_server_stop(feed_test_server *s)
     return feed_test_server_stop_timeout(s, 30000);
 }
 
+int feed_test_server_teardown(feed_test_server *s, const char *root)
+{
+    int rc = feed_test_server_stop(s);
+    feed_test_rmtree(root);
+    return rc == 0 && s->exit_status == 0 ? 0 : -1;
+}
+
 void feed_test_server_kill(feed_test_server *s)
 {
     if (s->pid > 0) {

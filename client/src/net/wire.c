@@ -302,31 +302,49 @@ void *wire_pack_request(const wire_open *open, uint64_t batch_id, uint32_t epoch
     return bb;
 }
 
+/* What a Batch of either kind must match first: its ids and its counts (encoded: one length a
+ * sample too). NULL when it does. */
+static const char *check_head(const Feed__V1__Batch *b, const wire_expect *e, bool encoded)
+{
+    if (b->batch_id != e->batch_id)
+        return "batch_id";
+    if (b->epoch != e->epoch)
+        return "epoch";
+    if (b->n_indices != e->n || b->n_labels != e->n || b->n_status != e->n || b->n_errors > e->n ||
+        (encoded && b->n_encoded_lengths != e->n))
+        return "sample count";
+    return NULL;
+}
+
+/* Each sample's index, label and status (encoded: no bytes for a failed one). */
+static const char *check_each(const Feed__V1__Batch *b, const wire_expect *e, bool encoded)
+{
+    for (uint32_t i = 0; i < e->n; i++) {
+        if (b->indices[i] != e->indices[i])
+            return "indices";
+        if (e->num_classes && b->labels[i] >= e->num_classes)
+            return "label range";
+        if ((unsigned)b->status[i] >= FEED_SAMPLE_STATUS_COUNT)
+            return "sample status";
+        if (encoded && b->status[i] != FEED__V1__SAMPLE_STATUS__SAMPLE_OK && b->encoded_lengths[i])
+            return "bytes of a failed sample";
+    }
+    return NULL;
+}
+
 int wire_check_batch(const Feed__V1__Batch *b, const wire_expect *e, const uint32_t *data_crc,
                      char *msg, size_t msg_cap)
 {
-    const char *why = NULL;
-    if (b->batch_id != e->batch_id)
-        why = "batch_id";
-    else if (b->epoch != e->epoch)
-        why = "epoch";
-    else if (b->n_indices != e->n || b->n_labels != e->n || b->n_status != e->n ||
-             b->n_errors > e->n)
-        why = "sample count";
-    else if (b->height != e->h || b->width != e->w || b->channels != 3)
+    const char *why = check_head(b, e, false);
+    if (!why && (b->height != e->h || b->width != e->w || b->channels != 3))
         why = "shape";
-    else if (b->dtype != FEED__V1__DTYPE__DTYPE_UINT8 || b->layout != FEED__V1__LAYOUT__LAYOUT_NHWC)
+    else if (!why &&
+             (b->dtype != FEED__V1__DTYPE__DTYPE_UINT8 || b->layout != FEED__V1__LAYOUT__LAYOUT_NHWC))
         why = "dtype/layout";
-    else if (b->data.len != (size_t)e->n * e->h * e->w * 3)
+    else if (!why && b->data.len != (size_t)e->n * e->h * e->w * 3)
         why = "data size";
-    for (uint32_t i = 0; !why && i < e->n; i++) {
-        if (b->indices[i] != e->indices[i])
-            why = "indices";
-        else if (e->num_classes && b->labels[i] >= e->num_classes)
-            why = "label range";
-        else if ((unsigned)b->status[i] >= FEED_SAMPLE_STATUS_COUNT)
-            why = "sample status";
-    }
+    if (!why)
+        why = check_each(b, e, false);
     if (why) {
         snprintf(msg, msg_cap, "batch %llu: unexpected %s", (unsigned long long)e->batch_id, why);
         return FEED_EPROTO;
@@ -371,28 +389,14 @@ int wire_unpack_batch(wire_arena *a, const wire_batch_reader *r, uint8_t *dst, s
  * no shape, and one length a sample that add up to the data's. */
 static const char *check_encoded(const Feed__V1__Batch *b, const wire_expect *e)
 {
-    const char *why = NULL;
-    uint64_t sum = 0;
-    if (b->batch_id != e->batch_id)
-        why = "batch_id";
-    else if (b->epoch != e->epoch)
-        why = "epoch";
-    else if (b->n_indices != e->n || b->n_labels != e->n || b->n_status != e->n ||
-             b->n_encoded_lengths != e->n || b->n_errors > e->n)
-        why = "sample count";
-    else if (b->height || b->width || b->channels)
+    const char *why = check_head(b, e, true);
+    if (!why && (b->height || b->width || b->channels))
         why = "shape (an encoded batch has none)";
-    for (uint32_t i = 0; !why && i < e->n; i++) {
-        if (b->indices[i] != e->indices[i])
-            why = "indices";
-        else if (e->num_classes && b->labels[i] >= e->num_classes)
-            why = "label range";
-        else if ((unsigned)b->status[i] >= FEED_SAMPLE_STATUS_COUNT)
-            why = "sample status";
-        else if (b->status[i] != FEED__V1__SAMPLE_STATUS__SAMPLE_OK && b->encoded_lengths[i])
-            why = "bytes of a failed sample";
+    if (!why)
+        why = check_each(b, e, true);
+    uint64_t sum = 0;
+    for (uint32_t i = 0; !why && i < e->n; i++)
         sum += b->encoded_lengths[i];
-    }
     if (!why && sum != b->data.len)
         why = "encoded lengths (they do not add up to the data)";
     return why;
