@@ -391,6 +391,11 @@ static int next_batch(loader *l, feed_batch **out, uint64_t timeout_ns)
     if (!l->next_since_ns)
         l->next_since_ns = now;
     uint64_t since = l->next_since_ns;
+    if (l->step_slot) {
+        /* The step that used the last batch is enqueued by now: its end, before any wait. */
+        client_gpu_slot_mark_end(l->step_slot->gpu, l->step_stream);
+        l->step_slot = NULL;
+    }
     while ((rc = sched_next(l, l->next_since_ns, now, &sl, &wait)) == SCHED_WAIT) {
         if (now >= end) {
             rc = FEED_ETIMEDOUT;
@@ -463,6 +468,10 @@ int feed_loader_stream_wait(feed_loader *l, const feed_batch *b, void *stream)
     if (sl && sl->gpu && l->lane_adapt && client_gpu_slot_step_ns(sl->gpu, &step_ns) == 1)
         client_lane_note_step(l, step_ns);
     int rc = !sl ? FEED_EINVAL : (sl->gpu ? client_gpu_slot_stream_wait(sl->gpu, stream) : 0);
+    if (rc == 0 && sl->gpu && l->lane_adapt) {
+        l->step_slot = sl;
+        l->step_stream = stream;
+    }
     pthread_mutex_unlock(&l->mu);
     return rc;
 }

@@ -201,13 +201,14 @@ static void test_copy_overlaps_step(void **state)
             step_ms, copy_end);
 
     /* Release of a on a busy step stream: the next submit into a waits for it. The step's own
-     * time (stream_wait to release, on the step stream) spans the spin between them. */
+     * time (stream_wait to its end, on the step stream) spans the spin between them. */
     uint64_t step_ns = 0;
     assert_int_equal(client_gpu_slot_step_ns(a, &step_ns), 0); /* no release point yet */
     assert_int_equal(client_gpu_slot_stream_wait(a, step), 0);
     CK(cudaEventRecord(rel0, step));
     assert_int_equal(feedtest_gpu_spin(step, cycles), 0);
     CK(cudaEventRecord(rel1, step));
+    assert_int_equal(client_gpu_slot_mark_end(a, step), 0);
     assert_int_equal(client_gpu_slot_release(a, step), 0);
     CK(cudaEventRecord(copy0, copy));
     assert_int_equal(client_gpu_slot_submit(g, a, raw, labels, n, FEED_LAYOUT_NCHW, mean, std), 0);

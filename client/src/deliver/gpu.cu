@@ -27,9 +27,10 @@ struct client_gpu_slot {
     int64_t *d_labels;
     cudaEvent_t ready, released;
     cudaEvent_t started; /* where the caller's stream passed ready: the step's start */
+    cudaEvent_t ended;   /* the step's end on that stream (client_gpu_slot_mark_end) */
     bool release_pending, submitted;
-    bool started_recorded; /* started recorded, no release point after it yet */
-    bool timed;            /* started, then released: a step time to read */
+    bool started_recorded; /* started recorded, no end after it yet */
+    bool timed;            /* started, then ended: a step time to read */
     uint32_t max_n, h, w;
     feed_dtype dtype;
 };
@@ -222,11 +223,13 @@ extern "C" int client_gpu_slot_create(client_gpu *g, uint32_t max_n, uint32_t h,
         e = cudaMalloc(&s->d_labels, max_n * sizeof(int64_t));
     if (e == cudaSuccess)
         e = cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming);
-    /* released and started time the step (client_gpu_slot_step_ns). */
     if (e == cudaSuccess)
-        e = cudaEventCreate(&s->released);
+        e = cudaEventCreateWithFlags(&s->released, cudaEventDisableTiming);
+    /* started and ended time the step (client_gpu_slot_step_ns). */
     if (e == cudaSuccess)
         e = cudaEventCreate(&s->started);
+    if (e == cudaSuccess)
+        e = cudaEventCreate(&s->ended);
     /* As in client_gpu_host_alloc: out of memory must not linger as the thread's last error. */
     if (e != cudaSuccess)
         cudaGetLastError();
@@ -250,6 +253,8 @@ extern "C" void client_gpu_slot_destroy(client_gpu_slot *s)
         cudaEventDestroy(s->released);
     if (s->started)
         cudaEventDestroy(s->started);
+    if (s->ended)
+        cudaEventDestroy(s->ended);
     free(s);
 }
 
@@ -325,8 +330,6 @@ extern "C" int client_gpu_slot_release(client_gpu_slot *s, void *stream)
     if (cudaEventRecord(s->released, st) != cudaSuccess)
         return FEED_ECUDA;
     s->release_pending = true;
-    s->timed = s->started_recorded;
-    s->started_recorded = false;
     return 0;
 }
 
@@ -341,18 +344,31 @@ extern "C" int client_gpu_slot_stream_wait(client_gpu_slot *s, void *stream)
     return 0;
 }
 
+extern "C" int client_gpu_slot_mark_end(client_gpu_slot *s, void *stream)
+{
+    if (!s->started_recorded)
+        return 0;
+    device_scope ds(s->g->device);
+    cudaStream_t st = stream ? (cudaStream_t)stream : cudaStreamLegacy;
+    if (cudaEventRecord(s->ended, st) != cudaSuccess)
+        return FEED_ECUDA;
+    s->started_recorded = false;
+    s->timed = true;
+    return 0;
+}
+
 extern "C" int client_gpu_slot_step_ns(client_gpu_slot *s, uint64_t *ns)
 {
     if (!s->timed)
         return 0;
     device_scope ds(s->g->device);
-    cudaError_t e = cudaEventQuery(s->released);
+    cudaError_t e = cudaEventQuery(s->ended);
     if (e == cudaErrorNotReady) {
         cudaGetLastError(); /* not an error: the step is still running */
         return 0;
     }
     float ms = 0;
-    if (e != cudaSuccess || cudaEventElapsedTime(&ms, s->started, s->released) != cudaSuccess)
+    if (e != cudaSuccess || cudaEventElapsedTime(&ms, s->started, s->ended) != cudaSuccess)
         return FEED_ECUDA;
     s->timed = false;
     *ns = ms > 0 ? (uint64_t)((double)ms * 1e6) : 0;

@@ -66,12 +66,20 @@ int client_gpu_slot_release(client_gpu_slot *s, void *stream);
  * there the point the step starts from (client_gpu_slot_step_ns). */
 int client_gpu_slot_stream_wait(client_gpu_slot *s, void *stream);
 /*
+ * The step's end on `stream`, recorded by the loader when the training
+ * thread asks for its next batch (the step that used this slot has been
+ * enqueued by then; its release may come later, when the caller frees the
+ * batch, after the wait for the next one). No-op without a start recorded
+ * since the last end. 0 or FEED_ECUDA.
+ */
+int client_gpu_slot_mark_end(client_gpu_slot *s, void *stream);
+/*
  * The step's own time on the GPU, for the decode lane's share (share_policy.h):
  * from where the caller's stream passed the slot's ready event (its last
- * stream_wait) to the release point recorded after it. 1 with *ns set when
- * both points were recorded and the release point has been reached (each pair
- * is read once); 0 when there is no such pair or the stream has not reached
- * the release point yet (never blocks); FEED_ECUDA on a CUDA error.
+ * stream_wait) to the step's end (mark_end). 1 with *ns set when both points
+ * were recorded and the end has been reached (each pair is read once); 0 when
+ * there is no such pair or the stream has not reached the end yet (never
+ * blocks); FEED_ECUDA on a CUDA error.
  */
 int client_gpu_slot_step_ns(client_gpu_slot *s, uint64_t *ns);
 

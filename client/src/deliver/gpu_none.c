@@ -120,6 +120,13 @@ int client_gpu_slot_stream_wait(client_gpu_slot *s, void *stream)
     return FEED_ECUDA;
 }
 
+int client_gpu_slot_mark_end(client_gpu_slot *s, void *stream)
+{
+    (void)s;
+    (void)stream;
+    return FEED_ECUDA;
+}
+
 int client_gpu_slot_step_ns(client_gpu_slot *s, uint64_t *ns)
 {
     (void)s;
