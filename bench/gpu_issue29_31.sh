@@ -9,7 +9,10 @@
 #         FEED_SAMPLE_DIR, plus BASE_BUILD's feedd and feed-wire-bench in
 #         base/, wire/ab.sh and ab_gpu.sh, bin/feed-scale-client,
 #         scale/hpa_sim.py and gpu_scale.sh, and this script as run_all.sh;
-#         checks that BASE's libraries are in lib/ and prints the size.
+#         checks that BASE's libraries are in lib/ and prints the size. With
+#         TESTS_BUILD (a tests-on CUDA build), also test_client_gpu, _gpujpeg and
+#         _lane_gpu with libcmocka (run them with LD_LIBRARY_PATH=BUNDLE/lib,
+#         FEED_FEEDD=BUNDLE/bin/feedd, FEED_SAMPLE_DIR=BUNDLE/data/tree).
 #   wire OUT    issue 29: feed-wire-bench BASE vs HEAD, ab_gpu.sh wire, ROUNDS
 #         (5) ABBA rounds, modes preproc and cache, 4 threads, 4 streams.
 #         Time: per run about 2 x (1 s warm-up + 5 s window + start and cache
@@ -65,6 +68,14 @@ prep() {
   mkdir -p "$dir/share"
   cp "$root/bench/fault/share.py" "$root/bench/fault/share_table.py" "$dir/share/"
   cp "$root/bench/gpu_issue29_31.sh" "$dir/run_all.sh"
+  # TESTS_BUILD (a tests-on build with CUDA): the GPU tests and the libraries they need
+  # beyond the bundle's (cmocka).
+  if [ -n "${TESTS_BUILD:-}" ]; then
+    for t in test_client_gpu test_client_gpujpeg test_client_lane_gpu; do
+      cp -L "$TESTS_BUILD/tests/client/$t" "$dir/bin/" && strip --strip-debug "$dir/bin/$t"
+    done
+    cp -L "$(ldd "$dir/bin/test_client_gpu" | awk '/libcmocka/{print $3}')" "$dir/lib/"
+  fi
   local missing=0 lib
   for f in "$dir/base/server/feedd" "$dir/base/bench/wire/feed-wire-bench" "$dir/bin/feed-scale-client"; do
     for lib in $(ldd "$f" | awk '/=> \//{print $3}'); do

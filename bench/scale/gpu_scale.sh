@@ -39,6 +39,7 @@ steady() {
   ln -sf "$b/bin/feedd" "$fake/server/feedd"
   ln -sf "$b/bin/feed-gen-dataset" "$fake/server/tools/feed-gen-dataset"
   ln -sf "$b/bin/feed-scale-client" "$fake/bench/scale/feed-scale-client"
+  mkdir -p "$out/steady"
   stamp "steady: 0.5x 1x 2x 4x of one server, ${STEADY_SECONDS:-20} s each"
   python3 "$b/scale/hpa_sim.py" "$out/steady" --build "$fake" --steady 0.5,1,2,4 \
     --steady-seconds "${STEADY_SECONDS:-20}" > "$out/steady/stdout.txt" 2>&1
