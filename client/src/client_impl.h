@@ -404,8 +404,8 @@ struct feed_loader {
     uint64_t lane_t0_ns, lane_wait_ns, lane_only_wait_ns;
     uint64_t lane_steps_seen;
     uint32_t lane_step_us[CLIENT_LANE_STEPS];
-    /* The slot and stream of the last stream_wait: the step that used it ends where the
-     * training thread next calls next() (client_gpu_slot_mark_end). [mu] */
+    /* The slot and stream of the last stream_wait (device path): the step that used it ends
+     * where the training thread next calls next() (client_gpu_slot_mark_end). [mu] */
     slot *step_slot;
     void *step_stream;
     bool lane_cap_logged;      /* [mu] an encoded reply passed decode_lane_max_bytes, logged */

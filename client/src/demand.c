@@ -38,10 +38,18 @@ void client_demand_consumed(client_demand *d, uint64_t wait_since, uint64_t now,
         d->start_ns = now;
         d->wait_ns = 0;
         d->samples = 0;
+        d->busy_ns = 0;
+        d->steps = 0;
         return;
     }
     add_wait(d, wait_since, now);
     d->samples += n;
+}
+
+void client_demand_step(client_demand *d, uint64_t ns)
+{
+    d->busy_ns += ns;
+    d->steps++;
 }
 
 bool client_demand_due(client_demand *d, uint64_t waiting_since, uint64_t now)
@@ -50,7 +58,12 @@ bool client_demand_due(client_demand *d, uint64_t waiting_since, uint64_t now)
     if (d->started && now > d->start_ns && span >= d->window_ns) {
         if (waiting_since)
             add_wait(d, waiting_since, now);
-        double wait = (double)d->wait_ns / (double)span;
+        /* Steps' GPU times, when the window has them, measure starvation on the GPU itself. */
+        double wait = d->steps >= CLIENT_DEMAND_MIN_STEPS
+                          ? 1.0 - (double)d->busy_ns / (double)span
+                          : (double)d->wait_ns / (double)span;
+        if (wait < 0)
+            wait = 0;
         d->wait_fraction = wait > 1 ? 1 : wait;
         d->samples_per_second = (double)d->samples * 1e9 / (double)span;
         uint64_t ms = span / 1000000u;
@@ -59,6 +72,8 @@ bool client_demand_due(client_demand *d, uint64_t waiting_since, uint64_t now)
         d->start_ns = now;
         d->wait_ns = 0;
         d->samples = 0;
+        d->busy_ns = 0;
+        d->steps = 0;
     }
     return d->have;
 }

@@ -464,11 +464,14 @@ int feed_loader_stream_wait(feed_loader *l, const feed_batch *b, void *stream)
     pthread_mutex_lock(&l->mu);
     slot *sl = handed_slot(l, b);
     uint64_t step_ns;
-    /* The slot's last step, read before this use records its own start. */
-    if (sl && sl->gpu && l->lane_adapt && client_gpu_slot_step_ns(sl->gpu, &step_ns) == 1)
+    /* The slot's last step, read before this use records its own start: the demand window's
+     * GPU time and the lane's step time. */
+    if (sl && sl->gpu && client_gpu_slot_step_ns(sl->gpu, &step_ns) == 1) {
+        client_demand_step(&l->demand, step_ns);
         client_lane_note_step(l, step_ns);
+    }
     int rc = !sl ? FEED_EINVAL : (sl->gpu ? client_gpu_slot_stream_wait(sl->gpu, stream) : 0);
-    if (rc == 0 && sl->gpu && l->lane_adapt) {
+    if (rc == 0 && sl->gpu) {
         l->step_slot = sl;
         l->step_stream = stream;
     }

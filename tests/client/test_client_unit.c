@@ -661,6 +661,39 @@ static void test_demand_window(void **state)
     assert_int_equal(d.window_ns, 10000 * ms);
 }
 
+/* On the device path the steps' own GPU time says how much the window waited: a loop that
+ * blocked in next() 66% of the time while the GPU was busy 66% of it waited 34%, not 66%;
+ * with fewer than CLIENT_DEMAND_MIN_STEPS step times the host's waits count, as before; more
+ * GPU time than the window (steps read late) is no waiting, not less than none. */
+static void test_demand_gpu_steps(void **state)
+{
+    (void)state;
+    const uint64_t ms = 1000000;
+    client_demand d;
+    client_demand_init(&d, 1000, 7, 0);
+    client_demand_consumed(&d, 0, 0, 256);
+    for (int i = 1; i <= 30; i++) {
+        uint64_t t = (uint64_t)i * 33 * ms;
+        client_demand_consumed(&d, t - 22 * ms, t, 256); /* 22 of every 33 ms in next() */
+        client_demand_step(&d, 22 * ms);                 /* 22 of every 33 ms on the GPU */
+    }
+    assert_true(client_demand_due(&d, 0, 1000 * ms));
+    assert_true(d.wait_fraction > 0.339 && d.wait_fraction < 0.341);
+    /* Too few steps: the host's waits. */
+    for (int i = 1; i <= 30; i++) {
+        uint64_t t = 1000 * ms + (uint64_t)i * 33 * ms;
+        client_demand_consumed(&d, t - 22 * ms, t, 256);
+        if (i <= (int)CLIENT_DEMAND_MIN_STEPS - 1)
+            client_demand_step(&d, 22 * ms);
+    }
+    assert_true(client_demand_due(&d, 0, 2000 * ms));
+    assert_true(d.wait_fraction > 0.659 && d.wait_fraction < 0.661);
+    for (uint32_t i = 0; i < CLIENT_DEMAND_MIN_STEPS; i++)
+        client_demand_step(&d, 200 * ms);
+    assert_true(client_demand_due(&d, 0, 3000 * ms));
+    assert_true(d.wait_fraction == 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -671,6 +704,7 @@ int main(void)
         cmocka_unit_test(test_servers_apply_dns),  cmocka_unit_test(test_resolve_reuse),
         cmocka_unit_test(test_bad_sample_policy),  cmocka_unit_test(test_server_policy),
         cmocka_unit_test(test_fingerprint_policy), cmocka_unit_test(test_demand_window),
+        cmocka_unit_test(test_demand_gpu_steps),
         cmocka_unit_test(test_lane_assignment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
