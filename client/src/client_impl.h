@@ -390,6 +390,7 @@ struct feed_loader {
      * one in force for epoch (a resumed state's for a resumed epoch; changed only with the
      * epoch, on the training thread). */
     struct client_lane *lane;
+    pthread_cond_t lane_cond;  /* [mu] the lane's threads wait here: a piece to decode, or stop */
     uint32_t lane_share;       /* [mu]; changes only with client_lane_decide */
     uint32_t lane_share_epoch; /* [mu] */
     /* The share adapted between epochs (decode_share_max > 0, the lane on; lane/lane.c,
@@ -536,15 +537,17 @@ int client_lane_open(loader *l);
 int client_lane_start(loader *l);       /* its threads; 0 or FEED_ENOMEM */
 void client_lane_stop(loader *l);       /* joins them; mu not held */
 void client_lane_free(client_lane *ln); /* accepts NULL */
-void client_lane_wake(loader *l);       /* an encoded piece is PIECE_DECODE; mu held */
-/* GPU lane, unlocked, the batch landed and submitted (sched_land.c): pc's samples decoded by
- * the JPEG engines into the device slot at their batch positions, their statuses set. 0,
- * FEED_ECUDA, FEED_ENOMEM, FEED_EINVAL. */
-int client_lane_gpu_decode(loader *l, slot *sl, const piece *pc);
-/* The adapting share (l->lane_adapt; docs/design/client.md "The lane's share"), mu held:
- * next() handed out sl after waiting since `since` (0: no wait); a step's own GPU time; and
- * the decision of epoch `next`'s share (once per epoch: at the first prefetch of it, or at
- * set_epoch if none came first), logged with what it rests on. */
+/* An encoded piece is PIECE_DECODE (or a GPU lane's checked piece may now be the last of its
+ * batch): a lane thread takes it. mu held. */
+static inline void client_lane_wake(loader *l)
+{
+    if (l->lane)
+        pthread_cond_signal(&l->lane_cond);
+}
+/* lane/adapt.c: the adapting share (l->lane_adapt; docs/design/client.md "The lane's share"),
+ * mu held: next() handed out sl after waiting since `since` (0: no wait); a step's own GPU
+ * time; and the decision of epoch `next`'s share (once per epoch: at the first prefetch of
+ * it, or at set_epoch if none came first), logged with what it rests on. */
 void client_lane_note_wait(loader *l, const slot *sl, uint64_t since, uint64_t now);
 void client_lane_note_step(loader *l, uint64_t ns);
 void client_lane_decide(loader *l, uint32_t next);

@@ -230,6 +230,7 @@ int feed_loader_open(const feed_loader_config *caller_cfg, feed_loader **out)
     pthread_mutex_init(&l->mu, NULL);
     pthread_mutex_init(&l->dns_mu, NULL);
     feed_cond_init(&l->cond);
+    feed_cond_init(&l->lane_cond);
     feed_cond_init(&l->dns_cond);
     feed_cond_init(&l->dispatch_cond);
     grpc_init();
@@ -330,6 +331,7 @@ static void loader_free(loader *l)
 {
     logq_stop(l);
     pthread_cond_destroy(&l->cond);
+    pthread_cond_destroy(&l->lane_cond);
     pthread_cond_destroy(&l->dns_cond);
     pthread_cond_destroy(&l->dispatch_cond);
     pthread_mutex_destroy(&l->mu);

@@ -50,7 +50,6 @@ struct client_lane {
     feed_decode_lane mode; /* CPU or GPU: what open decided */
     feed_augment aug;
     client_gpujpeg *gpujpeg; /* GPU mode */
-    pthread_cond_t cond;     /* [mu] a piece to decode, or stop */
     bool stop;               /* [mu] */
     uint32_t num_workers;
     lane_worker workers[CLIENT_LANE_MAX_THREADS];
@@ -120,49 +119,10 @@ static void decode_cpu(lane_worker *w, client_lane *ln, slot *sl, const piece *p
     }
 }
 
-static void *lane_main(void *arg)
-{
-    lane_worker *w = arg;
-    loader *l = w->l;
-    client_lane *ln = l->lane;
-    if (l->gpu)
-        client_gpu_bind_thread(l->gpu);
-    pthread_mutex_lock(&l->mu);
-    while (!ln->stop) {
-        piece *pc = sched_lane_take(l);
-        if (!pc) {
-            pthread_cond_wait(&ln->cond, &l->mu);
-            continue;
-        }
-        pthread_mutex_unlock(&l->mu);
-        slot *sl = pc->slot;
-        uint32_t accepted;
-        int rc = 0;
-        bool hold = false;
-        if (ln->mode == FEED_DECODE_LANE_CPU) {
-            accepted = accept_samples(ln, sl, pc);
-            decode_cpu(w, ln, sl, pc, accepted);
-            rc = sched_lane_land(l, pc, accepted);
-        } else if (!pc->lane_checked) {
-            /* First the check, so that what the engines refuse goes to the servers at once;
-             * the decode waits until the rest of the batch has landed (sched_lane_take). */
-            accepted = accept_samples(ln, sl, pc);
-            hold = true;
-        } else {
-            accepted = pc->n;
-            memset(sl->raw + sched_sample_bytes(l) * pc->first, 0, sched_sample_bytes(l) * pc->n);
-            rc = sched_lane_land(l, pc, accepted);
-        }
-        pthread_mutex_lock(&l->mu);
-        sched_lane_done(l, pc, accepted, hold, rc, feed_now_ns());
-        conn_dispatch_soon(l);
-        pthread_cond_broadcast(&l->cond);
-    }
-    pthread_mutex_unlock(&l->mu);
-    return NULL;
-}
-
-int client_lane_gpu_decode(loader *l, slot *sl, const piece *pc)
+/* GPU mode, unlocked, once the batch landed and went to the device: pc's samples decoded by
+ * the JPEG engines into the device slot at their batch positions, their statuses set. 0,
+ * FEED_ECUDA, FEED_ENOMEM, FEED_EINVAL. */
+static int gpu_decode(loader *l, slot *sl, const piece *pc)
 {
     client_lane *ln = l->lane;
     lane_worker *w = &ln->workers[0];
@@ -198,6 +158,52 @@ int client_lane_gpu_decode(loader *l, slot *sl, const piece *pc)
         sl->status[w->pos[i]] = (uint8_t)w->status[i];
     return rc;
 }
+
+static void *lane_main(void *arg)
+{
+    lane_worker *w = arg;
+    loader *l = w->l;
+    client_lane *ln = l->lane;
+    if (l->gpu)
+        client_gpu_bind_thread(l->gpu);
+    pthread_mutex_lock(&l->mu);
+    while (!ln->stop) {
+        piece *pc = sched_lane_take(l);
+        if (!pc) {
+            pthread_cond_wait(&l->lane_cond, &l->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&l->mu);
+        slot *sl = pc->slot;
+        uint32_t accepted;
+        int rc = 0;
+        bool hold = false;
+        if (ln->mode == FEED_DECODE_LANE_CPU) {
+            accepted = accept_samples(ln, sl, pc);
+            decode_cpu(w, ln, sl, pc, accepted);
+            rc = sched_lane_land(l, pc, accepted);
+        } else if (!pc->lane_checked) {
+            /* First the check, so that what the engines refuse goes to the servers at once;
+             * the decode waits until the rest of the batch has landed (sched_lane_take). */
+            accepted = accept_samples(ln, sl, pc);
+            hold = true;
+        } else {
+            accepted = pc->n;
+            memset(sl->raw + sched_sample_bytes(l) * pc->first, 0, sched_sample_bytes(l) * pc->n);
+            rc = sched_lane_land(l, pc, accepted);
+            /* Its landing completed the batch (the rest had landed), which went to the device. */
+            if (rc == 0 && pc->finished)
+                rc = gpu_decode(l, sl, pc);
+        }
+        pthread_mutex_lock(&l->mu);
+        sched_lane_done(l, pc, accepted, hold, rc, feed_now_ns());
+        conn_dispatch_soon(l);
+        pthread_cond_broadcast(&l->cond);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
 
 /* The lane's threads' scratch and decoders. */
 static int worker_init(loader *l, client_lane *ln, lane_worker *w)
@@ -254,7 +260,6 @@ int client_lane_open(loader *l)
     client_lane *ln = calloc(1, sizeof(*ln));
     if (!ln)
         return FEED_ENOMEM;
-    feed_cond_init(&ln->cond);
     if (l->cfg.augment)
         feed_augment_parse(l->cfg.augment, &ln->aug, why, sizeof why);
     rc = decide(l, ln, why, sizeof why);
@@ -311,7 +316,7 @@ void client_lane_stop(loader *l)
         return;
     pthread_mutex_lock(&l->mu);
     ln->stop = true;
-    pthread_cond_broadcast(&ln->cond);
+    pthread_cond_broadcast(&l->lane_cond);
     pthread_mutex_unlock(&l->mu);
     for (uint32_t i = 0; i < ln->num_workers; i++) {
         if (ln->workers[i].started)
@@ -327,78 +332,5 @@ void client_lane_free(client_lane *ln)
     for (uint32_t i = 0; i < CLIENT_LANE_MAX_THREADS; i++)
         worker_free(&ln->workers[i]);
     client_gpujpeg_close(ln->gpujpeg);
-    pthread_cond_destroy(&ln->cond);
     free(ln);
-}
-
-void client_lane_wake(loader *l)
-{
-    if (l->lane)
-        pthread_cond_signal(&l->lane->cond);
-}
-
-void client_lane_note_wait(loader *l, const slot *sl, uint64_t since, uint64_t now)
-{
-    if (!l->lane_adapt)
-        return;
-    if (!l->lane_t0_ns) {
-        /* Measured from the first batch after a decision: the wait for it is the pipeline
-         * filling (as demand.c leaves out the first batch's wait), not the lane's share. */
-        l->lane_t0_ns = now;
-        return;
-    }
-    if (!since || now <= since)
-        return;
-    l->lane_wait_ns += now - since;
-    /* The part of the wait in which only the lane's samples were missing: from the later of
-     * the wait's start and the decoded pieces' end to the lane's end. */
-    uint64_t from = since > sl->dec_done_ns ? since : sl->dec_done_ns;
-    uint64_t to = sl->lane_done_ns < now ? sl->lane_done_ns : now;
-    if (sl->lane_done_ns > sl->dec_done_ns && to > from)
-        l->lane_only_wait_ns += to - from;
-}
-
-void client_lane_note_step(loader *l, uint64_t ns)
-{
-    if (!l->lane_adapt)
-        return;
-    uint64_t us = ns / 1000u;
-    l->lane_step_us[l->lane_steps_seen++ % CLIENT_LANE_STEPS] = us > UINT32_MAX ? UINT32_MAX
-                                                                             : (uint32_t)us;
-}
-
-static int cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
-}
-
-void client_lane_decide(loader *l, uint32_t next)
-{
-    if (!l->lane_adapt || l->lane_decided == next)
-        return;
-    uint64_t now = feed_now_ns();
-    uint64_t span = l->lane_t0_ns && now > l->lane_t0_ns ? now - l->lane_t0_ns : 0;
-    uint32_t n = l->lane_steps_seen < CLIENT_LANE_STEPS ? (uint32_t)l->lane_steps_seen
-                                                          : CLIENT_LANE_STEPS;
-    client_share_epoch e = {0};
-    e.steps = n;
-    if (span)
-        e.wait_fraction = (double)l->lane_wait_ns / (double)span;
-    if (e.wait_fraction > 1)
-        e.wait_fraction = 1;
-    if (l->lane_wait_ns)
-        e.lane_waits = (double)l->lane_only_wait_ns / (double)l->lane_wait_ns;
-    if (n) {
-        qsort(l->lane_step_us, n, sizeof(l->lane_step_us[0]), cmp_u32);
-        e.step_ns = (double)l->lane_step_us[n / 2] * 1000.0;
-    }
-    char why[256];
-    l->lane_policy.share = l->lane_share_epoch;
-    l->lane_share = client_share_policy_next(&l->lane_policy, &e, why, sizeof why);
-    client_log(l, FEED_LOG_INFO, "decode lane, epoch %u: %s", next, why);
-    l->lane_decided = next;
-    l->lane_t0_ns = 0;
-    l->lane_wait_ns = l->lane_only_wait_ns = 0;
-    l->lane_steps_seen = 0;
 }

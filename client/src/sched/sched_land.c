@@ -344,8 +344,6 @@ int sched_lane_land(loader *l, piece *pc, uint32_t accepted)
             sl->n) {
         pc->finished = true;
         rc = land(l, sl);
-        if (rc == 0 && pc->lane_checked)
-            rc = client_lane_gpu_decode(l, sl, pc);
     }
     return rc;
 }
