@@ -21,29 +21,8 @@ import sys
 import tempfile
 
 import grpc
-from grpc_tools import protoc
 
-from feedd_interop import HttpStore, Server, check
-
-
-def _table():
-    t = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        t.append(c)
-    return t
-
-
-CRC_TABLE = _table()
-
-
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc = CRC_TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
+from feedd_interop import HttpStore, Server, check, crc32c, protos
 
 
 def tree_files(root):
@@ -117,11 +96,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="feedd-encoded-py.")
     servers = []
     try:
-        rc = protoc.main(["protoc", "-I" + proto_dir, "--python_out=" + tmp,
-                          "--grpc_python_out=" + tmp, os.path.join(proto_dir, "feed.proto")])
-        check(rc == 0, "grpc_tools.protoc failed")
-        sys.path.insert(0, tmp)
-        import feed_pb2 as pb
+        pb, = protos(proto_dir, tmp, "feed")
 
         ds = os.path.join(tmp, "ds")
         subprocess.run([gen, ds, "--classes", "2", "--per-class", "8", "--seed", "5"],

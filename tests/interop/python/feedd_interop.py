@@ -1,20 +1,55 @@
-"""What the grpcio interop tests share: a real feedd on 127.0.0.1 port 0 with
-its metrics port, and the HTTP store of tests/remote/servers.js (scripts/test.sh
-runs npm ci there; a missing node_modules fails the test, as the remote tests
-do). Imported by the scripts beside it."""
+"""What the grpcio interop tests share: the protocol's Python modules made by
+grpc_tools.protoc, CRC32C, a real feedd on 127.0.0.1 port 0 with its metrics
+port, and the HTTP store of tests/remote/servers.js (scripts/test.sh runs npm
+ci there; a missing node_modules fails the test, as the remote tests do).
+Imported by the scripts beside it."""
+import importlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
 
 import grpc
+from grpc_tools import protoc
 
 
 def check(cond, what):
     if not cond:
         raise AssertionError(what)
+
+
+def protos(proto_dir, out, *names):
+    """NAME_pb2 of each proto/NAME.proto, made into `out` by grpc_tools.protoc."""
+    rc = protoc.main(["protoc", "-I" + proto_dir, "--python_out=" + out, "--grpc_python_out=" + out]
+                     + [os.path.join(proto_dir, n + ".proto") for n in names])
+    check(rc == 0, "grpc_tools.protoc failed")
+    if out not in sys.path:
+        sys.path.insert(0, out)
+    return [importlib.import_module(n + "_pb2") for n in names]
+
+
+def _crc_table():
+    t = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        t.append(c)
+    return t
+
+
+_CRC_TABLE = _crc_table()
+
+
+def crc32c(data, crc=0):
+    """CRC32C (Castagnoli) of data, continuing from crc."""
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc = _CRC_TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
 
 
 class Server:

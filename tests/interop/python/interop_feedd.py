@@ -18,28 +18,8 @@ import tempfile
 import time
 
 import grpc
-from grpc_tools import protoc
 
-
-def crc32c(data, crc=0):
-    table = crc32c.table
-    crc ^= 0xFFFFFFFF
-    for b in data:
-        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-def _table():
-    t = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        t.append(c)
-    return t
-
-
-crc32c.table = _table()
+from feedd_interop import check, crc32c, protos
 
 
 def expected_labels(root):
@@ -78,11 +58,6 @@ def expected_fingerprint(root):
     for label, size in samples:
         h.update(struct.pack("<IQ", label, size))
     return h.hexdigest()
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
 
 
 def varint(n):
@@ -207,13 +182,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="feedd-interop-py.")
     proc = None
     try:
-        rc = protoc.main(["protoc", "-I" + proto_dir, "--python_out=" + tmp,
-                          "--grpc_python_out=" + tmp, os.path.join(proto_dir, "feed.proto"),
-                          os.path.join(proto_dir, "health.proto")])
-        check(rc == 0, "grpc_tools.protoc failed")
-        sys.path.insert(0, tmp)
-        import feed_pb2
-        import health_pb2
+        feed_pb2, health_pb2 = protos(proto_dir, tmp, "feed", "health")
 
         ds = os.path.join(tmp, "ds")
         subprocess.run([gen, ds, "--classes", "3", "--per-class", "5", "--seed", "4"], check=True,

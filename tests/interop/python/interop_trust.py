@@ -21,17 +21,13 @@ import urllib.error
 import urllib.request
 
 import grpc
-from grpc_tools import protoc
+
+from feedd_interop import check, protos
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAKE_CERTS = os.path.join(HERE, "..", "..", "server", "make_test_certs.sh")
 TOKEN = "interop-token.0123456789"
 DEADLINE = 20  # seconds: a call that hangs ends DEADLINE_EXCEEDED, which no check expects
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
 
 
 class Feedd:
@@ -159,13 +155,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="feedd-interop-trust.")
     servers = []
     try:
-        rc = protoc.main(["protoc", "-I" + proto_dir, "--python_out=" + tmp,
-                          "--grpc_python_out=" + tmp, os.path.join(proto_dir, "feed.proto"),
-                          os.path.join(proto_dir, "health.proto")])
-        check(rc == 0, "grpc_tools.protoc failed")
-        sys.path.insert(0, tmp)
-        import feed_pb2
-        import health_pb2
+        feed_pb2, health_pb2 = protos(proto_dir, tmp, "feed", "health")
         pb = (feed_pb2, health_pb2)
 
         certs = os.path.join(tmp, "certs")

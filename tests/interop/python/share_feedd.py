@@ -19,9 +19,8 @@ import tempfile
 import time
 
 import grpc
-from grpc_tools import protoc
 
-from feedd_interop import HttpStore, Server, check
+from feedd_interop import HttpStore, Server, check, protos
 
 N_BATCHES = 6
 BATCH = 4
@@ -72,11 +71,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="feedd-share-py.")
     servers = []
     try:
-        rc = protoc.main(["protoc", "-I" + proto_dir, "--python_out=" + tmp,
-                          "--grpc_python_out=" + tmp, os.path.join(proto_dir, "feed.proto")])
-        check(rc == 0, "grpc_tools.protoc failed")
-        sys.path.insert(0, tmp)
-        import feed_pb2 as pb
+        pb, = protos(proto_dir, tmp, "feed")
 
         ds = os.path.join(tmp, "ds")
         subprocess.run([gen, ds, "--classes", "2", "--per-class", "8", "--seed", "5"],
