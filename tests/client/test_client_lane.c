@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -371,14 +370,11 @@ static void test_lane_resume(void **state)
     free(after);
 }
 
-/*
- * Two servers with owner routing on (the decoded pieces split by owner, the encoded one whole),
- * the lane at 0.5, small batches; one server killed after two batches: every sample once, in
- * plan order, with the pixels of the lane off on one server.
- */
 static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_log_cv = PTHREAD_COND_INITIALIZER;
 static char g_log[16384];
 
+/* A log_fn keeping the loader's lines in g_log, waking wait_log. */
 static void log_keep(void *user, int level, const char *msg)
 {
     (void)user;
@@ -386,6 +382,16 @@ static void log_keep(void *user, int level, const char *msg)
     pthread_mutex_lock(&g_log_mu);
     size_t at = strlen(g_log);
     snprintf(g_log + at, sizeof g_log - at, "%s\n", msg);
+    pthread_cond_broadcast(&g_log_cv);
+    pthread_mutex_unlock(&g_log_mu);
+}
+
+/* Until the loader has logged a line holding `needle` (no time limit: ctest's is the guard). */
+static void wait_log(const char *needle)
+{
+    pthread_mutex_lock(&g_log_mu);
+    while (!strstr(g_log, needle))
+        pthread_cond_wait(&g_log_cv, &g_log_mu);
     pthread_mutex_unlock(&g_log_mu);
 }
 
@@ -425,6 +431,12 @@ static void test_lane_adapt(void **state)
     free(next);
 }
 
+/*
+ * Two servers with owner routing on (the decoded pieces split by owner, the encoded one whole),
+ * the lane at 0.5, small batches; one server killed once both have answered a batch: every
+ * sample once, in plan order, with the pixels of the lane off on one server, and the kill seen
+ * as a failover. Waits are for events (a server up, the failover's log line), not for time.
+ */
 static void test_lane_server_killed(void **state)
 {
     (void)state;
@@ -448,22 +460,25 @@ static void test_lane_server_killed(void **state)
     c.window_per_server = 1;
     c.prefetch = 1;
     c.batch_size = 2;
+    c.log_fn = log_keep;
+    g_log[0] = '\0';
     feed_loader *l = NULL;
     assert_int_equal(feed_loader_open(&c, &l), 0);
-    feed_loader_stats st;
-    for (int i = 0; i < 1500; i++) {
-        feed_loader_get_stats(l, &st, sizeof st);
-        if (st.servers_up == 2)
+    /* Batch by batch until both servers have answered one (a server that never did is no
+     * failover when it dies); the epoch must not end first. */
+    for (;;) {
+        feed_server_stats ss[2];
+        for (uint32_t i = 0; i < 2; i++)
+            assert_int_equal(feed_loader_server_stats(l, i, &ss[i], sizeof ss[i]), 0);
+        if (ss[0].up && ss[1].up)
             break;
-        usleep(20000);
+        assert_true(got->n < SAMPLES);
+        take(l, got, 1);
     }
-    take(l, got, 2);
     feed_test_server_kill(&s[0]);
     take(l, got, 0);
-    for (int i = 0; i < 500 && !got->stats.failovers; i++) {
-        usleep(20000);
-        feed_loader_get_stats(l, &got->stats, sizeof got->stats);
-    }
+    wait_log("failed (");
+    assert_int_equal(feed_loader_get_stats(l, &got->stats, sizeof got->stats), 0);
     print_message("lane, server killed: failovers %llu, reissued %llu, lane decoded %llu\n",
                   (unsigned long long)got->stats.failovers, (unsigned long long)got->stats.reissued,
                   (unsigned long long)got->stats.lane_decoded);
