@@ -422,7 +422,7 @@ static void test_lane_adapt(void **state)
     feed_loader_close(l);
     assert_same(off, next);
     pthread_mutex_lock(&g_log_mu);
-    if (!strstr(g_log, "decode lane: cpu, share 0.250, adapted between epochs") ||
+    if (!strstr(g_log, "decode lane: cpu, 2 threads, share 0.250, adapted between epochs") ||
         !strstr(g_log, "decode lane, epoch 2: share 0.250 kept: 0 steps measured, fewer than 32"))
         fail_msg("the log does not say what the lane decided:\n%s", g_log);
     pthread_mutex_unlock(&g_log_mu);

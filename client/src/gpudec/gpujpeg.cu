@@ -484,6 +484,9 @@ static int write_samples(client_gpujpeg *h, const client_gpujpeg_batch *b, const
     if (cudaMemcpyAsync(h->d_jobs, jl, k * sizeof(gj_job), cudaMemcpyHostToDevice, h->stream) !=
         cudaSuccess)
         return FEED_ECUDA;
+    if (b->dst_after &&
+        cudaStreamWaitEvent(h->stream, (cudaEvent_t)b->dst_after, 0) != cudaSuccess)
+        return FEED_ECUDA;
     uint32_t oh = b->t->out_h, ow = b->t->out_w;
     dim3 block(32, 8, 1), grid((ow + 31) / 32, (oh + 7) / 8, k);
     float3 m = make_float3(0.0f, 0.0f, 0.0f), sd = make_float3(1.0f, 1.0f, 1.0f);

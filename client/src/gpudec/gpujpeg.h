@@ -9,9 +9,10 @@
  * for the network path. Implemented in gpujpeg.cu when FEED_HAVE_CUDA, else
  * by gpujpeg_none.c (open fails, saying why).
  *
- * A client_gpujpeg is used by one thread at a time. Its work runs on its own
- * non-blocking stream of the lowest priority the device has, so the training
- * step's kernels go first.
+ * A client_gpujpeg is used by one thread at a time (the decode lane opens one
+ * per lane thread, so that several batches decode at once). Its work runs on
+ * its own non-blocking stream of the lowest priority the device has, so the
+ * training step's kernels go first.
  */
 #ifndef FEED_CLIENT_GPUJPEG_H
 #define FEED_CLIENT_GPUJPEG_H
@@ -67,6 +68,10 @@ typedef struct client_gpujpeg_batch {
     feed_layout layout;
     void *dst; /* device memory: samples of 3 x out_h x out_w in dtype and layout, room for
                 * every place pos names (n without pos) */
+    /* A cudaEvent_t the writes into dst wait for (the decode lane: the slot's copy and
+     * normalisation, which write every place of the batch, the lane's with zeros); NULL: none.
+     * The JPEG decode itself does not wait for it. */
+    void *dst_after;
 } client_gpujpeg_batch;
 
 /*

@@ -7,8 +7,11 @@
  * CPU mode: lane threads (decode_lane_threads), each with its own feed_engine (the servers'
  * engine, linked in), make each sample exactly as a server would (feed_engine_run with the
  * loader's transform, its augmentation seed, the epoch and the index, then feed_engine_augment):
- * the pixels are the servers', bit for bit. GPU mode: one lane thread drives the GPU's JPEG
- * engines (gpudec/gpujpeg.h) into the batch's device slot.
+ * the pixels are the servers', bit for bit. GPU mode: each lane thread drives the GPU's JPEG
+ * engines through its own decoder (gpudec/gpujpeg.h: nvJPEG state, stream, arena) into the
+ * batch's device slot, so that the decode of one batch overlaps the kernels and host work of
+ * another's; its writes wait on the GPU for the slot's copy and normalisation (the slot's ready
+ * event), which write the lane's places too.
  *
  * Threads: the lane threads take work from the slots themselves, under the loader's mu (an
  * encoded piece whose bytes landed is PIECE_DECODE; sched_lane_take), so the lane has no queue
@@ -38,6 +41,7 @@ typedef struct lane_worker {
     pthread_t thread;
     bool started;
     feed_engine *engine; /* CPU mode */
+    client_gpujpeg *gpujpeg; /* GPU mode: this thread's decoder */
     /* GPU mode: the batch's arguments, batch_size entries each. */
     const uint8_t **jpeg;
     size_t *len;
@@ -49,7 +53,6 @@ typedef struct lane_worker {
 struct client_lane {
     feed_decode_lane mode; /* CPU or GPU: what open decided */
     feed_augment aug;
-    client_gpujpeg *gpujpeg; /* GPU mode */
     bool stop;               /* [mu] */
     uint32_t num_workers;
     lane_worker workers[CLIENT_LANE_MAX_THREADS];
@@ -79,7 +82,7 @@ static void swap_samples(slot *sl, uint32_t a, uint32_t b)
 /* Puts the piece's samples the lane decodes first and returns their count; the others (a
  * status other than OK from the server, which the servers' decode then reports as the network
  * path does; in GPU mode an image the engines do not take) go back to the servers. */
-static uint32_t accept_samples(client_lane *ln, slot *sl, const piece *pc)
+static uint32_t accept_samples(client_lane *ln, lane_worker *lw, slot *sl, const piece *pc)
 {
     uint32_t accepted = 0;
     for (uint32_t k = 0; k < pc->n; k++) {
@@ -87,7 +90,7 @@ static uint32_t accept_samples(client_lane *ln, slot *sl, const piece *pc)
         bool ok = sl->status[at] == FEED_SAMPLE_OK;
         uint32_t w, h;
         if (ok && ln->mode == FEED_DECODE_LANE_GPU)
-            ok = client_gpujpeg_supported(ln->gpujpeg, sl->enc.data + sl->enc_off[at],
+            ok = client_gpujpeg_supported(lw->gpujpeg, sl->enc.data + sl->enc_off[at],
                                           sl->enc_len[at], &w, &h);
         if (ok) {
             if (k != accepted)
@@ -122,10 +125,8 @@ static void decode_cpu(lane_worker *w, client_lane *ln, slot *sl, const piece *p
 /* GPU mode, unlocked, once the batch landed and went to the device: pc's samples decoded by
  * the JPEG engines into the device slot at their batch positions, their statuses set. 0,
  * FEED_ECUDA, FEED_ENOMEM, FEED_EINVAL. */
-static int gpu_decode(loader *l, slot *sl, const piece *pc)
+static int gpu_decode(loader *l, lane_worker *w, slot *sl, const piece *pc)
 {
-    client_lane *ln = l->lane;
-    lane_worker *w = &ln->workers[0];
     const feed_transform *t = &l->cfg.transform;
     int rc = 0;
     uint32_t n = 0;
@@ -133,7 +134,7 @@ static int gpu_decode(loader *l, slot *sl, const piece *pc)
         uint32_t at = pc->first + i, sw, sh;
         const uint8_t *jpeg = sl->enc.data + sl->enc_off[at];
         /* Accepted by accept_samples, which read the same header. */
-        if (!client_gpujpeg_supported(ln->gpujpeg, jpeg, sl->enc_len[at], &sw, &sh))
+        if (!client_gpujpeg_supported(w->gpujpeg, jpeg, sl->enc_len[at], &sw, &sh))
             continue;
         w->jpeg[n] = jpeg;
         w->len[n] = sl->enc_len[at];
@@ -151,9 +152,10 @@ static int gpu_decode(loader *l, slot *sl, const piece *pc)
                               .std = l->cfg.std,
                               .dtype = l->cfg.dtype,
                               .layout = l->cfg.layout,
-                              .dst = client_gpu_slot_data(sl->gpu)};
+                              .dst = client_gpu_slot_data(sl->gpu),
+                              .dst_after = client_gpu_slot_ready_event(sl->gpu)};
     if (n)
-        rc = client_gpujpeg_decode_batch(ln->gpujpeg, &b, w->status);
+        rc = client_gpujpeg_decode_batch(w->gpujpeg, &b, w->status);
     for (uint32_t i = 0; rc == 0 && i < n; i++)
         sl->status[w->pos[i]] = (uint8_t)w->status[i];
     return rc;
@@ -179,13 +181,13 @@ static void *lane_main(void *arg)
         int rc = 0;
         bool hold = false;
         if (ln->mode == FEED_DECODE_LANE_CPU) {
-            accepted = accept_samples(ln, sl, pc);
+            accepted = accept_samples(ln, w, sl, pc);
             decode_cpu(w, ln, sl, pc, accepted);
             rc = sched_lane_land(l, pc, accepted);
         } else if (!pc->lane_checked) {
             /* First the check, so that what the engines refuse goes to the servers at once;
              * the decode waits until the rest of the batch has landed (sched_lane_take). */
-            accepted = accept_samples(ln, sl, pc);
+            accepted = accept_samples(ln, w, sl, pc);
             hold = true;
         } else {
             accepted = pc->n;
@@ -193,7 +195,7 @@ static void *lane_main(void *arg)
             rc = sched_lane_land(l, pc, accepted);
             /* Its landing completed the batch (the rest had landed), which went to the device. */
             if (rc == 0 && pc->finished)
-                rc = gpu_decode(l, sl, pc);
+                rc = gpu_decode(l, w, sl, pc);
         }
         pthread_mutex_lock(&l->mu);
         sched_lane_done(l, pc, accepted, hold, rc, feed_now_ns());
@@ -205,13 +207,18 @@ static void *lane_main(void *arg)
 }
 
 
-/* The lane's threads' scratch and decoders. */
+/* The lane's threads' scratch and decoders (the first GPU decoder is decide's). */
 static int worker_init(loader *l, client_lane *ln, lane_worker *w)
 {
     uint32_t bs = l->cfg.batch_size;
     w->l = l;
     if (ln->mode == FEED_DECODE_LANE_CPU)
         return feed_engine_new(NULL, &w->engine);
+    char why[200] = "";
+    if (!w->gpujpeg && client_gpujpeg_open(l->cfg.device, &w->gpujpeg, why, sizeof why)) {
+        client_log(l, FEED_LOG_WARN, "decode lane: one GPU decoder fewer: %s", why);
+        return FEED_ECUDA;
+    }
     w->jpeg = calloc(bs, sizeof(*w->jpeg));
     w->len = calloc(bs, sizeof(*w->len));
     w->plan = calloc(bs, sizeof(*w->plan));
@@ -223,6 +230,7 @@ static int worker_init(loader *l, client_lane *ln, lane_worker *w)
 static void worker_free(lane_worker *w)
 {
     feed_engine_free(w->engine);
+    client_gpujpeg_close(w->gpujpeg);
     free(w->jpeg);
     free(w->len);
     free(w->plan);
@@ -246,7 +254,7 @@ static int decide(loader *l, client_lane *ln, char *why, size_t why_cap)
         snprintf(why, why_cap, "batch_size above the GPU decoder's %u", CLIENT_GPUJPEG_MAX_BATCH);
         return FEED_EINVAL;
     }
-    return client_gpujpeg_open(l->cfg.device, &ln->gpujpeg, why, why_cap);
+    return client_gpujpeg_open(l->cfg.device, &ln->workers[0].gpujpeg, why, why_cap);
 }
 
 int client_lane_open(loader *l)
@@ -274,9 +282,14 @@ int client_lane_open(loader *l)
         }
         goto out;
     }
-    ln->num_workers = ln->mode == FEED_DECODE_LANE_GPU ? 1u : l->cfg.decode_lane_threads;
-    for (uint32_t i = 0; rc == 0 && i < ln->num_workers; i++)
+    ln->num_workers = l->cfg.decode_lane_threads;
+    for (uint32_t i = 0; rc == 0 && i < ln->num_workers; i++) {
         rc = worker_init(l, ln, &ln->workers[i]);
+        if (rc == FEED_ECUDA && i > 0) { /* the first opened: run on the decoders there are */
+            ln->num_workers = i;
+            rc = 0;
+        }
+    }
     if (rc) {
         client_lane_free(ln);
         goto out;
@@ -289,8 +302,9 @@ int client_lane_open(loader *l)
                              client_lane_share16(l->cfg.decode_share_max));
     if (l->lane_adapt)
         l->lane_share = l->lane_policy.share; /* decode_share above the maximum: the maximum */
-    client_log(l, FEED_LOG_INFO, "decode lane: %s, share %.3f%s%s",
-               ln->mode == FEED_DECODE_LANE_GPU ? "gpu" : "cpu", l->lane_share / 65536.0,
+    client_log(l, FEED_LOG_INFO, "decode lane: %s, %u thread%s, share %.3f%s%s",
+               ln->mode == FEED_DECODE_LANE_GPU ? "gpu" : "cpu", ln->num_workers,
+               ln->num_workers == 1 ? "" : "s", l->lane_share / 65536.0,
                l->cfg.decode_lane == FEED_DECODE_LANE_AUTO ? " (auto: the GPU's JPEG engines)"
                                                            : "",
                l->lane_adapt ? ", adapted between epochs" : "");
@@ -331,6 +345,5 @@ void client_lane_free(client_lane *ln)
         return;
     for (uint32_t i = 0; i < CLIENT_LANE_MAX_THREADS; i++)
         worker_free(&ln->workers[i]);
-    client_gpujpeg_close(ln->gpujpeg);
     free(ln);
 }
