@@ -123,6 +123,16 @@ static void on_signal(int sig)
     bench_interrupted = 1;
 }
 
+/* --decode-lane's name (checked by bench_resolve_options) as the loader's value. */
+static feed_decode_lane bench_decode_lane(const char *name)
+{
+    if (!name || strcmp(name, "off") == 0)
+        return FEED_DECODE_LANE_OFF;
+    if (strcmp(name, "cpu") == 0)
+        return FEED_DECODE_LANE_CPU;
+    return strcmp(name, "gpu") == 0 ? FEED_DECODE_LANE_GPU : FEED_DECODE_LANE_AUTO;
+}
+
 int main(int argc, char **argv)
 {
     int rc = 1, frc;
@@ -337,6 +347,10 @@ int main(int argc, char **argv)
                              ? FEED_OWNER_ROUTING_AUTO
                          : strcmp(o->owner_routing, "off") == 0 ? FEED_OWNER_ROUTING_OFF
                                                                 : FEED_OWNER_ROUTING_ON,
+        .decode_lane = bench_decode_lane(o->decode_lane),
+        .decode_share = o->decode_share,
+        .decode_share_max = o->decode_share_max,
+        .decode_lane_threads = o->decode_lane_threads,
         .rank = o->rank,
         .world = o->world,
         .mean = {0.485f, 0.456f, 0.406f},
@@ -411,6 +425,9 @@ int main(int argc, char **argv)
     meta.window = o->window;
     meta.prefetch = o->prefetch;
     meta.ordered = !o->unordered;
+    meta.decode_lane = o->decode_lane ? o->decode_lane : "off";
+    meta.decode_share = o->decode_share;
+    meta.decode_share_max = o->decode_share_max;
 
     if (report_write(o->out, &meta, runs, nruns, err, sizeof err) != 0) {
         fprintf(stderr, "feed-bench: %s\n", err);

@@ -79,6 +79,10 @@ void bench_usage(FILE *f)
           "                       decoded-sample cache (cache=S, --cache-bytes B); the report\n"
           "                       gives each one's hit rate and bytes over the measured window\n"
           "  --owner-routing M    remote: auto (default), off or on (feed_owner_routing)\n"
+          "  --decode-lane M      remote: the loader's decode lane: off (default), cpu, gpu\n"
+          "                       or auto; --decode-share S (0..1) of the samples, adapted\n"
+          "                       between epochs up to --decode-share-max S (0: fixed), on\n"
+          "                       --decode-lane-threads N (0: the loader's default, 2)\n"
           "  --unordered          remote: batches as they arrive, not in plan order\n"
           "  --auth-token-file FILE   remote: bearer token sent to the servers, read as feedd\n"
           "                       reads its --auth-token-file; spawned feedd get the same\n"
@@ -156,6 +160,10 @@ int bench_parse_options(int argc, char **argv, bench_options *o)
         {.name = "server-cache-side", .u32 = &o->server_cache_side, .lo = 0, .hi = 65536},
         {.name = "server-cache-bytes", .u64 = &o->server_cache_bytes, .lo = 0, .hi = 1ull << 40},
         {.name = "owner-routing", .str = &o->owner_routing},
+        {.name = "decode-lane", .str = &o->decode_lane},
+        {.name = "decode-share", .dbl = &o->decode_share, .dlo = 0, .dhi = 1},
+        {.name = "decode-share-max", .dbl = &o->decode_share_max, .dlo = 0, .dhi = 1},
+        {.name = "decode-lane-threads", .u32 = &o->decode_lane_threads, .lo = 0, .hi = 16},
         {.name = "auth-token-file", .str = &o->token_file},
         {.name = "tls-ca", .str = &o->tls_ca},
         {.name = "tls-cert", .str = &o->tls_cert},
@@ -204,6 +212,12 @@ int bench_resolve_options(bench_options *o, bool gpu, bool sim)
     if (o->owner_routing && strcmp(o->owner_routing, "auto") != 0 &&
         strcmp(o->owner_routing, "off") != 0 && strcmp(o->owner_routing, "on") != 0) {
         fprintf(stderr, "feed-bench: --owner-routing auto, off or on\n");
+        return FEED_EINVAL;
+    }
+    if (o->decode_lane && strcmp(o->decode_lane, "off") != 0 &&
+        strcmp(o->decode_lane, "cpu") != 0 && strcmp(o->decode_lane, "gpu") != 0 &&
+        strcmp(o->decode_lane, "auto") != 0) {
+        fprintf(stderr, "feed-bench: --decode-lane off, cpu, gpu or auto\n");
         return FEED_EINVAL;
     }
     if (!o->server_cache_side != !o->server_cache_bytes) {

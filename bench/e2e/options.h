@@ -41,6 +41,11 @@ typedef struct bench_options {
     uint32_t server_cache_side;
     uint64_t server_cache_bytes;
     const char *owner_routing;
+    /* remote: the loader's decode lane (off, cpu, gpu, auto; NULL: off), its share, the
+     * adapting share's maximum (0: fixed) and its threads (0: the loader's default). */
+    const char *decode_lane;
+    double decode_share, decode_share_max;
+    uint32_t decode_lane_threads;
     /* remote: trust, as feed-client-probe's and feedd's options. The token is read from
      * token_file by bench_resolve_options (NULL: libfeedclient takes $FEED_TOKEN). */
     const char *token_file, *tls_ca, *tls_cert, *tls_key;

@@ -240,8 +240,11 @@ static void write_meta_json(FILE *f, const bench_meta *m)
         fputs("null", f);
     fprintf(f,
             ",\n    \"client_window\": %u,\n    \"client_prefetch\": %u,\n"
-            "    \"client_ordered\": %s",
+            "    \"client_ordered\": %s,\n    \"decode_lane\": ",
             m->window, m->prefetch, m->ordered ? "true" : "false");
+    json_str(f, m->decode_lane ? m->decode_lane : "off");
+    fprintf(f, ",\n    \"decode_share\": %.4f,\n    \"decode_share_max\": %.4f",
+            m->decode_share, m->decode_share_max);
     fprintf(f, ",\n    \"nvml\": %s,\n    \"nvml_absent_reason\": ", m->nvml_ok ? "true" : "false");
     if (m->nvml_ok)
         fputs("null", f);
@@ -422,6 +425,9 @@ void report_table(FILE *f, const bench_meta *m, const run_result *runs, size_t n
                 m->server_cpus ? ", cpus " : "", m->server_cpus ? m->server_cpus : "");
     fprintf(f, "\n  client: dataset %s, window %u, prefetch %u, %s", m->dataset_name, m->window,
             m->prefetch, m->ordered ? "ordered" : "unordered");
+    if (m->decode_lane && strcmp(m->decode_lane, "off") != 0)
+        fprintf(f, ", decode lane %s share %.2f%s", m->decode_lane, m->decode_share,
+                m->decode_share_max > 0 ? " (adapting)" : "");
     fprintf(f, "\n  NVML: %s; GPM: %s\n\n", m->nvml_ok ? "sampled every 100 ms" : m->nvml_why,
             m->gpm_ok ? "SM activity and DRAM bandwidth every 1 s" : m->gpm_why);
 

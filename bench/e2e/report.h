@@ -91,6 +91,8 @@ typedef struct bench_meta {
     const char *server_cpus;   /* NULL: not pinned */
     uint32_t window, prefetch; /* libfeedclient settings in effect */
     bool ordered;
+    const char *decode_lane; /* off, cpu, gpu, auto; NULL: off */
+    double decode_share, decode_share_max;
     bool nvml_ok;
     char nvml_why[256];
     bool gpm_ok;

@@ -69,6 +69,9 @@ typedef struct source_config {
     uint32_t prefetch;    /* delivery slots */
     bool ordered;         /* plan order (false: as batches arrive) */
     feed_owner_routing owner_routing;
+    feed_decode_lane decode_lane; /* and the rest of feed_loader_config's lane fields */
+    double decode_share, decode_share_max;
+    uint32_t decode_lane_threads;
     uint32_t rank, world; /* this client's share of each epoch (world >= 1) */
     float mean[3], std[3];
     /* feed_loader_config's trust fields (NULL: its defaults; token NULL takes $FEED_TOKEN). */

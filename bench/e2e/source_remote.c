@@ -84,6 +84,13 @@ static void remote_close(bench_source *base)
     if (s->bad_batches)
         fprintf(stderr, "feed-bench: remote: %llu batches without a good sample skipped\n",
                 (unsigned long long)s->bad_batches);
+    feed_loader_stats st;
+    if (s->loader && feed_loader_get_stats(s->loader, &st, sizeof st) == 0 &&
+        (st.lane_decoded || st.lane_rerequested))
+        fprintf(stderr,
+                "feed-bench: remote: decode lane: %llu samples decoded by the client, %llu sent "
+                "back to the servers\n",
+                (unsigned long long)st.lane_decoded, (unsigned long long)st.lane_rerequested);
     feed_loader_close(s->loader);
     free(s);
 }
@@ -112,6 +119,10 @@ int source_remote_open(const source_config *cfg, bench_source **out, char *err, 
     lc.drop_last = true;
     lc.ordered = cfg->ordered;
     lc.owner_routing = cfg->owner_routing;
+    lc.decode_lane = cfg->decode_lane;
+    lc.decode_share = cfg->decode_share;
+    lc.decode_share_max = cfg->decode_share_max;
+    lc.decode_lane_threads = cfg->decode_lane_threads;
     lc.rank = cfg->rank;
     lc.world = cfg->world ? cfg->world : 1;
     if (cfg->window)

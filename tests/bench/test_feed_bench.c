@@ -6,7 +6,8 @@
  * images asked for, with labels in range and no failed samples; and that
  * --dataset names the dataset asked of a feedd started outside the benchmark,
  * with the client's window and prefetch in effect printed; and that the
- * simulated step (--device none) runs two clients as ranks of one job. No
+ * simulated step (--device none) runs two clients as ranks of one job; and that
+ * --decode-lane cpu decodes a share in the client with every image delivered. No
  * timings.
  *
  * argv: feed-bench, feedd, feed-gen-dataset (paths from CMake).
@@ -355,6 +356,52 @@ static void test_dataset_name_and_client_settings(void **state)
     free(json);
 }
 
+/* --decode-lane cpu: the loader decodes a share of the samples itself from the JPEG bytes the
+ * server sends; every image still arrives (the summary's count), the setting is in the outputs,
+ * and the lane's count is printed and above zero. */
+static void test_decode_lane(void **state)
+{
+    (void)state;
+    char port_file[512], flog[512], log[512], out2[512], target[64];
+    snprintf(port_file, sizeof port_file, "%s/lane.port", work);
+    snprintf(flog, sizeof flog, "%s/lane-feedd.log", work);
+    snprintf(log, sizeof log, "%s/lane.log", work);
+    snprintf(out2, sizeof out2, "%s/lane", work);
+    pid_t pid = start_feedd_target(port_file, flog, target, sizeof target);
+    const char *argv[] = {bench_bin,       "--device",       "cpu",      "--source", "remote",
+                          "--servers",     target,           "--dataset", "imagenet", "--data",
+                          data,            "--out",          out2,       "--batch",  "8",
+                          "--steps",       "4",              "--seconds", "0",        "--warmup",
+                          "1",             "--decode-lane",  "cpu",      "--decode-share",
+                          "0.5",           "--decode-lane-threads",      "2",        NULL};
+    int rc = run_argv(argv, log);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    if (rc != 0)
+        dump(log);
+    assert_int_equal(rc, 0);
+    char *text = slurp(log, "");
+    assert_non_null(text);
+    const char *at = strstr(text, "decode lane: ");
+    unsigned long long decoded = 0, back = 0;
+    if (!strstr(text, "decode lane cpu share 0.50") || !at ||
+        sscanf(at, "decode lane: %llu samples decoded by the client, %llu", &decoded, &back) != 2 ||
+        decoded == 0) {
+        dump(log);
+        fail_msg("feed-bench does not print the decode lane in effect and what it decoded");
+    }
+    free(text);
+    char *json = slurp(out2, "summary.json");
+    assert_non_null(json);
+    assert_non_null(strstr(json, "\"decode_lane\": \"cpu\""));
+    assert_non_null(strstr(json, "\"decode_share\": 0.5000"));
+    assert_non_null(strstr(json, "\"images\": 32,"));
+    free(json);
+    const char *bad[] = {bench_bin, "--device", "cpu", "--decode-lane", "fpga", "--data", data,
+                         "--out", out2, "--source", "remote", "--steps", "1", NULL};
+    assert_int_equal(run_argv(bad, log), 2);
+}
+
 /* --device none: the simulated step, two clients as ranks 0 and 1 of 2 sharing one feedd. */
 static void test_simulated_ranks_share_a_server(void **state)
 {
@@ -421,6 +468,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_three_sources_deliver_everything),
         cmocka_unit_test(test_dataset_name_and_client_settings),
         cmocka_unit_test(test_simulated_ranks_share_a_server),
+        cmocka_unit_test(test_decode_lane),
         cmocka_unit_test(test_bad_option_is_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
