@@ -3,7 +3,8 @@
 # call per mode (each under 9 minutes), from one bundle (copied into it as
 # run_all.sh). Every mode writes under OUT and prints a short table last.
 #
-#   prep BUNDLE HEAD_BUILD BASE_BUILD   (here, not on the GPU machine)
+#   prep BUNDLE HEAD_BUILD BASE_BUILD   (here, not on the GPU machine; BASE_BUILD -:
+#         no BASE, for calls without the wire and torch modes)
 #         the bundle: LEAN=1 bench/make_gpu_bundle.sh of HEAD_BUILD (a Release
 #         build with CUDA) with DATA_CLASSES (160) classes of
 #         FEED_SAMPLE_DIR, plus BASE_BUILD's feedd and feed-wire-bench in
@@ -29,6 +30,12 @@
 #         the same four on a warm decoded cache against one job alone) on the
 #         bundle's original JPEGs, each listed REPEAT (20) times (3,200 files).
 #         Time: per round ~2 x (3 s to start the jobs + 2-8 s) ~20 s; ~3 min.
+#   gputests OUT   the GPU tests (gpu_suite.sh's client stage: test_client_gpu,
+#         test_client_gpujpeg, test_client_lane_gpu; a bundle prepared with TESTS_BUILD).
+#   lanebench OUT  issue 32 in feed-bench: its resnet18 step fed by two spawned feedd
+#         of 6 workers (4-9, 10-15; feed-bench on 0-3), the lane off and, for each
+#         SHARE:THREADS of LANEBENCH ("off 0.3:2 0.4:3"), on the GPU's JPEG engines;
+#         LANEBENCH_SECONDS (10) a run. Needs bin/feed-bench (not LEAN's removal).
 #   scale OUT   issue 31: bench/scale/gpu_scale.sh all: the steady-state
 #         desired size at 0.5x/1x/2x/4x (~2 min: calibration ~10 s, 4 x (20 s
 #         + ~3 s drain)) and resnet18 against one feedd of 4 and of 12 workers
@@ -36,7 +43,8 @@
 #   lane OUT    issue 32: resnet18 on the original JPEGs, no cache, two feedd of 6
 #         workers on 12 cores (4-9, 10-15; training on 0-3), with feedclient's decode
 #         lane off and at each share of SHARES ("0.3 0.5 adapt"; adapt: from 0.25,
-#         adapted between epochs up to 1) on the GPU's JPEG engines (run_h2h.sh
+#         adapted between epochs up to 1; SHARE:T runs it on T lane threads, else
+#         LANE_THREADS, 0: the loader's 2) on the GPU's JPEG engines (run_h2h.sh
 #         r18-feed-orig / r18-feed-orig-lane), ROUNDS (2) rounds in that order; per run
 #         the images/s, GPU busy (100 - stream idle %), the step's own GPU time
 #         (median) and the ratios to the lane off in the same round; the lane's
@@ -49,20 +57,24 @@ mode=${1:?usage: gpu_issue29_31.sh prep BUNDLE HEAD_BUILD BASE_BUILD | wire|torc
 here=$(cd "$(dirname "$0")" && pwd)
 
 prep() {
-  local dir=$1 head base root
+  local dir=$1 head base="" root checked=()
   head=$(cd "$2" && pwd)
-  base=$(cd "$3" && pwd)
+  [ "$3" != - ] && base=$(cd "$3" && pwd)
   root=$(cd "$here/.." && pwd)
   LEAN=1 FEED_SAMPLE_DIR=${FEED_SAMPLE_DIR:-/work/shared/datasets/imagenet-sample} \
     DATA_CLASSES=${DATA_CLASSES:-160} "$root/bench/make_gpu_bundle.sh" "$dir" "$head" || return 1
-  mkdir -p "$dir/base/server" "$dir/base/bench/wire" "$dir/wire" "$dir/scale"
-  cp -L "$base/server/feedd" "$dir/base/server/feedd"
-  cp -L "$base/bench/wire/feed-wire-bench" "$dir/base/bench/wire/feed-wire-bench"
+  mkdir -p "$dir/wire" "$dir/scale"
+  if [ -n "$base" ]; then
+    mkdir -p "$dir/base/server" "$dir/base/bench/wire"
+    cp -L "$base/server/feedd" "$dir/base/server/feedd"
+    cp -L "$base/bench/wire/feed-wire-bench" "$dir/base/bench/wire/feed-wire-bench"
+    strip --strip-debug "$dir/base/server/feedd" "$dir/base/bench/wire/feed-wire-bench"
+    checked=("$dir/base/server/feedd" "$dir/base/bench/wire/feed-wire-bench")
+  fi
   cp -L "$head/bench/scale/feed-scale-client" "$dir/bin/"
   # feed-scale-client links libfeedclient by its soname; the bundle has it as libfeedclient.so.
   cp -L "$head/client/libfeedclient.so.0" "$dir/lib/"
-  strip --strip-debug "$dir/base/server/feedd" "$dir/base/bench/wire/feed-wire-bench" \
-    "$dir/bin/feed-scale-client"
+  strip --strip-debug "$dir/bin/feed-scale-client"
   cp "$root/bench/wire/ab.sh" "$root/bench/wire/ab_gpu.sh" "$dir/wire/"
   cp "$root/bench/scale/hpa_sim.py" "$root/bench/scale/gpu_scale.sh" "$dir/scale/"
   mkdir -p "$dir/share"
@@ -77,7 +89,7 @@ prep() {
     cp -L "$(ldd "$dir/bin/test_client_gpu" | awk '/libcmocka/{print $3}')" "$dir/lib/"
   fi
   local missing=0 lib
-  for f in "$dir/base/server/feedd" "$dir/base/bench/wire/feed-wire-bench" "$dir/bin/feed-scale-client"; do
+  for f in "${checked[@]}" "$dir/bin/feed-scale-client"; do
     for lib in $(ldd "$f" | awk '/=> \//{print $3}'); do
       case "$(basename "$lib")" in
         libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libresolv.so*) continue ;;
@@ -128,19 +140,36 @@ lane_table() {
 import glob, json, os, re, statistics, sys
 runs = {}
 for p in glob.glob(os.path.join(sys.argv[1], "r*-s*", "h2h.jsonl")):
-    r, s = re.match(r"r(\d+)-s([0-9.]+|adapt)$", os.path.basename(os.path.dirname(p))).groups()
+    r, s = re.match(r"r(\d+)-s(.+)$", os.path.basename(os.path.dirname(p))).groups()
     wins = [json.loads(l) for l in open(p)]
     if wins:
         med = lambda k: statistics.median(w.get(k) or 0 for w in wins)
         runs.setdefault(s, {})[int(r)] = (med("img_per_s"), 100 - med("stream_idle_pct"),
                                           med("step_p50_ms"))
-print("share  round  img/s  GPU busy %  step ms  img/s vs off  step vs off")
-for s in sorted(runs, key=lambda k: (k == "adapt", float(k) if k != "adapt" else 0)):
+print("share:threads  round  img/s  GPU busy %  step ms  img/s vs off  step vs off")
+def order(k):
+    share = k.split(":")[0]
+    return (share == "adapt", float(share) if share != "adapt" else 0, k)
+for s in sorted(runs, key=order):
     for r in sorted(runs[s]):
         v, off = runs[s][r], runs.get("0", {}).get(r)
         ri = f"{v[0] / off[0]:.3f}" if off and off[0] else "-"
         rs = f"{v[2] / off[2]:.3f}" if off and off[2] else "-"
-        print(f"{s:>5}  {r:5d}  {v[0]:6,.0f}  {v[1]:10.1f}  {v[2]:7.2f}  {ri:>12}  {rs:>11}")
+        print(f"{s:>7}  {r:5d}  {v[0]:6,.0f}  {v[1]:10.1f}  {v[2]:7.2f}  {ri:>12}  {rs:>11}")
+PY
+}
+
+# repeat_tree: $tree, the bundle's original JPEGs each listed REPEAT (20) times (symbolic links).
+repeat_tree() {
+  tree=/tmp/feedd-share-tree
+  [ -d "$tree" ] || python3 - "$here/data/tree" "$tree" "${REPEAT:-20}" <<'PY'
+import os, sys
+src, dst, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for c in sorted(os.listdir(src)):
+    os.makedirs(os.path.join(dst, c))
+    for f in os.listdir(os.path.join(src, c)):
+        for r in range(repeat):
+            os.symlink(os.path.join(src, c, f), os.path.join(dst, c, f"r{r}_{f}"))
 PY
 }
 
@@ -162,16 +191,7 @@ case "$mode" in
     torch_table "$out" | tee "$out/torch-summary.txt" ;;
   share)
     out=${2:?OUT}
-    tree=/tmp/feedd-share-tree
-    [ -d "$tree" ] || python3 - "$here/data/tree" "$tree" "${REPEAT:-20}" <<'PY'
-import os, sys
-src, dst, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
-for c in sorted(os.listdir(src)):
-    os.makedirs(os.path.join(dst, c))
-    for f in os.listdir(os.path.join(src, c)):
-        for r in range(repeat):
-            os.symlink(os.path.join(src, c, f), os.path.join(dst, c, f"r{r}_{f}"))
-PY
+    repeat_tree
     export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export PYTHONPATH="$here/python" FEEDCLIENT_LIBRARY="$here/lib/libfeedclient.so"
     python3 "$here/share/share.py" --feedd "$here/bin/feedd" --data "$tree" \
@@ -183,11 +203,14 @@ PY
     out=${2:?OUT}
     for r in $(seq 1 "${ROUNDS:-2}"); do
       for share in 0 ${SHARES:-0.3 0.5 adapt}; do
-        cfg=r18-feed-orig-lane start=$share max=0
+        threads=${LANE_THREADS:-0}
+        case $share in *:*) threads=${share#*:} ;; esac
+        cfg=r18-feed-orig-lane start=${share%%:*} max=0
         [ "$share" = 0 ] && cfg=r18-feed-orig
-        [ "$share" = adapt ] && start=0.25 max=1.0
+        [ "$start" = adapt ] && start=0.25 max=1.0
         echo "== $(date -u +%T) round $r share $share" >&2
-        DECODE_SHARE=$start DECODE_SHARE_MAX=$max SERVER_CPUS="4-9 10-15" SERVER_THREADS=6 TRAIN_CPUS=0-3 \
+        DECODE_SHARE=$start DECODE_SHARE_MAX=$max DECODE_LANE_THREADS=$threads \
+          SERVER_CPUS="4-9 10-15" SERVER_THREADS=6 TRAIN_CPUS=0-3 \
           WARMUP=8 SECONDS_PER=15 WINDOWS=1 \
           bash "$here/torch/run_h2h.sh" "$out/r$r-s$share" "$cfg" > "$out/r$r-s$share.log" 2>&1
         tail -2 "$out/r$r-s$share.log"
@@ -195,6 +218,29 @@ PY
     done
     echo "== issue 32, resnet18 cold on 12 feedd cores, decode lane off vs on"
     lane_table "$out" | tee "$out/lane-summary.txt" ;;
+  gputests)
+    out=${2:?OUT}
+    bash "$here/gpu_suite.sh" "$out" client
+    for t in test_client_gpu test_client_gpujpeg test_client_lane_gpu; do
+      echo "== $t: $(tail -n 1 "$out/client/$t.txt") $(grep -E 'PASSED|FAILED|SKIPPED' "$out/client/$t.txt" | tr '\n' ' ')"
+    done ;;
+  lanebench)
+    out=${2:?OUT}
+    repeat_tree
+    # feed-bench's own mode: its resnet18 step (a synthetic GPU step of the preset's time per
+    # image) fed by two spawned feedd of 6 workers, lane off and on the GPU's JPEG engines.
+    for run in ${LANEBENCH:-off 0.3:2 0.4:3}; do
+      lane=()
+      [ "$run" != off ] && lane=(--decode-lane gpu --decode-share "${run%%:*}"
+                                 --decode-lane-threads "${run#*:}")
+      taskset -c 0-3 "$here/bin/feed-bench" --device cuda --model resnet18 --source remote \
+        --data "$tree" --spawn-servers 2 --server-threads 6 --server-cpus 4-9:10-15 \
+        --feedd "$here/bin/feedd" --seconds "${LANEBENCH_SECONDS:-10}" --warmup 20 \
+        --out "$out/lanebench-$run" "${lane[@]}" > "$out/lanebench-$run.log" 2>&1
+      echo "== feed-bench lane $run (rc $?)"
+      grep -A3 "^source" "$out/lanebench-$run.log" | tail -2
+      grep "decode lane" "$out/lanebench-$run.log"
+    done ;;
   scale)
     out=${2:?OUT}
     bash "$here/scale/gpu_scale.sh" "$here" "$out/scale" all ;;

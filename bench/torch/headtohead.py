@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import sys
@@ -143,9 +144,13 @@ def feedclient_batches(args, dev) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     lane = {}
     if args.decode_lane != "off":  # only then, so that a package without the lane still runs
-        lane = dict(decode_lane=args.decode_lane, decode_share=args.decode_share)
+        lane = dict(decode_lane=args.decode_lane, decode_share=args.decode_share,
+                    decode_lane_threads=args.decode_lane_threads)
         if args.decode_share_max > 0:
             lane["decode_share_max"] = args.decode_share_max
+        # The lane's open line and per-epoch decisions are feedclient's INFO lines: in the log.
+        logging.basicConfig(stream=sys.stderr, format="%(name)s %(levelname)s: %(message)s")
+        logging.getLogger("feedclient").setLevel(logging.INFO)
     loader = feedclient.Loader(args.targets.split(","), args.dataset, batch_size=args.batch,
                                seed=1, device=dev, size=args.size, dtype=dtype,
                                layout="channels_last", drop_last=True,
@@ -185,6 +190,8 @@ def main() -> int:
                     help="feedclient decode_lane: the share of samples decoded in the training "
                          "process (gpu: the GPU's JPEG engines)")
     ap.add_argument("--decode-share", type=float, default=0.5, help="feedclient decode_share")
+    ap.add_argument("--decode-lane-threads", type=int, default=0,
+                    help="feedclient decode_lane_threads (0: its default, 2)")
     ap.add_argument("--decode-share-max", type=float, default=0.0,
                     help="feedclient decode_share_max (above 0: the share adapts between epochs)")
     ap.add_argument("--batch", type=int, default=256)

@@ -7,7 +7,8 @@
 # and, named only: r18-feed-orig-cache r50-feed-orig-cache, r18-feed-orig-lane (the
 # originals with feedclient's decode lane: DECODE_LANE (gpu) decodes DECODE_SHARE (0.5) of
 # the samples in the training process, from encoded bytes the servers send; DECODE_SHARE_MAX
-# above 0: the share adapts between epochs up to it), and torchvision's
+# above 0: the share adapts between epochs up to it; DECODE_LANE_THREADS (0: the loader's
+# 2) lane threads, each with its own GPU decoder), and torchvision's
 # v2 recipe at its train size 176 (headtohead.py --recipe): r50-synth-recipe
 # r50-dl-recipe r50-feed-recipe r50-feed-recipe-cache (originals).
 # r18/r50: torchvision resnet18/resnet50; synth: batches already on the GPU
@@ -152,7 +153,8 @@ for cfg in $configs; do
       ds=${ds/recipe/orig}
       if [ "$ds" = orig-lane ]; then
         ds=orig lane=(--decode-lane "${DECODE_LANE:-gpu}" --decode-share "${DECODE_SHARE:-0.5}"
-                      --decode-share-max "${DECODE_SHARE_MAX:-0}")
+                      --decode-share-max "${DECODE_SHARE_MAX:-0}"
+                      --decode-lane-threads "${DECODE_LANE_THREADS:-0}")
       fi
       if [ "$ds" = orig-cache ]; then
         ds=orig warm=(--warmup "${CACHE_WARMUP:-60}")
