@@ -4,7 +4,9 @@
  *  - normalize kernel vs the host reference, every dtype and layout;
  *  - timeline with CUDA events: the copy of batch k+1 runs while a spin
  *    kernel (batch k's "step") runs, and a slot released on a busy stream is
- *    not overwritten before that stream passes the release;
+ *    not overwritten before that stream passes the release; the step's own
+ *    time from the slot's events, also when the caller uses the slot again
+ *    before the last step's time was read (a caller ahead of the GPU);
  *  - the real loader on the GPU against real feedd: the same bytes as the
  *    host path, labels on the device, and next()'s CPU cost per batch when
  *    data is ready (thread CPU time; asserted <= 50 us); feed_loader_stream_wait
@@ -226,6 +228,23 @@ static void test_copy_overlaps_step(void **state)
      * speed (1 us for the events' resolution of about 0.5 us). */
     assert_true((double)step_ns >= spin_end * 1e6 - 1000);
     assert_int_equal(client_gpu_slot_step_ns(a, &step_ns), 0); /* read once */
+
+    /* A caller that runs ahead of the GPU, as a PyTorch loop does: the slot's next use comes
+     * while the step of its last use still spins. That step's pair is kept (this use goes
+     * untimed) and read once the stream has passed it. */
+    assert_int_equal(client_gpu_slot_stream_wait(a, step), 0);
+    CK(cudaEventRecord(rel0, step));
+    assert_int_equal(feedtest_gpu_spin(step, cycles), 0);
+    CK(cudaEventRecord(rel1, step));
+    assert_int_equal(client_gpu_slot_mark_end(a, step), 0);
+    assert_int_equal(client_gpu_slot_stream_wait(a, step), 0); /* its pair not read yet */
+    assert_int_equal(client_gpu_slot_mark_end(a, step), 0);
+    CK(cudaDeviceSynchronize());
+    spin_end = elapsed_ms(rel0, rel1);
+    assert_int_equal(client_gpu_slot_step_ns(a, &step_ns), 1);
+    print_message("ahead of the GPU: step time %.3f ms around a spin of %.3f ms\n",
+                  step_ns / 1e6, spin_end);
+    assert_true((double)step_ns >= spin_end * 1e6 - 1000);
 
     client_gpu_slot_destroy(a);
     client_gpu_slot_destroy(b);

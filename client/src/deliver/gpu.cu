@@ -337,8 +337,14 @@ extern "C" int client_gpu_slot_stream_wait(client_gpu_slot *s, void *stream)
 {
     device_scope ds(s->g->device);
     cudaStream_t st = stream ? (cudaStream_t)stream : cudaStreamLegacy;
-    if (cudaStreamWaitEvent(st, s->ready, 0) != cudaSuccess ||
-        cudaEventRecord(s->started, st) != cudaSuccess)
+    if (cudaStreamWaitEvent(st, s->ready, 0) != cudaSuccess)
+        return FEED_ECUDA;
+    /* A caller that runs ahead of the GPU (a PyTorch loop) uses the slot again while the step
+     * of its last use still runs: that pair is kept until read, and this use goes untimed
+     * (re-recording started would pair it with the old end). */
+    if (s->timed)
+        return 0;
+    if (cudaEventRecord(s->started, st) != cudaSuccess)
         return FEED_ECUDA;
     s->started_recorded = true;
     return 0;

@@ -63,7 +63,9 @@ void *client_gpu_slot_ready_event(client_gpu_slot *s);
 /* Record the release point on `stream` (cudaStream_t; NULL: the legacy default stream). */
 int client_gpu_slot_release(client_gpu_slot *s, void *stream);
 /* Make `stream` (NULL: the legacy default stream) wait for the slot's ready event, and record
- * there the point the step starts from (client_gpu_slot_step_ns). */
+ * there the point the step starts from (client_gpu_slot_step_ns), unless the last use's step
+ * time has not been read yet (its end not reached when the caller runs ahead of the GPU): that
+ * pair is kept and this use is not timed. */
 int client_gpu_slot_stream_wait(client_gpu_slot *s, void *stream);
 /*
  * The step's end on `stream`, recorded by the loader when the training
