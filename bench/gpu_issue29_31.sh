@@ -48,7 +48,8 @@
 #         r18-feed-orig / r18-feed-orig-lane), ROUNDS (2) rounds in that order; per run
 #         the images/s, GPU busy (100 - stream idle %), the step's own GPU time
 #         (median) and the ratios to the lane off in the same round; the lane's
-#         decisions are in each run's h2h.log. Time: ~45 s a run, 4 a round: ~6 min.
+#         decisions are in each run's h2h.log; LANE_CEILING=1 first runs r18-synth (batches
+#         already on the GPU: the step's ceiling). Time: ~45 s a run, 4 a round: ~6 min.
 #
 # On the GPU machine, from the repository root with the bundle carried:
 #   bash gpu-bundle/run_all.sh wire "$OUT"
@@ -72,9 +73,11 @@ prep() {
     checked=("$dir/base/server/feedd" "$dir/base/bench/wire/feed-wire-bench")
   fi
   cp -L "$head/bench/scale/feed-scale-client" "$dir/bin/"
-  # feed-scale-client links libfeedclient by its soname; the bundle has it as libfeedclient.so.
-  cp -L "$head/client/libfeedclient.so.0" "$dir/lib/"
   strip --strip-debug "$dir/bin/feed-scale-client"
+  # Room for the GPU tests in the 64 MiB a call carries: no tool these modes leave unused, and
+  # no symbol tables. feed-scale-client's libfeedclient.so.0 is made a link on the GPU machine.
+  rm -f "$dir/bin/feed-client-probe" "$dir/bin/feed-engine-split" "$dir/bin/feed-preproc-bench" \
+    "$dir/bin/feed-pack"
   cp "$root/bench/wire/ab.sh" "$root/bench/wire/ab_gpu.sh" "$dir/wire/"
   cp "$root/bench/scale/hpa_sim.py" "$root/bench/scale/gpu_scale.sh" "$dir/scale/"
   mkdir -p "$dir/share"
@@ -88,8 +91,10 @@ prep() {
     done
     cp -L "$(ldd "$dir/bin/test_client_gpu" | awk '/libcmocka/{print $3}')" "$dir/lib/"
   fi
+  strip -s "$dir"/bin/*
+  strip --strip-unneeded "$dir/lib/libfeedclient.so"
   local missing=0 lib
-  for f in "${checked[@]}" "$dir/bin/feed-scale-client"; do
+  for f in "${checked[@]}"; do
     for lib in $(ldd "$f" | awk '/=> \//{print $3}'); do
       case "$(basename "$lib")" in
         libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libresolv.so*) continue ;;
@@ -102,7 +107,7 @@ prep() {
       fi
     done
   done
-  [ "$missing" = 0 ] && echo "prep: every library BASE's binaries and feed-scale-client need is in $dir/lib"
+  [ "$missing" = 0 ] && echo "prep: every library BASE's binaries need is in $dir/lib"
   du -sh "$dir"
   return "$missing"
 }
@@ -201,6 +206,11 @@ case "$mode" in
     python3 "$here/share/share_table.py" "$out/runs.jsonl" | tee "$out/table.md" ;;
   lane)
     out=${2:?OUT}
+    if [ -n "${LANE_CEILING:-}" ]; then # the synthetic ceiling: batches already on the GPU
+      TRAIN_CPUS=0-3 WARMUP=8 SECONDS_PER=15 WINDOWS=1 \
+        bash "$here/torch/run_h2h.sh" "$out/ceiling" r18-synth > "$out/ceiling.log" 2>&1
+      tail -1 "$out/ceiling.log"
+    fi
     for r in $(seq 1 "${ROUNDS:-2}"); do
       for share in 0 ${SHARES:-0.3 0.5 adapt}; do
         threads=${LANE_THREADS:-0}
@@ -227,6 +237,7 @@ case "$mode" in
   lanebench)
     out=${2:?OUT}
     repeat_tree
+    export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     # feed-bench's own mode: its resnet18 step (a synthetic GPU step of the preset's time per
     # image) fed by two spawned feedd of 6 workers, lane off and on the GPU's JPEG engines.
     for run in ${LANEBENCH:-off 0.3:2 0.4:3}; do
@@ -243,6 +254,7 @@ case "$mode" in
     done ;;
   scale)
     out=${2:?OUT}
+    ln -sf libfeedclient.so "$here/lib/libfeedclient.so.0" # feed-scale-client's soname
     bash "$here/scale/gpu_scale.sh" "$here" "$out/scale" all ;;
   *) echo "gpu_issue29_31.sh: prep, wire, torch1, torch2, share, lane or scale" >&2; exit 2 ;;
 esac
