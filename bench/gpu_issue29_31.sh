@@ -39,7 +39,8 @@
 #   scale OUT   issue 31: bench/scale/gpu_scale.sh all: the steady-state
 #         desired size at 0.5x/1x/2x/4x (~2 min: calibration ~10 s, 4 x (20 s
 #         + ~3 s drain)) and resnet18 against one feedd of 4 and of 12 workers
-#         with the desired-size metric (~100 s each + 10 s tree): ~6 min.
+#         with the desired-size metric (~100 s each + 10 s tree): ~6 min. SCALE_WHAT
+#         (all) picks steady or torch alone.
 #   lane OUT    issue 32: resnet18 on the original JPEGs, no cache, two feedd of 6
 #         workers on 12 cores (4-9, 10-15; training on 0-3), with feedclient's decode
 #         lane off and at each share of SHARES ("0.3 0.5 adapt"; adapt: from 0.25,
@@ -255,6 +256,6 @@ case "$mode" in
   scale)
     out=${2:?OUT}
     ln -sf libfeedclient.so "$here/lib/libfeedclient.so.0" # feed-scale-client's soname
-    bash "$here/scale/gpu_scale.sh" "$here" "$out/scale" all ;;
+    bash "$here/scale/gpu_scale.sh" "$here" "$out/scale" "${SCALE_WHAT:-all}" ;;
   *) echo "gpu_issue29_31.sh: prep, wire, torch1, torch2, share, lane or scale" >&2; exit 2 ;;
 esac

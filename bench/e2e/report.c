@@ -243,8 +243,8 @@ static void write_meta_json(FILE *f, const bench_meta *m)
             "    \"client_ordered\": %s,\n    \"decode_lane\": ",
             m->window, m->prefetch, m->ordered ? "true" : "false");
     json_str(f, m->decode_lane ? m->decode_lane : "off");
-    fprintf(f, ",\n    \"decode_share\": %.4f,\n    \"decode_share_max\": %.4f",
-            m->decode_share, m->decode_share_max);
+    fprintf(f, ",\n    \"decode_share\": %.4f,\n    \"decode_share_max\": %.4f", m->decode_share,
+            m->decode_share_max);
     fprintf(f, ",\n    \"nvml\": %s,\n    \"nvml_absent_reason\": ", m->nvml_ok ? "true" : "false");
     if (m->nvml_ok)
         fputs("null", f);

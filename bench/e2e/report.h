@@ -32,8 +32,8 @@ typedef struct batch_record {
 #define REPORT_MAX_SERVERS 64
 typedef struct server_cache {
     char target[64];
-    double hits, misses; /* lookups in the window */
-    double not_owned;    /* misses it decoded for another server's samples, not admitted */
+    double hits, misses;   /* lookups in the window */
+    double not_owned;      /* misses it decoded for another server's samples, not admitted */
     double entries, bytes; /* held at the window's end */
 } server_cache;
 

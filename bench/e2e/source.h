@@ -65,9 +65,9 @@ typedef struct source_config {
     const char *const *targets;
     size_t num_targets;
     const char *dataset_name;
-    uint32_t window;      /* per server */
-    uint32_t prefetch;    /* delivery slots */
-    bool ordered;         /* plan order (false: as batches arrive) */
+    uint32_t window;   /* per server */
+    uint32_t prefetch; /* delivery slots */
+    bool ordered;      /* plan order (false: as batches arrive) */
     feed_owner_routing owner_routing;
     feed_decode_lane decode_lane; /* and the rest of feed_loader_config's lane fields */
     double decode_share, decode_share_max;

@@ -396,14 +396,15 @@ struct feed_loader {
     /* The share adapted between epochs (decode_share_max > 0, the lane on; lane/lane.c,
      * lane/share_policy.h): the policy, the epoch it decided the share of last (UINT32_MAX:
      * none), and what has been measured since that decision: its start (the first batch
-     * handed out after it), the training thread's waits in next() and the part of them the
-     * lane's samples alone held up, and the last CLIENT_LANE_STEPS step times (us). [mu] */
+     * handed out after it), the batches handed out since, the training thread's waits in
+     * next() and the part of them the lane's samples alone held up, the last
+     * CLIENT_LANE_STEPS step times (us) and the sum of every step time read (ns). [mu] */
     bool lane_adapt;
 #define CLIENT_LANE_STEPS 1024u
     client_share_policy lane_policy;
     uint32_t lane_decided;
     uint64_t lane_t0_ns, lane_wait_ns, lane_only_wait_ns;
-    uint64_t lane_steps_seen;
+    uint64_t lane_batches, lane_steps_seen, lane_step_sum_ns;
     uint32_t lane_step_us[CLIENT_LANE_STEPS];
     /* The slot and stream of the last stream_wait (device path): the step that used it ends
      * where the training thread next calls next() (client_gpu_slot_mark_end). [mu] */

@@ -40,10 +40,12 @@ void client_demand_consumed(client_demand *d, uint64_t wait_since, uint64_t now,
         d->samples = 0;
         d->busy_ns = 0;
         d->steps = 0;
+        d->batches = 0;
         return;
     }
     add_wait(d, wait_since, now);
     d->samples += n;
+    d->batches++;
 }
 
 void client_demand_step(client_demand *d, uint64_t ns)
@@ -58,9 +60,11 @@ bool client_demand_due(client_demand *d, uint64_t waiting_since, uint64_t now)
     if (d->started && now > d->start_ns && span >= d->window_ns) {
         if (waiting_since)
             add_wait(d, waiting_since, now);
-        /* Steps' GPU times, when the window has them, measure starvation on the GPU itself. */
+        /* Steps' GPU times, when the window has them, measure starvation on the GPU itself:
+         * busy is the mean step time times the batches handed out, since a caller that runs
+         * ahead of the GPU leaves some steps untimed (client_gpu_slot_stream_wait). */
         double wait = d->steps >= CLIENT_DEMAND_MIN_STEPS
-                          ? 1.0 - (double)d->busy_ns / (double)span
+                          ? 1.0 - (double)d->busy_ns / d->steps * d->batches / (double)span
                           : (double)d->wait_ns / (double)span;
         if (wait < 0)
             wait = 0;
@@ -74,6 +78,7 @@ bool client_demand_due(client_demand *d, uint64_t waiting_since, uint64_t now)
         d->samples = 0;
         d->busy_ns = 0;
         d->steps = 0;
+        d->batches = 0;
     }
     return d->have;
 }

@@ -7,7 +7,9 @@
  * fraction of the window the GPU spent outside the steps instead: a loop that
  * runs ahead of the GPU blocks in next() while the GPU still runs its last
  * step, so its host wait counts busy time as starvation (measured on the GPU
- * machine: 0.66 host wait at 66% GPU busy). The last complete window goes to the servers on every request
+ * machine: 0.66 host wait at 66% GPU busy); the GPU's busy time is the mean
+ * step time read times the batches handed out, as such a loop leaves some
+ * steps untimed. The last complete window goes to the servers on every request
  * (BatchRequest.demand); feedd sums it per job and sizes the fleet from it.
  *
  * Pure: the caller passes the clock, holds the loader's mu, and owns the
@@ -34,6 +36,7 @@ typedef struct client_demand {
     uint64_t samples;   /* handed out in the open window */
     uint64_t busy_ns;   /* steps' GPU time read in the open window */
     uint32_t steps;     /* how many */
+    uint32_t batches;   /* batches handed out in the open window (busy: mean step x batches) */
     bool started;       /* the first batch was handed out: the first window starts there */
     /* The last complete window; have is false until one has closed. */
     bool have;

@@ -471,6 +471,7 @@ int feed_loader_stream_wait(feed_loader *l, const feed_batch *b, void *stream)
     if (sl && sl->gpu && client_gpu_slot_step_ns(sl->gpu, &step_ns) == 1) {
         client_demand_step(&l->demand, step_ns);
         client_lane_note_step(l, step_ns);
+        l->stats.steps_timed++;
     }
     int rc = !sl ? FEED_EINVAL : (sl->gpu ? client_gpu_slot_stream_wait(sl->gpu, stream) : 0);
     if (rc == 0 && sl->gpu) {
@@ -528,8 +529,7 @@ int feed_loader_get_stats(feed_loader *l, feed_loader_stats *out, size_t out_siz
     return 0;
 }
 
-int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server_stats *out,
-                             size_t out_size)
+int feed_loader_server_stats(feed_loader *l, uint32_t i, feed_server_stats *out, size_t out_size)
 {
     if (!l || !out || out_size < SERVER_STATS_MIN_SIZE || out_size > sizeof(feed_server_stats))
         return FEED_EINVAL;

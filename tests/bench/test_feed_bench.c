@@ -368,12 +368,20 @@ static void test_decode_lane(void **state)
     snprintf(log, sizeof log, "%s/lane.log", work);
     snprintf(out2, sizeof out2, "%s/lane", work);
     pid_t pid = start_feedd_target(port_file, flog, target, sizeof target);
-    const char *argv[] = {bench_bin,       "--device",       "cpu",      "--source", "remote",
-                          "--servers",     target,           "--dataset", "imagenet", "--data",
-                          data,            "--out",          out2,       "--batch",  "8",
-                          "--steps",       "4",              "--seconds", "0",        "--warmup",
-                          "1",             "--decode-lane",  "cpu",      "--decode-share",
-                          "0.5",           "--decode-lane-threads",      "2",        NULL};
+    const char *argv[] = {bench_bin,  "--device",
+                          "cpu",      "--source",
+                          "remote",   "--servers",
+                          target,     "--dataset",
+                          "imagenet", "--data",
+                          data,       "--out",
+                          out2,       "--batch",
+                          "8",        "--steps",
+                          "4",        "--seconds",
+                          "0",        "--warmup",
+                          "1",        "--decode-lane",
+                          "cpu",      "--decode-share",
+                          "0.5",      "--decode-lane-threads",
+                          "2",        NULL};
     int rc = run_argv(argv, log);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
@@ -397,8 +405,9 @@ static void test_decode_lane(void **state)
     assert_non_null(strstr(json, "\"decode_share\": 0.5000"));
     assert_non_null(strstr(json, "\"images\": 32,"));
     free(json);
-    const char *bad[] = {bench_bin, "--device", "cpu", "--decode-lane", "fpga", "--data", data,
-                         "--out", out2, "--source", "remote", "--steps", "1", NULL};
+    const char *bad[] = {bench_bin, "--device", "cpu", "--decode-lane", "fpga",   "--data",
+                         data,      "--out",    out2,  "--source",      "remote", "--steps",
+                         "1",       NULL};
     assert_int_equal(run_argv(bad, log), 2);
 }
 

@@ -242,8 +242,8 @@ static void test_copy_overlaps_step(void **state)
     CK(cudaDeviceSynchronize());
     spin_end = elapsed_ms(rel0, rel1);
     assert_int_equal(client_gpu_slot_step_ns(a, &step_ns), 1);
-    print_message("ahead of the GPU: step time %.3f ms around a spin of %.3f ms\n",
-                  step_ns / 1e6, spin_end);
+    print_message("ahead of the GPU: step time %.3f ms around a spin of %.3f ms\n", step_ns / 1e6,
+                  spin_end);
     assert_true((double)step_ns >= spin_end * 1e6 - 1000);
 
     client_gpu_slot_destroy(a);

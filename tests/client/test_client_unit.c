@@ -690,8 +690,20 @@ static void test_demand_gpu_steps(void **state)
     assert_true(d.wait_fraction > 0.659 && d.wait_fraction < 0.661);
     for (uint32_t i = 0; i < CLIENT_DEMAND_MIN_STEPS; i++)
         client_demand_step(&d, 200 * ms);
+    for (int i = 1; i <= 5; i++)
+        client_demand_consumed(&d, 0, 2000 * ms + (uint64_t)i * 200 * ms, 256);
     assert_true(client_demand_due(&d, 0, 3000 * ms));
     assert_true(d.wait_fraction == 0);
+    /* A caller ahead of the GPU leaves every other step untimed: the GPU's busy time is the
+     * mean step time times the batches, not the sum of the steps read (which said 0.67). */
+    for (int i = 1; i <= 30; i++) {
+        uint64_t t = 3000 * ms + (uint64_t)i * 33 * ms;
+        client_demand_consumed(&d, t - 22 * ms, t, 256);
+        if (i % 2)
+            client_demand_step(&d, 22 * ms);
+    }
+    assert_true(client_demand_due(&d, 0, 4000 * ms));
+    assert_true(d.wait_fraction > 0.339 && d.wait_fraction < 0.341);
 }
 
 int main(void)
@@ -704,8 +716,7 @@ int main(void)
         cmocka_unit_test(test_servers_apply_dns),  cmocka_unit_test(test_resolve_reuse),
         cmocka_unit_test(test_bad_sample_policy),  cmocka_unit_test(test_server_policy),
         cmocka_unit_test(test_fingerprint_policy), cmocka_unit_test(test_demand_window),
-        cmocka_unit_test(test_demand_gpu_steps),
-        cmocka_unit_test(test_lane_assignment),
+        cmocka_unit_test(test_demand_gpu_steps),   cmocka_unit_test(test_lane_assignment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

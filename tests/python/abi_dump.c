@@ -111,6 +111,7 @@ int main(void)
     FIELD(feed_loader_stats, fingerprint_refused);
     FIELD(feed_loader_stats, lane_decoded);
     FIELD(feed_loader_stats, lane_rerequested);
+    FIELD(feed_loader_stats, steps_timed);
 
     SIZE(feed_server_stats);
     FIELD(feed_server_stats, target);

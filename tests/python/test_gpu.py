@@ -3,7 +3,8 @@ device, dtype and layout; the same values as the host path; zero copies (data
 pointers cycle over the loader's slots); ordering on torch's current stream,
 including a non-default one; and a slot released on the stream the step used
 is not overwritten before that stream has passed the release, even when the
-step is still running long after the tensor is dropped."""
+step is still running long after the tensor is dropped; and the steps' own GPU
+times measured on the default stream (stats()["steps_timed"])."""
 
 from __future__ import annotations
 
@@ -60,6 +61,22 @@ def test_side_stream_ordering(server):
                 got.append(images.sum())
         torch.cuda.synchronize()
     assert [g.item() for g in got] == pytest.approx(want, rel=1e-6)
+
+
+def test_steps_timed_on_the_default_stream(server):
+    """The step's own GPU time (the demand's wait and the decode lane's share rest on it) is
+    measured on torch's default stream too, not only on a side stream."""
+    with make(server, "cuda:0", dtype=torch.float32, layout="NCHW") as loader:
+        assert torch.cuda.current_stream().cuda_stream == 0
+        steps = 0
+        for epoch in range(3):
+            loader.set_epoch(epoch)
+            for images, _ in loader:
+                images.sum()
+                torch.cuda.synchronize()  # each step ends before its slot comes round again
+                steps += 1
+        timed = loader.stats()["steps_timed"]
+    assert 0 < timed <= steps
 
 
 def test_release_waits_for_the_step_stream(server):

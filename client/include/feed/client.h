@@ -290,6 +290,12 @@ typedef struct feed_loader_stats {
      * reply, an image the GPU's engines do not take, a reply beyond decode_lane_max_bytes). */
     uint64_t lane_decoded;
     uint64_t lane_rerequested;
+    /* Device path: steps whose own GPU time the loader measured (CUDA events from
+     * feed_loader_stream_wait to the next next() on the caller's stream), which the demand's
+     * wait and the lane's share rest on. A step stays unmeasured when its stream never passed
+     * through feed_loader_stream_wait, or when the caller, running ahead of the GPU, used its
+     * slot again before that step's time could be read. */
+    uint64_t steps_timed;
 } feed_loader_stats;
 
 typedef struct feed_server_stats {

@@ -23,6 +23,7 @@ void client_lane_note_wait(loader *l, const slot *sl, uint64_t since, uint64_t n
         l->lane_t0_ns = now;
         return;
     }
+    l->lane_batches++;
     if (!since || now <= since)
         return;
     l->lane_wait_ns += now - since;
@@ -38,9 +39,10 @@ void client_lane_note_step(loader *l, uint64_t ns)
 {
     if (!l->lane_adapt)
         return;
+    l->lane_step_sum_ns += ns;
     uint64_t us = ns / 1000u;
-    l->lane_step_us[l->lane_steps_seen++ % CLIENT_LANE_STEPS] = us > UINT32_MAX ? UINT32_MAX
-                                                                             : (uint32_t)us;
+    l->lane_step_us[l->lane_steps_seen++ % CLIENT_LANE_STEPS] =
+        us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -55,12 +57,24 @@ void client_lane_decide(loader *l, uint32_t next)
         return;
     uint64_t now = feed_now_ns();
     uint64_t span = l->lane_t0_ns && now > l->lane_t0_ns ? now - l->lane_t0_ns : 0;
-    uint32_t n = l->lane_steps_seen < CLIENT_LANE_STEPS ? (uint32_t)l->lane_steps_seen
-                                                          : CLIENT_LANE_STEPS;
+    uint32_t n =
+        l->lane_steps_seen < CLIENT_LANE_STEPS ? (uint32_t)l->lane_steps_seen : CLIENT_LANE_STEPS;
     client_share_epoch e = {0};
     e.steps = n;
-    if (span)
+    if (span && n >= CLIENT_SHARE_MIN_STEPS && l->lane_batches) {
+        /* The GPU's own idle fraction: a loop that runs ahead of the GPU blocks in next()
+         * while the GPU still runs its steps, so the training thread's waits would count a
+         * busy GPU as starving. Not every step is timed (client_gpu_slot_stream_wait), so the
+         * busy time is the mean step time times the batches handed out. */
+        double busy =
+            (double)l->lane_step_sum_ns / (double)l->lane_steps_seen * (double)l->lane_batches;
+        e.wait_fraction = 1.0 - busy / (double)span;
+        e.gpu_idle = true;
+    } else if (span) {
         e.wait_fraction = (double)l->lane_wait_ns / (double)span;
+    }
+    if (e.wait_fraction < 0)
+        e.wait_fraction = 0;
     if (e.wait_fraction > 1)
         e.wait_fraction = 1;
     if (l->lane_wait_ns)
@@ -77,4 +91,6 @@ void client_lane_decide(loader *l, uint32_t next)
     l->lane_t0_ns = 0;
     l->lane_wait_ns = l->lane_only_wait_ns = 0;
     l->lane_steps_seen = 0;
+    l->lane_step_sum_ns = 0;
+    l->lane_batches = 0;
 }

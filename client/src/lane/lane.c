@@ -40,7 +40,7 @@ typedef struct lane_worker {
     loader *l;
     pthread_t thread;
     bool started;
-    feed_engine *engine; /* CPU mode */
+    feed_engine *engine;     /* CPU mode */
     client_gpujpeg *gpujpeg; /* GPU mode: this thread's decoder */
     /* GPU mode: the batch's arguments, batch_size entries each. */
     const uint8_t **jpeg;
@@ -53,7 +53,7 @@ typedef struct lane_worker {
 struct client_lane {
     feed_decode_lane mode; /* CPU or GPU: what open decided */
     feed_augment aug;
-    bool stop;               /* [mu] */
+    bool stop; /* [mu] */
     uint32_t num_workers;
     lane_worker workers[CLIENT_LANE_MAX_THREADS];
 };
@@ -206,7 +206,6 @@ static void *lane_main(void *arg)
     return NULL;
 }
 
-
 /* The lane's threads' scratch and decoders (the first GPU decoder is decide's). */
 static int worker_init(loader *l, client_lane *ln, lane_worker *w)
 {
@@ -305,8 +304,7 @@ int client_lane_open(loader *l)
     client_log(l, FEED_LOG_INFO, "decode lane: %s, %u thread%s, share %.3f%s%s",
                ln->mode == FEED_DECODE_LANE_GPU ? "gpu" : "cpu", ln->num_workers,
                ln->num_workers == 1 ? "" : "s", l->lane_share / 65536.0,
-               l->cfg.decode_lane == FEED_DECODE_LANE_AUTO ? " (auto: the GPU's JPEG engines)"
-                                                           : "",
+               l->cfg.decode_lane == FEED_DECODE_LANE_AUTO ? " (auto: the GPU's JPEG engines)" : "",
                l->lane_adapt ? ", adapted between epochs" : "");
 out:
     return rc;

@@ -52,6 +52,12 @@ static uint32_t grown(const client_share_policy *p, double w)
     return n > p->share ? n : p->share;
 }
 
+/* What the wait fraction is, for the log line. */
+static const char *waited(const client_share_epoch *e)
+{
+    return e->gpu_idle ? "the GPU waited outside the steps" : "the step waited";
+}
+
 uint32_t client_share_policy_next(client_share_policy *p, const client_share_epoch *e, char *why,
                                   size_t why_cap)
 {
@@ -80,25 +86,25 @@ uint32_t client_share_policy_next(client_share_policy *p, const client_share_epo
     } else if (w > CLIENT_SHARE_WAIT_MIN && e->lane_waits > 0.5) {
         n = quantum(frac(s) * (1 - w));
         snprintf(why, why_cap,
-                 "share %.3f -> %.3f: the step waited %.1f%% of the time, %.0f%% of it for the "
+                 "share %.3f -> %.3f: %s %.1f%% of the time, %.0f%% of it for the "
                  "lane's samples",
-                 frac(s), frac(n), 100 * w, 100 * e->lane_waits);
+                 frac(s), frac(n), waited(e), 100 * w, 100 * e->lane_waits);
     } else if (w > CLIENT_SHARE_WAIT_MIN) {
         n = grown(p, w);
         if (n > s)
             snprintf(why, why_cap,
-                     "share %.3f -> %.3f: the step waited %.1f%% of the time for the servers "
+                     "share %.3f -> %.3f: %s %.1f%% of the time for the servers "
                      "and took %.3f ms (%.3f ms at share %.3f)",
-                     frac(s), frac(n), 100 * w, e->step_ns / 1e6, p->base_ns / 1e6,
+                     frac(s), frac(n), waited(e), 100 * w, e->step_ns / 1e6, p->base_ns / 1e6,
                      frac(p->base_share));
         else
             snprintf(why, why_cap,
-                     "share %.3f kept: the step waited %.1f%% of the time, but the share is at "
+                     "share %.3f kept: %s %.1f%% of the time, but the share is at "
                      "its %s (%.3f)",
-                     frac(s), 100 * w, s >= p->max ? "configured maximum" : "ceiling",
+                     frac(s), waited(e), 100 * w, s >= p->max ? "configured maximum" : "ceiling",
                      frac(s >= p->max ? p->max : p->ceiling));
     } else {
-        snprintf(why, why_cap, "share %.3f kept: the step waited %.1f%% of the time", frac(s),
+        snprintf(why, why_cap, "share %.3f kept: %s %.1f%% of the time", frac(s), waited(e),
                  100 * w);
     }
     p->share = n;

@@ -14,6 +14,7 @@
 #ifndef FEED_CLIENT_SHARE_POLICY_H
 #define FEED_CLIENT_SHARE_POLICY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,20 +30,23 @@
 #define CLIENT_SHARE_ONE 65536u
 
 typedef struct client_share_policy {
-    uint32_t share;   /* in force this epoch, in 1/CLIENT_SHARE_ONE */
-    uint32_t max;     /* the configured ceiling */
-    uint32_t ceiling; /* the lowest share at which the step slowed; above max until then */
+    uint32_t share;      /* in force this epoch, in 1/CLIENT_SHARE_ONE */
+    uint32_t max;        /* the configured ceiling */
+    uint32_t ceiling;    /* the lowest share at which the step slowed; above max until then */
     uint32_t base_share; /* the lowest share measured so far, and the step time there */
     double base_ns;      /* 0: nothing measured yet */
 } client_share_policy;
 
 /* What one epoch measured. */
 typedef struct client_share_epoch {
-    double wait_fraction; /* of the epoch's wall time, the training thread blocked in next() */
-    double lane_waits;    /* of that waiting, the part in which only the lane's samples were
-                             missing from the batch waited for (0..1) */
-    double step_ns;       /* median step time on the GPU; 0: not measured */
-    uint64_t steps;       /* steps measured */
+    /* Of the epoch's wall time, the part the step was short of data: the GPU's idle fraction
+     * outside the steps (gpu_idle), or else the training thread's time blocked in next(). */
+    double wait_fraction;
+    bool gpu_idle;
+    double lane_waits; /* of that waiting, the part in which only the lane's samples were
+                          missing from the batch waited for (0..1) */
+    double step_ns;    /* median step time on the GPU; 0: not measured */
+    uint64_t steps;    /* steps measured */
 } client_share_epoch;
 
 /* Start at share (clamped to max), both in 1/CLIENT_SHARE_ONE. */

@@ -175,6 +175,7 @@ class LoaderStats(Structure):
         ("fingerprint_refused", c_uint64),
         ("lane_decoded", c_uint64),
         ("lane_rerequested", c_uint64),
+        ("steps_timed", c_uint64),
     ]
 
 

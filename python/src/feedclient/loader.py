@@ -626,7 +626,10 @@ class Loader:
             del ref  # nothing refers to the slot: it goes back now
             raise BadSampleError(rc, f"feedclient.Loader: batch {self._pos - 1}", indices, status,
                                  "fail" if native.fail_policy else "substitute")
-        if stream:
+        if self._device.type == "cuda":
+            # Also on the default stream (handle 0: NULL, the legacy stream): the wait orders
+            # the step after the batch and marks where the step starts, whose GPU time the
+            # demand's wait and the decode lane's share rest on (stats()["steps_timed"]).
             wrc = _lib.lib.feed_loader_stream_wait(native.ptr, bp, ctypes.c_void_p(stream))
             if wrc:
                 raise native.error(wrc, "feedclient.Loader: stream wait")
